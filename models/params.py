@@ -1,0 +1,97 @@
+"""Parameter counts of a :class:`ModelSpec`, per component (counts, not bytes)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from models.schema import ModelSpec
+
+
+@dataclass(frozen=True)
+class LayerParams:
+    """Parameters of one transformer layer, split the way parallelism shards them."""
+
+    attention: int        # QKV (or MLA down/up projections) + output projection, with biases
+    norms: int            # the layer's norm weights (and biases for LayerNorm)
+    dense_mlp: int        # dense FFN (0 in a MoE layer)
+    router: int           # MoE gate
+    expert: int           # ONE routed expert
+    num_experts: int      # routed experts in the layer (0 if dense)
+    shared_experts: int   # all shared experts together
+
+    @property
+    def total(self) -> int:
+        return (self.attention + self.norms + self.dense_mlp + self.router
+                + self.expert * self.num_experts + self.shared_experts)
+
+    @property
+    def active(self) -> int:
+        """Parameters touched by one token (top-k routed experts)."""
+        return self.total - self.expert * self.num_experts
+
+
+def attention_params(m: ModelSpec) -> int:
+    """QKV + output projection weights (and biases), or the MLA projections (DeepSeek-V2 §2.1)."""
+    h, d = m.hidden, m.dim_head
+    if m.mla is not None:
+        a = m.mla
+        qk_head = a.qk_nope_head_dim + a.qk_rope_head_dim
+        if a.q_lora_rank:
+            q = h * a.q_lora_rank + a.q_lora_rank + a.q_lora_rank * m.num_heads * qk_head
+        else:
+            q = h * m.num_heads * qk_head
+        kv = h * (a.kv_lora_rank + a.qk_rope_head_dim) + a.kv_lora_rank  # down-proj + its norm
+        kv += a.kv_lora_rank * m.num_heads * (a.qk_nope_head_dim + a.v_head_dim)
+        out = m.num_heads * a.v_head_dim * h
+        return q + kv + out
+    qkv_out = (m.num_heads + 2 * m.kv_heads) * d
+    qkv_bias = m.qkv_bias if m.qkv_bias is not None else m.linear_bias
+    params = h * qkv_out + (qkv_out if qkv_bias else 0)
+    params += m.num_heads * d * h + (h if m.linear_bias else 0)
+    return params
+
+
+def mlp_params(m: ModelSpec, ffn: int) -> int:
+    """One MLP of intermediate size ``ffn``: 2 (plain) or 3 (gated) matrices, plus biases."""
+    mats = 3 if m.gated_mlp else 2
+    bias = (ffn * (mats - 1) + m.hidden) if m.linear_bias else 0
+    return mats * m.hidden * ffn + bias
+
+
+def norm_params(m: ModelSpec) -> int:
+    """One norm over ``hidden``: weight (+ bias for LayerNorm)."""
+    return m.hidden * (2 if m.norm == "layernorm" else 1)
+
+
+def layer_params(m: ModelSpec, index: int) -> LayerParams:
+    """Parameters of layer ``index`` (0-based)."""
+    attn = attention_params(m)
+    norms = 2 * norm_params(m)
+    if not m.is_moe_layer(index):
+        return LayerParams(attn, norms, mlp_params(m, m.ffn_hidden), 0, 0, 0, 0)
+    e = m.moe
+    shared_ffn = e.shared_expert_ffn_hidden or e.expert_ffn_hidden
+    return LayerParams(attn, norms, 0, m.hidden * e.num_experts, mlp_params(m, e.expert_ffn_hidden),
+                       e.num_experts, e.shared_experts * mlp_params(m, shared_ffn))
+
+
+def embedding_params(m: ModelSpec) -> int:
+    """Token embedding, plus the output head when untied, plus learned positions."""
+    emb = m.vocab * m.hidden
+    head = 0 if m.tied_embeddings else m.vocab * m.hidden
+    pos = m.seq_len * m.hidden if m.position == "learned" else 0
+    return emb + head + pos
+
+
+def total_params(m: ModelSpec) -> int:
+    """All parameters: layers, embeddings, output head and the final norm."""
+    layers = sum(layer_params(m, i).total for i in range(m.num_layers))
+    return layers + embedding_params(m) + norm_params(m)
+
+
+def active_params(m: ModelSpec) -> int:
+    """Parameters used per token (routed experts counted top_k times, not num_experts)."""
+    total = embedding_params(m) + norm_params(m)
+    for i in range(m.num_layers):
+        lp = layer_params(m, i)
+        total += lp.active + (lp.expert * m.moe.top_k if lp.num_experts else 0)
+    return total

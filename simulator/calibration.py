@@ -1,0 +1,119 @@
+"""Named efficiency parameters of the cost model, and calibration profiles that set them.
+
+Physics gives FLOPs and bytes; these few parameters say how close real kernels and NCCL get
+to the datasheet. Defaults are documented planning values (docs/cost_model.md); a
+calibration profile fitted by ``meshcast calibrate`` from real measurements replaces them.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import yaml
+
+from hardware_specs.errors import SpecError
+from hardware_specs.yamlio import read_yaml_mapping
+
+PROFILE_DIR = Path(__file__).resolve().parent.parent / "hardware_specs" / "profiles"
+
+
+@dataclass(frozen=True)
+class LinkEfficiency:
+    """α–β parameters of one fabric tier as NCCL achieves them.
+
+    ``alpha_s``: fixed cost per algorithm step (launch + one hop latency), seconds.
+    ``bandwidth_fraction``: achieved fraction of the tier's per-direction bandwidth at large sizes.
+    """
+
+    alpha_s: float
+    bandwidth_fraction: float
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Efficiency parameters of the compute and communication cost models.
+
+    Compute (per accelerator):
+      gemm_peak_fraction[dtype]  achievable fraction of the dense datasheet peak in a large GEMM
+      gemm_tile_overhead_k       per-tile prologue/epilogue expressed as extra K elements
+      kernel_launch_s            fixed per-kernel cost seen by CUDA events (launch + tail)
+      hbm_fraction               achievable fraction of datasheet HBM bandwidth (streaming)
+      attention_fwd_fraction     FlashAttention forward: fraction of bf16 peak at long sequences
+      attention_bwd_fraction     FlashAttention backward: fraction of bf16 peak
+      attention_softmax_fraction achieved fraction of the special-function units' exp rate
+    Communication (per tier kind: nvlink, pcie, xgmi, scale_out):
+      links[kind]                LinkEfficiency
+    """
+
+    gemm_peak_fraction: dict = field(default_factory=lambda: {
+        "bf16": 0.80, "fp16": 0.80, "tf32": 0.75, "fp32": 0.90, "fp8": 0.70, "fp4": 0.65, "fp64": 0.90})
+    gemm_tile_overhead_k: float = 128.0
+    kernel_launch_s: float = 6.0e-6
+    hbm_fraction: float = 0.90
+    attention_fwd_fraction: float = 0.65
+    attention_bwd_fraction: float = 0.50
+    attention_softmax_fraction: float = 0.50
+    links: dict = field(default_factory=lambda: {
+        "nvlink": LinkEfficiency(alpha_s=8.0e-6, bandwidth_fraction=0.80),
+        "xgmi": LinkEfficiency(alpha_s=10.0e-6, bandwidth_fraction=0.70),
+        "pcie": LinkEfficiency(alpha_s=10.0e-6, bandwidth_fraction=0.75),
+        "c2c": LinkEfficiency(alpha_s=5.0e-6, bandwidth_fraction=0.80),
+        "scale_out": LinkEfficiency(alpha_s=15.0e-6, bandwidth_fraction=0.85),
+    })
+    name: str = "defaults"
+
+    def link(self, kind: str) -> LinkEfficiency:
+        """Efficiency of a tier kind; unknown kinds fall back to ``scale_out``."""
+        return self.links.get(kind, self.links["scale_out"])
+
+    def gemm_fraction(self, dtype: str) -> float:
+        return self.gemm_peak_fraction.get(dtype, self.gemm_peak_fraction["bf16"])
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["links"] = {k: asdict(v) for k, v in self.links.items()}
+        return d
+
+    def with_updates(self, **kw) -> "Calibration":
+        return replace(self, **kw)
+
+
+DEFAULT = Calibration()
+
+
+def calibration_from_dict(data: dict, origin: str = "profile") -> Calibration:
+    """Build a :class:`Calibration` from a profile mapping; unknown keys raise SpecError."""
+    base = DEFAULT.to_dict()
+    params = data.get("parameters", data)
+    unknown = set(params) - set(base)
+    if unknown:
+        raise SpecError(f"{origin}: parameters", f"unknown parameter(s) {sorted(unknown)}")
+    merged = {**base, **params}
+    merged["gemm_peak_fraction"] = {**base["gemm_peak_fraction"], **params.get("gemm_peak_fraction", {})}
+    links = {**base["links"], **params.get("links", {})}
+    try:
+        merged["links"] = {k: LinkEfficiency(**v) for k, v in links.items()}
+        return Calibration(**merged)
+    except TypeError as exc:
+        raise SpecError(f"{origin}: links", str(exc)) from None
+
+
+def load_calibration(name_or_path: str | None) -> Calibration:
+    """A calibration profile by name (hardware_specs/profiles/<name>.yaml) or path; None: defaults."""
+    if name_or_path is None:
+        return DEFAULT
+    path = Path(name_or_path)
+    if not path.exists():
+        path = PROFILE_DIR / f"{name_or_path}.yaml"
+    if not path.exists():
+        from hardware_specs.errors import UnknownNameError
+        known = [p.stem for p in PROFILE_DIR.glob("*.yaml")]
+        raise UnknownNameError("calibration", name_or_path, known)
+    return calibration_from_dict(read_yaml_mapping(path), str(path))
+
+
+def save_calibration(cal: Calibration, path: Path, meta: dict) -> None:
+    """Write ``cal`` with provenance ``meta`` (fitted_on, residuals, ...) as a profile YAML."""
+    doc = {**meta, "parameters": cal.to_dict()}
+    doc["parameters"].pop("name", None)
+    Path(path).write_text(yaml.safe_dump(doc, sort_keys=False))

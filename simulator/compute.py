@@ -1,0 +1,199 @@
+"""IO-aware compute cost of single kernels: GEMM, attention and memory-bound ops.
+
+Every cost starts from counted FLOPs and counted HBM bytes and takes the larger of the two
+roofline times (Williams, Waterman & Patterson 2009), corrected by named efficiency
+parameters (``simulator.calibration.Calibration``):
+
+* GEMM: the output is tiled as a cuBLAS/CUTLASS kernel tiles it; tiles run in waves of one
+  tile per SM, so time = waves x (per-tile time). This captures tile quantisation (padding m, n
+  to the tile) and wave quantisation (a last, partly empty wave). The per-tile time counts
+  K padded to the K-tile plus a prologue/epilogue of ``gemm_tile_overhead_k`` elements. Of the
+  candidate tiles the fastest is taken, as cuBLAS' heuristics do.
+* Attention: FlashAttention (Dao et al. 2022, Thm. 2) moves Θ(N²d²/M) HBM bytes for SRAM size M;
+  its time is matmul FLOPs on the tensor cores plus the exponentials of the softmax on the
+  special-function units (the split FlashAttention-3, Shah et al. 2024 §3, points out: H100 has
+  989 TFLOP/s of matmul but only ~3.9 T exp/s). Unfused ("math") attention is two batched
+  GEMMs plus softmax passes over the materialised N² score matrix: Θ(Nd + N²) HBM bytes.
+* Memory-bound ops (norms, activations, adds, copies, optimizer): bytes / achieved bandwidth.
+
+All times are seconds; FLOP/s and B/s are per device.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+from hardware_specs.schema import Accelerator
+from simulator.calibration import DEFAULT, Calibration
+
+DTYPE_BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "fp4": 0.5}
+# Measurement-record spellings -> catalog dtype names.
+TORCH_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float8_e4m3fn": "fp8",
+                "float64": "fp64"}
+
+# Output tiles (rows, cols) a Hopper/Ampere GEMM library chooses among, with the fraction of the
+# large-tile throughput each reaches (smaller tiles reuse operands less from shared memory).
+GEMM_TILES = ((128, 256, 1.00), (256, 128, 1.00), (128, 128, 0.92), (64, 128, 0.75), (64, 64, 0.55))
+GEMM_TILE_K = 64
+ATTENTION_BLOCK_Q = 128          # query rows per FlashAttention thread block
+SFU_PER_SM = 16                  # special-function units per SM (Ampere/Hopper whitepapers)
+
+# Bytes moved per element of a [tokens, hidden] tensor by each memory-bound op, forward,
+# in units of the element size: reads + writes (norm: x in, y out; silu_mul: x, y in, out).
+ELEMENTWISE_PASSES = {"layernorm": 2, "rmsnorm": 2, "gelu": 2, "softmax": 2, "silu_mul": 3,
+                      "add": 3, "copy": 2, "dropout": 2.5, "cross_entropy": 3}
+
+
+@dataclass(frozen=True, eq=False)
+class DeviceModel:
+    """An accelerator and its calibration. Hashed by identity, so per-op caches are per instance."""
+
+    accelerator: Accelerator
+    cal: Calibration = DEFAULT
+
+    @property
+    def name(self) -> str:
+        return self.accelerator.name
+
+    def peak(self, dtype: str) -> float:
+        """Achievable dense peak, FLOP/s: datasheet peak x ``gemm_peak_fraction[dtype]``."""
+        return self.accelerator.peak_flops(dtype) * self.cal.gemm_fraction(dtype)
+
+    @property
+    def hbm_Bps(self) -> float:
+        """Achievable HBM bandwidth, B/s (reads + writes together)."""
+        return self.accelerator.hbm_bandwidth_Bps * self.cal.hbm_fraction
+
+    @property
+    def exp_per_s(self) -> float:
+        """Exponentials per second on the special-function units, achieved."""
+        a = self.accelerator
+        return a.sm_count * SFU_PER_SM * a.boost_clock_hz * self.cal.attention_softmax_fraction
+
+
+def gemm_flops(m: int, n: int, k: int, batch: int = 1) -> float:
+    """FLOPs of ``batch`` products A[m,k] @ B[k,n]: 2mnk each (multiply + add)."""
+    return 2.0 * m * n * k * batch
+
+
+def gemm_bytes(m: int, n: int, k: int, dtype: str, batch: int = 1, out_dtype: str | None = None) -> float:
+    """Minimum HBM bytes of a GEMM: read A and B once, write C once."""
+    b_in = DTYPE_BYTES[dtype]
+    b_out = DTYPE_BYTES[out_dtype or ("bf16" if dtype == "fp8" else dtype)]
+    return batch * ((m * k + k * n) * b_in + m * n * b_out)
+
+
+def gemm_time(dev: DeviceModel, m: int, n: int, k: int, dtype: str = "bf16", batch: int = 1) -> float:
+    """Predicted time of a (batched) GEMM, seconds: tiled waves vs HBM roofline + launch."""
+    return _gemm_time(dev, int(m), int(n), int(k), dtype, int(batch))
+
+
+@lru_cache(maxsize=65536)
+def _gemm_time(dev: DeviceModel, m: int, n: int, k: int, dtype: str, batch: int) -> float:
+    if min(m, n, k, batch) <= 0:
+        return 0.0
+    sms = dev.accelerator.sm_count
+    per_sm = dev.peak(dtype) / sms
+    k_eff = math.ceil(k / GEMM_TILE_K) * GEMM_TILE_K + dev.cal.gemm_tile_overhead_k
+    best = math.inf
+    for tm, tn, eff in GEMM_TILES:
+        tiles = math.ceil(m / tm) * math.ceil(n / tn) * batch
+        waves = math.ceil(tiles / sms)
+        # a partial last wave runs its tiles with the whole SM each: no gain beyond 1 tile/SM
+        best = min(best, waves * 2.0 * tm * tn * k_eff / (per_sm * eff))
+    memory = gemm_bytes(m, n, k, dtype, batch) / dev.hbm_Bps
+    return max(best, memory) + dev.cal.kernel_launch_s
+
+
+def attention_flops(batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int, causal: bool) -> float:
+    """Forward matmul FLOPs of attention: QK^T and PV, 2 x 2·sq·skv·d per head; causal halves
+    the score matrix when sq == skv (the kept fraction is (skv - sq/2)/skv in general)."""
+    return 4.0 * batch * heads * seq_q * seq_kv * head_dim * causal_fraction(seq_q, seq_kv, causal)
+
+
+def causal_fraction(seq_q: int, seq_kv: int, causal: bool) -> float:
+    """Fraction of the sq x skv score matrix a causal mask keeps (queries are the last sq)."""
+    if not causal:
+        return 1.0
+    return (seq_kv - seq_q / 2.0 + 0.5) / seq_kv if seq_q <= seq_kv else 0.5
+
+
+def flash_attention_bytes(dev: DeviceModel, batch: int, heads: int, kv_heads: int, seq_q: int,
+                          seq_kv: int, head_dim: int, causal: bool) -> float:
+    """HBM bytes of FlashAttention forward (Dao et al. 2022, Thm. 2): Q and O once; K and V once
+    per query block, the block size B_r = min(ceil(M/4d), d) set by SRAM size M (elements)."""
+    e = 2  # bf16 / fp16 elements
+    sram_elems = dev.accelerator.sram_per_sm_bytes / e
+    block_q = max(1, min(math.ceil(sram_elems / (4 * head_dim)), head_dim))
+    q_blocks = math.ceil(seq_q / block_q) * causal_fraction(seq_q, seq_kv, causal)
+    qo = 2 * batch * heads * seq_q * head_dim * e
+    kv = 2 * batch * kv_heads * seq_kv * head_dim * e * max(1.0, q_blocks * heads / kv_heads / heads)
+    return qo + kv
+
+
+def attention_time(dev: DeviceModel, batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int,
+                   causal: bool = True, kv_heads: int | None = None, backend: str = "flash",
+                   direction: str = "fwd") -> float:
+    """Predicted time of scaled-dot-product attention, seconds.
+
+    ``direction``: ``fwd``, ``bwd`` or ``fwd_bwd``. ``backend``: ``flash`` (fused, IO-aware) or
+    ``math`` (unfused: GEMMs and softmax over the materialised score matrix)."""
+    kv_heads = kv_heads or heads
+    if backend == "math":
+        return _math_attention_time(dev, batch, heads, seq_q, seq_kv, head_dim, causal, direction)
+    t = 0.0
+    if direction in ("fwd", "fwd_bwd"):
+        t += _flash_pass(dev, batch, heads, kv_heads, seq_q, seq_kv, head_dim, causal, bwd=False)
+    if direction in ("bwd", "fwd_bwd"):
+        t += _flash_pass(dev, batch, heads, kv_heads, seq_q, seq_kv, head_dim, causal, bwd=True)
+    return t
+
+
+@lru_cache(maxsize=16384)
+def _flash_pass(dev: DeviceModel, batch: int, heads: int, kv_heads: int, seq_q: int, seq_kv: int,
+                head_dim: int, causal: bool, bwd: bool) -> float:
+    cal = dev.cal
+    flops = attention_flops(batch, heads, seq_q, seq_kv, head_dim, causal)
+    scores = batch * heads * seq_q * seq_kv * causal_fraction(seq_q, seq_kv, causal)
+    sms = dev.accelerator.sm_count
+    tiles = batch * heads * math.ceil(seq_q / ATTENTION_BLOCK_Q)
+    wave_eff = tiles / (math.ceil(tiles / sms) * sms)
+    peak = dev.accelerator.peak_flops("bf16")
+    if bwd:  # backward: 5 matmuls (recompute S, dV, dP, dQ, dK) vs 2 forward; exp recomputed
+        matmul = 2.5 * flops / (peak * cal.attention_bwd_fraction)
+        io = 2.5 * flash_attention_bytes(dev, batch, heads, kv_heads, seq_q, seq_kv, head_dim, causal)
+        launches = 2  # preprocessing (rowsum of dO*O) + main kernel
+    else:
+        matmul = flops / (peak * cal.attention_fwd_fraction)
+        io = flash_attention_bytes(dev, batch, heads, kv_heads, seq_q, seq_kv, head_dim, causal)
+        launches = 1
+    compute = (matmul + scores / dev.exp_per_s) / wave_eff
+    return max(compute, io / dev.hbm_Bps) + launches * cal.kernel_launch_s
+
+
+def _math_attention_time(dev: DeviceModel, batch: int, heads: int, seq_q: int, seq_kv: int,
+                         head_dim: int, causal: bool, direction: str) -> float:
+    """Unfused attention as PyTorch's math backend runs it: bmm, (mask), softmax, bmm."""
+    bh = batch * heads
+    score_elems = bh * seq_q * seq_kv
+    e = 2
+    t_fwd = (gemm_time(dev, seq_q, seq_kv, head_dim, batch=bh) + gemm_time(dev, seq_q, head_dim, seq_kv, batch=bh)
+             + memory_time(dev, score_elems * e * (ELEMENTWISE_PASSES["softmax"] + (3 if causal else 0))))
+    t_bwd = (4 * gemm_time(dev, seq_q, head_dim, seq_kv, batch=bh)
+             + memory_time(dev, score_elems * e * 3))
+    return {"fwd": t_fwd, "bwd": t_bwd, "fwd_bwd": t_fwd + t_bwd}[direction]
+
+
+def memory_time(dev: DeviceModel, nbytes: float, launches: int = 1) -> float:
+    """Time to stream ``nbytes`` (reads + writes) through HBM, plus kernel launches, seconds."""
+    if nbytes <= 0:
+        return 0.0
+    return nbytes / dev.hbm_Bps + launches * dev.cal.kernel_launch_s
+
+
+def elementwise_time(dev: DeviceModel, op: str, tokens: int, hidden: int, dtype: str = "bf16",
+                     backward: bool = False) -> float:
+    """Time of a memory-bound op over a [tokens, hidden] tensor; backward moves ~1.5x the bytes."""
+    passes = ELEMENTWISE_PASSES[op] * (1.5 if backward else 1.0)
+    return memory_time(dev, tokens * hidden * DTYPE_BYTES[dtype] * passes)

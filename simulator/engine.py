@@ -1,0 +1,225 @@
+"""simulate(model, hardware, plan): the one cost model behind simulate, plan, validate and reports.
+
+Each distinct layer type (dense, MoE) is lowered and costed once for one micro-batch; stages
+sum their layers; the pipeline schedule turns stage times into the step's critical path; data-
+parallel gradient reduction, parameter gathering and the optimizer step are added where they
+are not hidden. See docs/cost_model.md for every formula.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from hardware_specs.catalog import Hardware
+from models.schema import ModelSpec
+from simulator.calibration import DEFAULT, Calibration
+from simulator.comm import Fabric, collective_time, fabric_from_hardware
+from simulator.compute import DeviceModel, memory_time
+from simulator.flops import step_hardware_flops, step_model_flops
+from simulator.lowering import Context, embedding_ops, head_ops, layer_ops, p2p_time
+from simulator.memory import STATE_BYTES, MemoryBreakdown, stage_memory, stage_params
+from simulator.ops import Op
+from simulator.plan import ParallelPlan, resolve_plan
+from simulator.result import Result, StageCost
+from simulator.schedule import pipeline_time, timeline
+
+OPTIMIZER_BYTES = {"megatron": 30, "zero": 28, "torch_amp": 28}   # HBM bytes per param per Adam step
+BUCKET_PARAMS = 40e6       # Megatron-LM DDP bucket size (elements); the last bucket is never hidden
+
+
+_DEVICES: dict = {}
+_FABRICS: dict = {}
+
+
+def device_model(accelerator, cal: Calibration) -> DeviceModel:
+    """The cost-model view of an accelerator under a calibration, cached by identity so the
+    per-op caches in simulator.compute are shared by every simulation on the same inputs."""
+    key = (id(accelerator), id(cal))
+    hit = _DEVICES.get(key)
+    if hit is None or hit[0] is not accelerator or hit[1] is not cal:
+        hit = _DEVICES[key] = (accelerator, cal, DeviceModel(accelerator, cal))
+    return hit[2]
+
+
+def _fabric(hw: Hardware, cal: Calibration) -> Fabric:
+    key = (id(hw.cluster), id(hw.node), hw.num_gpus, id(cal))
+    hit = _FABRICS.get(key)
+    if hit is None or hit[0] is not hw.cluster or hit[1] is not cal:
+        hit = _FABRICS[key] = (hw.cluster, cal, fabric_from_hardware(hw, cal))
+    return hit[2]
+
+
+def stage_layer_ranges(model: ModelSpec, plan: ParallelPlan) -> list[range]:
+    """The layers each pipeline stage owns (even split unless ``layers_per_stage`` is given)."""
+    sizes = plan.layers_per_stage or (model.num_layers // plan.pp,) * plan.pp
+    out, start = [], 0
+    for n in sizes:
+        out.append(range(start, start + n))
+        start += n
+    return out
+
+
+def _sum_phase(ops: list[Op], phases: tuple[str, ...]) -> float:
+    return sum(op.time_s - op.overlap_s for op in ops if op.phase in phases)
+
+
+def _group_time(ops: list[Op], phases: tuple[str, ...]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for op in ops:
+        if op.phase in phases:
+            key = op.group if op.kind == "collective" else "compute"
+            out[key] = out.get(key, 0.0) + op.time_s - op.overlap_s
+    return out
+
+
+def simulate(model: ModelSpec, hardware: Hardware, plan: ParallelPlan,
+             calibration: Calibration = DEFAULT, with_timeline: bool = False) -> Result:
+    """Predict one training step: time, throughput, MFU/HFU, memory, breakdown, bottleneck."""
+    plan = resolve_plan(model, plan, hardware.num_gpus)
+    dev = device_model(hardware.accelerator, calibration)
+    ctx = Context(model, plan, dev, _fabric(hardware, calibration))
+    dense_ops = layer_ops(ctx, moe=False)
+    moe_ops = layer_ops(ctx, moe=True) if model.moe else []
+    norec_ops = {False: layer_ops(ctx, False, recompute=False)} if plan.recompute_layers else {}
+    if plan.recompute_layers and model.moe:
+        norec_ops[True] = layer_ops(ctx, True, recompute=False)
+    emb, head = embedding_ops(ctx), head_ops(ctx)
+    ranges = stage_layer_ranges(model, plan)
+    stages = [_stage_cost(ctx, i, r, dense_ops, moe_ops, norec_ops, emb, head, len(ranges))
+              for i, r in enumerate(ranges)]
+    p2p = p2p_time(ctx)
+    overlap_p2p = plan.overlap_p2p if plan.overlap_p2p is not None else plan.pipeline_schedule == "interleaved"
+    m = plan.microbatches()
+    fwd = [s.forward_s for s in stages]
+    bwd = [s.backward_s for s in stages]
+    pipe = pipeline_time(fwd, bwd, m, plan.vp, p2p, overlap_p2p)
+    caps = hardware.accelerator.hbm_capacity_bytes
+    mems = [stage_memory(ctx, i, r, i == 0, i == len(ranges) - 1, caps) for i, r in enumerate(ranges)]
+    dp_exposed, dp_total, opt = _data_parallel_and_optimizer(ctx, hardware, ranges, stages)
+    step = pipe + max(dp_exposed) + max(opt)
+    events = timeline(fwd, bwd, m, plan.vp, plan.pipeline_schedule, p2p) if with_timeline else None
+    return _result(model, hardware, plan, calibration, stages, mems, pipe, p2p, overlap_p2p,
+                   max(dp_exposed), max(dp_total), max(opt), step, events)
+
+
+def _stage_cost(ctx: Context, index: int, layers: range, dense_ops: list[Op], moe_ops: list[Op],
+                norec_ops: dict, emb: list[Op], head: list[Op], num_stages: int) -> StageCost:
+    """Forward and backward seconds of one micro-batch on one stage, and where they go."""
+    model, plan = ctx.model, ctx.plan
+    fwd_ph, bwd_ph = ("fwd",), ("bwd", "recompute")
+    n_moe = sum(model.is_moe_layer(i) for i in layers)
+    n_dense = len(layers) - n_moe
+    n_rec = len(layers) if plan.recompute_layers is None else min(plan.recompute_layers, len(layers))
+    parts: list[tuple[list[Op], float]] = []
+    for ops, count, moe in ((dense_ops, n_dense, False), (moe_ops, n_moe, True)):
+        if count == 0:
+            continue
+        if plan.recompute_layers is not None:
+            share = n_rec / len(layers)
+            parts += [(ops, count * share), (norec_ops[moe], count * (1 - share))]
+        else:
+            parts.append((ops, count))
+    if index == 0:
+        parts.append((emb, 1))
+    if index == num_stages - 1:
+        parts.append((head, 1))
+    f = sum(_sum_phase(ops, fwd_ph) * n for ops, n in parts)
+    b = sum(_sum_phase(ops, bwd_ph) * n for ops, n in parts)
+    groups: dict[str, float] = {}
+    for ops, n in parts:
+        for k, v in _group_time(ops, fwd_ph + bwd_ph).items():
+            groups[k] = groups.get(k, 0.0) + v * n
+    if plan.zero_stage == 3:
+        f3, b3 = _zero3_gather_exposed(ctx, layers, f, b)
+        f, b = f + f3, b + b3
+        groups["dp"] = groups.get("dp", 0.0) + f3 + b3
+    return StageCost(index, len(layers), n_moe, f, b, groups)
+
+
+def _zero3_gather_exposed(ctx: Context, layers: range, f: float, b: float) -> tuple[float, float]:
+    """ZeRO-3 per-layer parameter all-gather (fwd, bwd) and gradient reduce-scatter (bwd),
+    prefetched under the layer's compute: only the excess over compute is exposed."""
+    p = ctx.plan
+    dense, expert = stage_params(ctx, layers, True, True)
+    per_layer = (dense + expert) / max(1, len(layers)) * 2 / (p.dp * p.cp)   # bf16 shard bytes
+    ag = collective_time(ctx.fabric, "all_gather", per_layer, p.dp * p.cp, p.tp)
+    rs = collective_time(ctx.fabric, "reduce_scatter", per_layer * p.dp * p.cp * 2, p.dp * p.cp, p.tp)
+    n = len(layers)
+    return n * max(0.0, ag - f / n), n * max(0.0, ag + rs - b / n)
+
+
+def _data_parallel_and_optimizer(ctx: Context, hw: Hardware, ranges: list[range], stages: list[StageCost]):
+    """Per stage: exposed data-parallel communication, its total, and the optimizer step time."""
+    p = ctx.plan
+    w_b, g_b, _ = STATE_BYTES[p.recipe]
+    grad_bytes = 2 if p.recipe == "zero" else 4 if p.recipe == "torch_amp" else 4
+    dp_group = p.dp * p.cp
+    exposed, totals, opt = [], [], []
+    for i, r in enumerate(ranges):
+        dense, expert = stage_params(ctx, r, i == 0, i == len(ranges) - 1)
+        comm = 0.0
+        for params, n, stride in ((dense, dp_group, p.tp), (expert, max(1, dp_group * p.tp // (p.ep * p.expert_tp)),
+                                                            p.ep * p.expert_tp)):
+            if params <= 0 or n <= 1:
+                continue
+            if p.zero_stage == 3:
+                continue   # costed per layer in _zero3_gather_exposed
+            if p.zero_stage == 0:
+                comm += collective_time(ctx.fabric, "all_reduce", params * grad_bytes, n, stride)
+            else:
+                comm += collective_time(ctx.fabric, "reduce_scatter", params * grad_bytes, n, stride)
+                comm += collective_time(ctx.fabric, "all_gather", params * 2 / n, n, stride)
+        last_bucket = comm * min(1.0, BUCKET_PARAMS / max(dense + expert, 1.0))
+        if p.overlap_grad_reduce:
+            hidden = stages[i].backward_s + (stages[i].forward_s if p.overlap_param_gather else 0.0)
+            exp = max(last_bucket, comm - hidden)
+        else:
+            exp = comm
+        exposed.append(exp)
+        totals.append(comm)
+        opt.append(_optimizer_time(ctx, hw, dense, expert))
+    return exposed, totals, opt
+
+
+def _optimizer_time(ctx: Context, hw: Hardware, dense: float, expert: float) -> float:
+    """Adam step over this device's shard: HBM-bound on the GPU, or host-bound when offloaded."""
+    p = ctx.plan
+    shard = dense / (p.dp * p.cp) + expert / max(1, p.dp * p.cp * p.tp // (p.ep * p.expert_tp))
+    params = shard if p.zero_stage >= 1 else dense + expert
+    if p.offload_optimizer:
+        link = hw.node.host_link.bandwidth_per_direction_Bps
+        cpu = hw.node.host_adam_params_per_s / hw.node.gpus_per_node
+        return params * 4 / link + params / cpu + params * 2 / link
+    return memory_time(ctx.dev, params * OPTIMIZER_BYTES[p.recipe], launches=2)
+
+
+def _result(model, hardware, plan, cal, stages, mems, pipe, p2p, overlap_p2p, dp_exposed, dp_total,
+            opt, step, events) -> Result:
+    m = plan.microbatches()
+    worst = max(stages, key=lambda s: s.forward_s + s.backward_s)
+    per_mb = worst.forward_s + worst.backward_s
+    busy = m * per_mb
+    p2p_exposed = 0.0
+    if plan.pp > 1:
+        p2p_exposed = 2 * (plan.pp - 1) * p2p + (0 if overlap_p2p else 2 * (m - 1) * p2p)
+    breakdown = {k: v * m for k, v in worst.groups.items()}
+    breakdown["pp"] = p2p_exposed
+    breakdown["bubble"] = max(0.0, pipe - busy - p2p_exposed)
+    breakdown["dp"] = breakdown.get("dp", 0.0) + dp_exposed
+    breakdown["optimizer"] = opt
+    tokens = plan.gbs * plan.seq
+    peak = hardware.accelerator.peak_flops("fp8" if plan.precision == "fp8" else "bf16")
+    bf16_peak = hardware.accelerator.peak_flops("bf16")
+    model_flops = step_model_flops(model, plan.seq, plan.gbs)
+    rec_frac = 1.0 if plan.recompute_layers is None else min(1.0, plan.recompute_layers * plan.pp / model.num_layers)
+    hw_flops = step_hardware_flops(model, plan.seq, plan.gbs, plan.recompute, rec_frac)
+    mem = max(mems, key=lambda x: x.total_bytes)
+    return Result(
+        model=model.name, cluster=hardware.cluster.name, accelerator=hardware.accelerator.name,
+        num_gpus=hardware.num_gpus, plan=plan, calibration=cal.name, step_time_s=step,
+        tokens_per_s=tokens / step, model_flops=model_flops, hardware_flops=hw_flops,
+        mfu=model_flops / (step * hardware.num_gpus * bf16_peak),
+        hfu=hw_flops / (step * hardware.num_gpus * bf16_peak),
+        mfu_precision_peak=model_flops / (step * hardware.num_gpus * peak),
+        memory=mem, stage_memory=mems, stages=stages, breakdown=breakdown, pipeline_s=pipe,
+        dp_comm_total_s=dp_total, p2p_s=p2p, timeline=events)

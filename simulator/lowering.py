@@ -1,0 +1,286 @@
+"""Lowering: model x plan x hardware -> the ops one device runs for one micro-batch.
+
+Shapes follow Megatron-LM's tensor parallelism (Shoeybi et al. 2019): QKV and MLP-up are
+column-parallel (n / tp), attention-out and MLP-down row-parallel (k / tp); with sequence
+parallelism (Korthikanti et al. 2022) the norms run on seq/tp tokens and each all-reduce
+becomes an all-gather before and a reduce-scatter after the parallel region. Context
+parallelism splits the sequence into cp chunks and passes K/V around a ring (overlapped with
+attention). Expert parallelism dispatches tokens with an all-to-all (GShard).
+
+Backward of a GEMM is two GEMMs (data-gradient and weight-gradient) with the transposed
+shapes; backward of attention is FlashAttention's backward; each collective has its mirror.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from models.schema import ModelSpec
+from simulator.comm import Fabric, collective_time
+from simulator.compute import (DTYPE_BYTES, DeviceModel, attention_flops, attention_time,
+                               elementwise_time, gemm_bytes, gemm_flops, gemm_time, memory_time)
+from simulator.ops import Op
+from simulator.plan import ParallelPlan
+
+ACT_BYTES = 2  # bf16 activations
+
+
+@dataclass(frozen=True)
+class Context:
+    """Everything lowering needs, with the per-device sizes derived once."""
+
+    model: ModelSpec
+    plan: ParallelPlan
+    dev: DeviceModel
+    fabric: Fabric
+
+    @property
+    def tokens(self) -> int:
+        """Tokens of one micro-batch on one device before TP sharding: mbs x seq / cp."""
+        return self.plan.mbs * self.plan.seq // self.plan.cp
+
+    @property
+    def sp_tokens(self) -> int:
+        """Tokens in the sequence-parallel regions (norms, residuals)."""
+        return self.tokens // self.plan.tp if self.plan.sp else self.tokens
+
+    @property
+    def gemm_dtype(self) -> str:
+        return "fp8" if self.plan.precision == "fp8" else ("fp16" if self.plan.precision == "fp16" else "bf16")
+
+    def comm(self, name: str, kind: str, nbytes: float, group: str, phase: str, overlap_with: float = 0.0) -> Op:
+        """A collective of ``group`` (tp, cp, ep, dp, pp) at its place in the rank order."""
+        p = self.plan
+        size, stride = {"tp": (p.tp, 1), "cp": (p.cp, p.tp), "dp": (p.dp, p.tp * p.cp),
+                        "ep": (p.ep, p.expert_tp), "pp": (2, p.tp * p.cp * p.dp)}[group]
+        t = collective_time(self.fabric, kind, nbytes, size, stride)
+        return Op(name, "collective", phase, t, bytes=nbytes, shape=(kind, size, stride), group=group,
+                  overlap_s=min(t, overlap_with))
+
+
+def _gemm(ctx: Context, name: str, m: int, n: int, k: int, phase: str, batch: int = 1, dtype: str | None = None) -> Op:
+    dtype = dtype or ctx.gemm_dtype
+    return Op(name, "gemm", phase, gemm_time(ctx.dev, m, n, k, dtype, batch), gemm_flops(m, n, k, batch),
+              gemm_bytes(m, n, k, dtype, batch), (m, n, k, batch, dtype))
+
+
+def _gemm_bwd(ctx: Context, fwd: Op) -> list[Op]:
+    """Data-gradient dX = dY W^T (m, k, n) and weight-gradient dW = X^T dY (k, n, m)."""
+    m, n, k, batch, dtype = fwd.shape
+    return [_gemm(ctx, fwd.name + ".dgrad", m, k, n, "bwd", batch, dtype),
+            _gemm(ctx, fwd.name + ".wgrad", k, n, m, "bwd", batch, dtype)]
+
+
+def _elementwise(ctx: Context, name: str, op: str, tokens: int, width: int, phase: str) -> Op:
+    t = elementwise_time(ctx.dev, op, tokens, width, backward=(phase == "bwd"))
+    return Op(name, "elementwise", phase, t, bytes=tokens * width * ACT_BYTES, shape=(op, tokens, width))
+
+
+def _attention(ctx: Context, phase: str) -> Op:
+    m, p = ctx.model, ctx.plan
+    heads = m.num_heads // p.tp
+    kv = max(1, m.kv_heads // p.tp)
+    s = p.seq // p.cp
+    qk_dim, v_dim = _attention_dims(m)
+    d = max(qk_dim, v_dim)
+    backend = "flash" if p.attention == "flash" else "math"
+    # load-balanced causal CP: each rank does cp half-blocks of s x s worth of work
+    direction = "bwd" if phase == "bwd" else "fwd"
+    t = attention_time(ctx.dev, p.mbs * p.cp, heads, s, s, d, True, kv, backend, direction)
+    flops = attention_flops(p.mbs * p.cp, heads, s, s, (qk_dim + v_dim) / 2, True) * (2.5 if phase == "bwd" else 1)
+    return Op("attention.core", "attention", phase, t, flops, shape=(p.mbs * p.cp, heads, s, d, backend))
+
+
+def _attention_dims(m: ModelSpec) -> tuple[int, int]:
+    """(QK head dim, V head dim): MLA uses nope+rope for QK and v_head_dim for V."""
+    if m.mla is not None:
+        return m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim, m.mla.v_head_dim
+    return m.dim_head, m.dim_head
+
+
+def attention_block_fwd(ctx: Context) -> list[Op]:
+    """Norm, (SP all-gather), QKV / MLA projections, attention core (+CP ring), out-proj, TP reduce."""
+    m, p = ctx.model, ctx.plan
+    T, h, tp = ctx.tokens, m.hidden, p.tp
+    ops = [_elementwise(ctx, "attention.norm", m.norm, ctx.sp_tokens, h, "fwd")]
+    act = ctx.tokens * h * ACT_BYTES
+    if p.sp:
+        ops.append(ctx.comm("attention.sp_all_gather", "all_gather", act / tp, "tp", "fwd"))
+    heads = m.num_heads // tp
+    if m.mla is None:
+        kv = max(1, m.kv_heads // tp)
+        ops.append(_gemm(ctx, "attention.qkv", T, (heads + 2 * kv) * m.dim_head, h, "fwd"))
+    else:
+        ops += _mla_projections(ctx, heads)
+    core = _attention(ctx, "fwd")
+    ops.append(core)
+    if p.cp > 1:
+        kv_heads = max(1, m.kv_heads // tp) if m.mla is None else heads
+        qk, vd = _attention_dims(m)
+        kv_bytes = ctx.tokens * kv_heads * (qk + vd) * ACT_BYTES
+        ring = Op("attention.cp_ring", "collective", "fwd",
+                  (p.cp - 1) * collective_time(ctx.fabric, "send_recv", kv_bytes, p.cp, tp),
+                  bytes=kv_bytes, shape=("send_recv", p.cp, tp), group="cp")
+        ops.append(Op(ring.name, ring.kind, ring.phase, ring.time_s, bytes=ring.bytes, shape=ring.shape,
+                      group="cp", overlap_s=min(ring.time_s, core.time_s)))
+    _, vd = _attention_dims(m)
+    out = _gemm(ctx, "attention.out", T, h, heads * vd, "fwd")
+    ops.append(out)
+    ops += _tp_reduce(ctx, "attention", act, out.time_s)
+    ops.append(_elementwise(ctx, "attention.residual", "add", ctx.sp_tokens, h, "fwd"))
+    return ops
+
+
+def _mla_projections(ctx: Context, heads: int) -> list[Op]:
+    """DeepSeek MLA: Q down/up (or plain Q), KV down (replicated), KV up (split over heads)."""
+    m, T, h = ctx.model, ctx.tokens, ctx.model.hidden
+    a = m.mla
+    qk = a.qk_nope_head_dim + a.qk_rope_head_dim
+    ops = []
+    if a.q_lora_rank:
+        ops.append(_gemm(ctx, "attention.q_down", T, a.q_lora_rank, h, "fwd"))
+        ops.append(_gemm(ctx, "attention.q_up", T, heads * qk, a.q_lora_rank, "fwd"))
+    else:
+        ops.append(_gemm(ctx, "attention.q", T, heads * qk, h, "fwd"))
+    ops.append(_gemm(ctx, "attention.kv_down", T, a.kv_lora_rank + a.qk_rope_head_dim, h, "fwd"))
+    ops.append(_gemm(ctx, "attention.kv_up", T, heads * (a.qk_nope_head_dim + a.v_head_dim), a.kv_lora_rank, "fwd"))
+    return ops
+
+
+def _tp_reduce(ctx: Context, block: str, act_bytes: float, overlap_gemm_s: float) -> list[Op]:
+    """The reduction closing a row-parallel GEMM: reduce-scatter (SP) or all-reduce."""
+    p = ctx.plan
+    if p.tp == 1:
+        return []
+    hide = overlap_gemm_s if p.tp_comm_overlap else 0.0
+    kind = "reduce_scatter" if p.sp else "all_reduce"
+    return [ctx.comm(f"{block}.tp_{kind}", kind, act_bytes, "tp", "fwd", hide)]
+
+
+def mlp_block_fwd(ctx: Context, moe: bool) -> list[Op]:
+    """Norm, (SP all-gather), dense MLP or MoE (router, all-to-all, grouped experts), TP reduce."""
+    m, p = ctx.model, ctx.plan
+    T, h = ctx.tokens, m.hidden
+    act = T * h * ACT_BYTES
+    ops = [_elementwise(ctx, "mlp.norm", m.norm, ctx.sp_tokens, h, "fwd")]
+    if p.sp:
+        ops.append(ctx.comm("mlp.sp_all_gather", "all_gather", act / p.tp, "tp", "fwd"))
+    if moe:
+        ops += _moe_ffn(ctx)
+        last = ops[-1].time_s
+    else:
+        ops += _dense_ffn(ctx, "mlp", T, m.ffn_hidden // p.tp)
+        last = ops[-1].time_s
+    ops += _tp_reduce(ctx, "mlp", act, last)
+    ops.append(_elementwise(ctx, "mlp.residual", "add", ctx.sp_tokens, h, "fwd"))
+    return ops
+
+
+def _dense_ffn(ctx: Context, name: str, tokens: int, ffn_local: int, batch: int = 1) -> list[Op]:
+    """Up (gate+up when gated), activation, down for ``batch`` experts of ``tokens`` each."""
+    m = ctx.model
+    if tokens <= 0 or ffn_local <= 0:
+        return []
+    up_n = ffn_local * (2 if m.gated_mlp else 1)
+    act_op = "silu_mul" if m.gated_mlp else "gelu"
+    return [_gemm(ctx, f"{name}.up", tokens, up_n, m.hidden, "fwd", batch),
+            _elementwise(ctx, f"{name}.act", act_op, tokens * batch, ffn_local, "fwd"),
+            _gemm(ctx, f"{name}.down", tokens, m.hidden, ffn_local, "fwd", batch)]
+
+
+def _moe_ffn(ctx: Context) -> list[Op]:
+    """Router, dispatch all-to-all, local experts as a grouped GEMM, combine all-to-all, shared experts."""
+    m, p = ctx.model, ctx.plan
+    e = m.moe
+    etp = p.expert_tp
+    T = ctx.tokens
+    ops = [_gemm(ctx, "moe.router", T, e.num_experts, m.hidden, "fwd", dtype="bf16")]
+    routed = T * e.top_k * (e.capacity_factor or 1.0)
+    local_experts = e.num_experts // p.ep
+    tokens_per_expert = math.ceil(routed * p.ep / e.num_experts)
+    a2a = routed * m.hidden * ACT_BYTES
+    if p.ep > 1:
+        ops.append(ctx.comm("moe.dispatch_all_to_all", "all_to_all", a2a, "ep", "fwd"))
+    ops += _dense_ffn(ctx, "moe.experts", tokens_per_expert, e.expert_ffn_hidden // etp, local_experts)
+    if p.ep > 1:
+        ops.append(ctx.comm("moe.combine_all_to_all", "all_to_all", a2a, "ep", "fwd"))
+    if e.shared_experts:
+        shared = (e.shared_expert_ffn_hidden or e.expert_ffn_hidden) * e.shared_experts
+        ops += _dense_ffn(ctx, "moe.shared", T, shared // p.tp)
+    return ops
+
+
+def backward_of(ctx: Context, fwd: list[Op]) -> list[Op]:
+    """The backward ops of a forward op list, in reverse order."""
+    out: list[Op] = []
+    for op in reversed(fwd):
+        if op.kind == "gemm":
+            out += _gemm_bwd(ctx, op)
+        elif op.kind == "attention":
+            out.append(_attention(ctx, "bwd"))
+        elif op.kind == "elementwise":
+            kind, tokens, width = op.shape
+            out.append(_elementwise(ctx, op.name, kind, tokens, width, "bwd"))
+        elif op.kind == "collective":
+            out.append(Op(op.name + ".bwd", op.kind, "bwd", op.time_s, bytes=op.bytes, shape=op.shape,
+                          group=op.group, overlap_s=op.overlap_s))
+    return out
+
+
+def recomputed(fwd: list[Op], plan: ParallelPlan) -> list[Op]:
+    """Ops re-run before backward: all of the layer (full) or the attention core (selective)."""
+    if plan.recompute == "full":
+        keep = fwd
+    elif plan.recompute == "selective":
+        keep = [op for op in fwd if op.kind == "attention"]
+    else:
+        keep = []
+    return [Op(op.name, op.kind, "recompute", op.time_s, op.flops, op.bytes, op.shape, op.group, op.overlap_s)
+            for op in keep]
+
+
+def layer_ops(ctx: Context, moe: bool, recompute: bool = True) -> list[Op]:
+    """All ops of one transformer layer for one micro-batch: forward, recompute, backward."""
+    fwd = attention_block_fwd(ctx) + mlp_block_fwd(ctx, moe)
+    rec = recomputed(fwd, ctx.plan) if recompute else []
+    return fwd + rec + backward_of(ctx, fwd)
+
+
+def embedding_ops(ctx: Context) -> list[Op]:
+    """Vocab-parallel token embedding: gather rows, reduce over tp; backward scatter-adds."""
+    m, p = ctx.model, ctx.plan
+    act = ctx.tokens * m.hidden * ACT_BYTES
+    ops = [Op("embedding.lookup", "memory", "fwd", memory_time(ctx.dev, 2 * act), bytes=2 * act)]
+    if p.tp > 1:
+        kind = "reduce_scatter" if p.sp else "all_reduce"
+        ops.append(ctx.comm(f"embedding.tp_{kind}", kind, act, "tp", "fwd"))
+    ops.append(Op("embedding.grad", "memory", "bwd", memory_time(ctx.dev, 3 * act), bytes=3 * act))
+    return ops
+
+
+def head_ops(ctx: Context) -> list[Op]:
+    """Final norm, output-head GEMM (vocab split over tp), fp32 cross-entropy, and backward."""
+    m, p = ctx.model, ctx.plan
+    T, h, v_local = ctx.tokens, m.hidden, math.ceil(m.vocab / p.tp)
+    fwd = [_elementwise(ctx, "head.norm", m.norm, ctx.sp_tokens, h, "fwd")]
+    if p.sp:
+        fwd.append(ctx.comm("head.sp_all_gather", "all_gather", T * h * ACT_BYTES / p.tp, "tp", "fwd"))
+    fwd.append(_gemm(ctx, "head.logits", T, v_local, h, "fwd", dtype="bf16"))
+    loss_bytes = T * v_local * (ACT_BYTES + 3 * DTYPE_BYTES["fp32"])  # upcast, log-softmax, grad
+    loss = Op("head.cross_entropy", "memory", "fwd", memory_time(ctx.dev, loss_bytes, launches=3), bytes=loss_bytes)
+    fwd.append(loss)
+    if p.tp > 1:
+        fwd.append(ctx.comm("head.tp_loss_all_reduce", "all_reduce", 3 * T * 4, "tp", "fwd"))
+    bwd = [Op("head.cross_entropy", "memory", "bwd", loss.time_s, bytes=loss_bytes)]
+    bwd += backward_of(ctx, [op for op in fwd if op.kind != "memory" and op.group != "tp"
+                             or op.name == "head.sp_all_gather"])
+    return fwd + bwd
+
+
+def p2p_time(ctx: Context) -> float:
+    """One pipeline send of a micro-batch's boundary activation to the next stage, seconds."""
+    p = ctx.plan
+    if p.pp == 1:
+        return 0.0
+    nbytes = ctx.sp_tokens * ctx.model.hidden * ACT_BYTES
+    return collective_time(ctx.fabric, "send_recv", nbytes, 2, p.tp * p.cp * p.dp)

@@ -1,0 +1,197 @@
+"""Memory per device: model states under mixed precision and ZeRO, activations with
+recompute, the in-flight micro-batches of the pipeline schedule, logits, and workspace.
+
+Model states (Rajbhandari et al. 2020, ZeRO §3): with Ψ parameters on a device, K bytes of
+optimizer state per parameter and N_d data-parallel shards, bytes/param are
+  megatron  : 2 (bf16 weights) + 4 (fp32 main grads) + 12 (fp32 master, Adam m, v)
+  zero      : 2 + 2 (bf16 grads) + 12                     -> the ZeRO paper's 16Ψ
+  torch_amp : 4 (fp32 weights) + 4 (fp32 grads) + 8 (m, v), plus the bf16 copies autocast
+              makes of every weight during forward and keeps for backward (2Ψ)
+ZeRO-1 divides the optimizer term by N_d, ZeRO-2 also the gradients, ZeRO-3 also the weights.
+
+Activations per layer and micro-batch (Korthikanti et al. 2022, §4; their sbh(34 + 5as/h)
+for GPT with dropout, unfused attention and no parallelism) are summed tensor by tensor from
+what each op saves for backward, so GQA, SwiGLU, MoE, FlashAttention, SP, CP and TP fall out of
+the same count. Full recompute keeps only each layer's input; selective drops the attention
+core's s^2 tensors. Pipeline stage i of p holds min(m, p - i) micro-batches under 1F1B, m under
+GPipe, and 2(p-i-1) + (v-1)p + 1 model chunks under interleaved 1F1B (Narayanan et al. 2021).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from models.params import embedding_params, layer_params, norm_params
+from simulator.lowering import Context, _attention_dims
+
+GIB = 1024 ** 3
+WORKSPACE_BYTES = 1.0 * GIB     # cuBLAS/cuDNN workspaces + NCCL buffers (planning allowance)
+FRAGMENTATION = 0.05            # caching-allocator fragmentation on top of live tensors
+
+STATE_BYTES = {  # (weights, gradients, optimizer) bytes per parameter
+    "megatron": (2, 4, 12),
+    "zero": (2, 2, 12),
+    "torch_amp": (4, 4, 8),
+}
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Bytes on the fullest device, by kind; ``peak_allocated_bytes`` is live tensors at the
+    peak, ``total_bytes`` adds workspace and fragmentation and is compared with capacity."""
+
+    stage: int
+    weights_bytes: float
+    gradients_bytes: float
+    optimizer_bytes: float
+    activations_bytes: float
+    logits_bytes: float
+    workspace_bytes: float
+    peak_allocated_bytes: float
+    total_bytes: float
+    capacity_bytes: float
+    in_flight_microbatches: float
+
+    @property
+    def fits(self) -> bool:
+        return self.total_bytes <= self.capacity_bytes
+
+    @property
+    def headroom_bytes(self) -> float:
+        return self.capacity_bytes - self.total_bytes
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["fits"] = self.fits
+        d["headroom_bytes"] = self.headroom_bytes
+        return d
+
+
+def stage_params(ctx: Context, layers: range, first: bool, last: bool) -> tuple[float, float]:
+    """(dense, expert) parameters held by one device of a stage owning ``layers``."""
+    m, p = ctx.model, ctx.plan
+    dense = expert = 0.0
+    for i in layers:
+        lp = layer_params(m, i)
+        dense += (lp.attention + lp.dense_mlp + lp.shared_experts) / p.tp + lp.norms + lp.router
+        expert += lp.expert * lp.num_experts / (p.ep * p.expert_tp)
+    emb = m.vocab * m.hidden / p.tp
+    if first:
+        dense += emb + (embedding_params(m) - 2 * m.vocab * m.hidden if m.position == "learned" else 0)
+    if last:
+        dense += emb + norm_params(m)     # output head (or the tied copy Megatron keeps on the last stage)
+    if first and last and m.tied_embeddings:
+        dense -= emb
+    return dense, expert
+
+
+def model_state_bytes(ctx: Context, dense: float, expert: float) -> tuple[float, float, float]:
+    """(weights, gradients, optimizer) bytes on one device under the plan's recipe and ZeRO stage."""
+    p = ctx.plan
+    w, g, o = STATE_BYTES[p.recipe]
+    if p.recipe == "torch_amp":
+        w += 2  # autocast's bf16 weight copies, alive from forward to backward
+    shard_dense = p.dp * p.cp
+    shard_expert = max(1, p.dp * p.cp * p.tp // (p.ep * p.expert_tp))
+
+    def sharded(per_param: float, stage_needed: int) -> float:
+        if p.zero_stage >= stage_needed:
+            return per_param * (dense / shard_dense + expert / shard_expert)
+        return per_param * (dense + expert)
+
+    weights = sharded(w, 3)
+    grads = sharded(g, 2)
+    opt = 0.0 if p.offload_optimizer else sharded(o, 1)
+    if p.zero_stage == 3:   # two gathered layers (current + prefetch) of bf16 weights and grads
+        per_layer = (dense + expert) / max(1, ctx.model.num_layers // p.pp)
+        weights += 2 * 2 * per_layer
+        grads += 2 * 2 * per_layer
+    return weights, grads, opt
+
+
+def layer_activation_bytes(ctx: Context, moe: bool) -> float:
+    """Bytes one layer saves for backward for one micro-batch on one device (no recompute)."""
+    m, p = ctx.model, ctx.plan
+    T, Tsp, h, tp = ctx.tokens, ctx.sp_tokens, m.hidden, p.tp
+    resid = 4 if p.recipe == "torch_amp" else 2     # autocast keeps the residual stream in fp32
+    heads = m.num_heads // tp
+    kv = max(1, m.kv_heads // tp) if m.mla is None else heads
+    qk, vd = _attention_dims(m)
+    drop = 1 if p.dropout else 0
+    attn = resid * Tsp * h + 2 * Tsp * h                      # norm input, QKV-GEMM input
+    attn += 2 * T * (heads * qk + kv * qk + kv * vd)          # Q, K, V
+    attn += 2 * T * heads * vd                                # attention output = out-proj input
+    if p.attention == "flash":
+        attn += 4 * p.mbs * heads * (p.seq // p.cp)           # log-sum-exp
+        if p.recipe == "torch_amp":
+            attn += 2 * T * heads * vd                        # transpose+reshape copy before out-proj
+    elif p.recompute != "selective":
+        attn += (2 + 3 * drop) * p.mbs * heads * (p.seq // p.cp) * p.seq   # scores, softmax (+dropout)
+    attn += drop * Tsp * h
+    mlp = resid * Tsp * h + drop * Tsp * h
+    if moe:
+        mlp += _moe_activation_bytes(ctx)
+    else:
+        f = m.ffn_hidden // tp
+        mlp += 2 * Tsp * h + 2 * T * f * (2 if m.gated_mlp else 1) + 2 * T * f
+    return attn + mlp
+
+
+def _moe_activation_bytes(ctx: Context) -> float:
+    m, p = ctx.model, ctx.plan
+    e = m.moe
+    T, h = ctx.tokens, m.hidden
+    routed = T * e.top_k * (e.capacity_factor or 1.0)
+    f = e.expert_ffn_hidden // p.expert_tp
+    act = 2 * T * h + 4 * T * e.num_experts                                 # router input, probs
+    act += 2 * routed * h * 2                                               # dispatched in, expert out
+    act += 2 * routed * f * (2 if m.gated_mlp else 1) + 2 * routed * f
+    if e.shared_experts:
+        fs = (e.shared_expert_ffn_hidden or e.expert_ffn_hidden) * e.shared_experts // p.tp
+        act += 2 * T * fs * (2 if m.gated_mlp else 1) + 2 * T * fs
+    return act
+
+
+def in_flight(schedule: str, pp: int, vp: int, m: int, stage: int) -> float:
+    """Micro-batches whose activations a stage holds at its peak, in whole-stage units."""
+    if pp == 1:
+        return 1.0
+    if schedule == "gpipe":
+        return float(m)
+    if schedule == "interleaved":
+        chunks = min(m * vp, 2 * (pp - stage - 1) + (vp - 1) * pp + 1)
+        return chunks / vp
+    return float(min(m, pp - stage))
+
+
+def stage_memory(ctx: Context, stage: int, layers: range, first: bool, last: bool,
+                 capacity: float) -> MemoryBreakdown:
+    """Memory of one device of pipeline stage ``stage`` owning ``layers``."""
+    m, p = ctx.model, ctx.plan
+    dense, expert = stage_params(ctx, layers, first, last)
+    weights, grads, opt = model_state_bytes(ctx, dense, expert)
+    n_moe = sum(m.is_moe_layer(i) for i in layers)
+    per_layer = [layer_activation_bytes(ctx, False), layer_activation_bytes(ctx, True) if n_moe else 0.0]
+    stored = (len(layers) - n_moe) * per_layer[0] + n_moe * per_layer[1]
+    largest = max(per_layer)
+    if p.recompute == "full":
+        full = len(layers) if p.recompute_layers is None else min(p.recompute_layers, len(layers))
+        kept = stored * (len(layers) - full) / len(layers)
+        stored = kept + full * 2 * ctx.sp_tokens * m.hidden + largest   # inputs + one layer rebuilt
+    flight = in_flight(p.pipeline_schedule, p.pp, p.vp, p.microbatches(), stage)
+    activations = stored * flight
+    if first:
+        activations += 2 * ctx.sp_tokens * m.hidden * flight
+    logits = 0.0
+    if last:
+        v_local = math.ceil(m.vocab / p.tp)
+        logits = ctx.tokens * v_local * (2 + 4 + 4)   # bf16 logits, fp32 log-softmax, fp32 grad
+    if p.recipe == "torch_amp":
+        # zero_grad(set_to_none=True): gradients are allocated during backward as activations
+        # (and autocast's weight copies) are freed, so the peak is the larger of the two ends
+        live = weights + opt + max(activations + logits, grads - 2 * (dense + expert) + logits * 0.6)
+    else:
+        live = weights + grads + opt + activations + logits
+    total = live * (1 + FRAGMENTATION) + WORKSPACE_BYTES
+    return MemoryBreakdown(stage, weights, grads, opt, activations, logits, WORKSPACE_BYTES, live, total,
+                           capacity, flight)

@@ -1,0 +1,196 @@
+"""The parallel plan: degrees, schedule, ZeRO stage, recompute, batch and precision, and the
+checks that reject plans which cannot run on a given model and cluster.
+
+Rank order follows Megatron-LM: tensor-parallel ranks are adjacent (innermost), then context,
+then data, then pipeline (outermost). Expert parallelism folds onto the tp x cp x dp ranks
+(MoE Parallel Folding, Liu et al. 2025): an expert group is ``etp x ep`` adjacent ranks.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Optional
+
+from hardware_specs.errors import PlanError, SpecError
+from hardware_specs.yamlio import read_yaml_mapping
+from models.schema import ModelSpec
+
+SCHEDULES = ("gpipe", "1f1b", "interleaved")
+RECOMPUTE = ("none", "selective", "full")
+RECIPES = ("megatron", "zero", "torch_amp")
+PRECISIONS = ("bf16", "fp16", "fp8")
+
+
+@dataclass(frozen=True)
+class ParallelPlan:
+    """One way to run a training step. Sizes are counts; ``seq`` in tokens.
+
+    dp                 data-parallel degree (None: derived as gpus / (tp*pp*cp))
+    tp                 tensor-parallel degree; ``sequence_parallel`` shards norms/dropout too
+    pp, vp             pipeline stages and virtual stages (model chunks) per device
+    cp                 context-parallel degree (ring attention over the sequence)
+    ep, etp            expert-parallel degree and expert tensor-parallel degree (default tp)
+    zero_stage         0 none, 1 optimizer states (Megatron distributed optimizer), 2 +grads, 3 +params
+    recompute          none | selective (attention core) | full; ``recompute_layers`` limits
+                       full recompute to that many layers per stage
+    mbs, gbs           micro-batch and global batch, in sequences
+    seq                sequence length (None: the model's)
+    precision          bf16 | fp16 | fp8 (fp8 GEMMs, bf16 elsewhere, as Transformer Engine)
+    schedule           gpipe | 1f1b | interleaved (None: interleaved when vp > 1, else 1f1b)
+    recipe             megatron (bf16 weights, fp32 main grads + Adam), zero (bf16 grads: the
+                       ZeRO paper's 2+2+12 bytes/param), torch_amp (fp32 params under autocast)
+    """
+
+    tp: int = 1
+    pp: int = 1
+    dp: Optional[int] = None
+    vp: int = 1
+    cp: int = 1
+    ep: int = 1
+    etp: Optional[int] = None
+    sequence_parallel: bool = True
+    zero_stage: int = 1
+    recompute: str = "none"
+    recompute_layers: Optional[int] = None
+    mbs: int = 1
+    gbs: Optional[int] = None
+    seq: Optional[int] = None
+    precision: str = "bf16"
+    schedule: Optional[str] = None
+    recipe: str = "megatron"
+    attention: str = "flash"
+    dropout: bool = False
+    overlap_grad_reduce: bool = True
+    overlap_param_gather: bool = True
+    tp_comm_overlap: bool = False
+    overlap_p2p: Optional[bool] = None
+    offload_optimizer: bool = False
+    layers_per_stage: Optional[tuple[int, ...]] = None
+    num_gpus: Optional[int] = None
+
+    # ---- derived -------------------------------------------------------------------------
+    @property
+    def expert_tp(self) -> int:
+        return self.etp if self.etp is not None else self.tp
+
+    @property
+    def pipeline_schedule(self) -> str:
+        return self.schedule or ("interleaved" if self.vp > 1 else "1f1b")
+
+    @property
+    def sp(self) -> bool:
+        return self.sequence_parallel and self.tp > 1
+
+    def microbatches(self) -> int:
+        """Micro-batches per step per pipeline: gbs / (dp x mbs)."""
+        return self.gbs // (self.dp * self.mbs)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        if d["layers_per_stage"] is not None:
+            d["layers_per_stage"] = list(d["layers_per_stage"])
+        return d
+
+
+PLAN_FIELDS = {f.name for f in fields(ParallelPlan)}
+
+
+def plan_from_dict(data: dict, origin: str = "plan") -> ParallelPlan:
+    """Build a plan from a mapping (a plan YAML or CLI options); unknown keys raise SpecError."""
+    unknown = set(data) - PLAN_FIELDS
+    if unknown:
+        raise SpecError(f"{origin}: {sorted(unknown)[0]}", "unknown plan field")
+    data = dict(data)
+    if data.get("layers_per_stage") is not None:
+        data["layers_per_stage"] = tuple(int(x) for x in data["layers_per_stage"])
+    try:
+        return ParallelPlan(**data)
+    except TypeError as exc:
+        raise SpecError(origin, str(exc)) from None
+
+
+def load_plan(path: str | Path) -> ParallelPlan:
+    """Read a plan YAML (fields of :class:`ParallelPlan`; nested under ``plan:`` or at top level)."""
+    data = read_yaml_mapping(Path(path))
+    return plan_from_dict(data.get("plan", data), str(path))
+
+
+def _positive(name: str, value) -> None:
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+        raise PlanError(name, f"must be a positive integer, got {value!r}")
+
+
+def resolve_plan(model: ModelSpec, plan: ParallelPlan, num_gpus: int) -> ParallelPlan:
+    """Fill derived fields (dp, gbs, seq, num_gpus) and check that the plan can run.
+
+    Raises :class:`PlanError` naming the first offending field."""
+    for name in ("tp", "pp", "vp", "cp", "ep", "etp", "dp", "mbs", "gbs", "seq", "recompute_layers"):
+        _positive(name, getattr(plan, name))
+    _choice("schedule", plan.schedule, SCHEDULES, allow_none=True)
+    _choice("recompute", plan.recompute, RECOMPUTE)
+    _choice("recipe", plan.recipe, RECIPES)
+    _choice("precision", plan.precision, PRECISIONS)
+    _choice("attention", plan.attention, ("flash", "unfused"))
+    if plan.zero_stage not in (0, 1, 2, 3):
+        raise PlanError("zero_stage", f"must be 0, 1, 2 or 3, got {plan.zero_stage!r}")
+    gpus = plan.num_gpus or num_gpus
+    model_par = plan.tp * plan.pp * plan.cp
+    dp = plan.dp
+    if dp is None:
+        if gpus % model_par:
+            raise PlanError("tp*pp*cp", f"tp*pp*cp = {model_par} does not divide the {gpus} GPUs")
+        dp = gpus // model_par
+    if dp * model_par != gpus:
+        raise PlanError("dp", f"dp*tp*pp*cp = {dp}*{plan.tp}*{plan.pp}*{plan.cp} = {dp * model_par} "
+                              f"is not the GPU count {gpus}")
+    seq = plan.seq or model.seq_len
+    gbs = plan.gbs or dp * plan.mbs
+    plan = replace(plan, dp=dp, seq=seq, gbs=gbs, num_gpus=gpus)
+    _check_model_fit(model, plan)
+    return plan
+
+
+def _choice(name: str, value, allowed, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if value not in allowed:
+        raise PlanError(name, f"must be one of {', '.join(allowed)}; got {value!r}")
+
+
+def _check_model_fit(model: ModelSpec, plan: ParallelPlan) -> None:
+    tp, pp, cp = plan.tp, plan.pp, plan.cp
+    if model.num_heads % tp:
+        raise PlanError("tp", f"tp={tp} does not divide the {model.num_heads} attention heads")
+    if model.kv_heads % tp and tp % model.kv_heads:
+        raise PlanError("tp", f"tp={tp} and the {model.kv_heads} KV heads: neither divides the other")
+    if plan.gbs % (plan.dp * plan.mbs):
+        raise PlanError("gbs", f"global batch {plan.gbs} is not divisible by dp*mbs = {plan.dp}*{plan.mbs}")
+    if plan.seq % (2 * cp if cp > 1 else 1):
+        raise PlanError("cp", f"sequence {plan.seq} is not divisible by 2*cp = {2 * cp} (load-balanced causal CP)")
+    if plan.layers_per_stage is not None:
+        if len(plan.layers_per_stage) != pp:
+            raise PlanError("layers_per_stage", f"has {len(plan.layers_per_stage)} entries for pp={pp}")
+        if sum(plan.layers_per_stage) != model.num_layers or min(plan.layers_per_stage) < 1:
+            raise PlanError("layers_per_stage", f"must be positive and sum to {model.num_layers} layers")
+        if plan.vp > 1 and any(n % plan.vp for n in plan.layers_per_stage):
+            raise PlanError("vp", f"vp={plan.vp} does not divide every stage's layer count")
+    elif model.num_layers % (pp * plan.vp):
+        raise PlanError("pp", f"pp*vp = {pp}*{plan.vp} does not divide the {model.num_layers} layers "
+                              "(give layers_per_stage for an uneven split)")
+    if plan.vp > 1 and pp == 1:
+        raise PlanError("vp", "virtual stages need pp > 1")
+    if plan.pipeline_schedule == "interleaved" and plan.microbatches() % pp:
+        raise PlanError("gbs", f"interleaved 1F1B needs the {plan.microbatches()} micro-batches "
+                               f"to be a multiple of pp={pp}")
+    if plan.zero_stage == 3 and pp > 1:
+        raise PlanError("zero_stage", "ZeRO-3 shards whole layers over dp; it is not combined with pp > 1")
+    if model.moe is None:
+        if plan.ep > 1:
+            raise PlanError("ep", f"ep={plan.ep} but {model.name} has no experts")
+    else:
+        if model.moe.num_experts % plan.ep:
+            raise PlanError("ep", f"ep={plan.ep} does not divide the {model.moe.num_experts} experts")
+        if (tp * cp * plan.dp) % (plan.ep * plan.expert_tp):
+            raise PlanError("ep", f"ep*etp = {plan.ep}*{plan.expert_tp} does not divide tp*cp*dp = {tp * cp * plan.dp}")
+    if plan.precision == "fp8" and plan.recipe == "torch_amp":
+        raise PlanError("precision", "fp8 needs the megatron or zero recipe")

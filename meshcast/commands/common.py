@@ -1,0 +1,104 @@
+"""Options shared by several subcommands: model, cluster, plan degrees, calibration, output."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from hardware_specs import load_hardware
+from hardware_specs.errors import MeshcastError
+from models import load_model
+from simulator.calibration import load_calibration
+from simulator.plan import ParallelPlan, load_plan, plan_from_dict
+
+PLAN_OPTIONS = (  # (flag, plan field, type, help)
+    ("--tp", "tp", int, "tensor-parallel degree (with sequence parallelism unless --no-sp)"),
+    ("--pp", "pp", int, "pipeline-parallel stages"),
+    ("--vp", "vp", int, "virtual pipeline stages (model chunks) per device"),
+    ("--dp", "dp", int, "data-parallel degree (default: GPUs / (tp*pp*cp))"),
+    ("--cp", "cp", int, "context-parallel degree"),
+    ("--ep", "ep", int, "expert-parallel degree"),
+    ("--etp", "etp", int, "expert tensor-parallel degree (default: tp)"),
+    ("--mbs", "mbs", int, "micro-batch size (sequences)"),
+    ("--gbs", "gbs", int, "global batch size (sequences)"),
+    ("--seq", "seq", int, "sequence length (tokens; default: the model's)"),
+    ("--zero", "zero_stage", int, "ZeRO stage 0-3 (1 = distributed optimizer; default 1)"),
+    ("--recompute", "recompute", str, "activation recompute: none, selective or full"),
+    ("--recompute-layers", "recompute_layers", int, "fully recompute only this many layers per stage"),
+    ("--schedule", "schedule", str, "pipeline schedule: gpipe, 1f1b or interleaved"),
+    ("--precision", "precision", str, "GEMM precision: bf16, fp16 or fp8"),
+    ("--recipe", "recipe", str, "model-state recipe: megatron, zero or torch_amp"),
+    ("--attention", "attention", str, "attention kernel: flash or unfused"),
+)
+
+
+def add_model_cluster(p: argparse.ArgumentParser, gpus_required: bool = False) -> None:
+    p.add_argument("--model", required=True, help="catalog model name, model YAML or HF config.json")
+    p.add_argument("--cluster", required=True, help="catalog cluster name or cluster YAML")
+    p.add_argument("--gpus", type=int, required=gpus_required, help="GPUs in use (default: whole cluster)")
+    p.add_argument("--calibration", help="calibration profile name or YAML (default: the accelerator's)")
+
+
+def add_plan_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("parallel plan (or --plan FILE; flags override the file)")
+    g.add_argument("--plan", help="plan YAML (fields of simulator.plan.ParallelPlan)")
+    for flag, field, typ, help_ in PLAN_OPTIONS:
+        g.add_argument(flag, dest=field, type=typ, help=help_)
+    g.add_argument("--layers-per-stage", help="comma-separated layers per pipeline stage (uneven split)")
+    g.add_argument("--no-sp", action="store_true", help="disable sequence parallelism")
+    g.add_argument("--tp-comm-overlap", action="store_true", help="overlap TP communication with GEMMs")
+    g.add_argument("--no-overlap-grad-reduce", action="store_true", help="do not overlap DP gradient reduction")
+    g.add_argument("--offload-optimizer", action="store_true", help="optimizer state and step on the host")
+    g.add_argument("--dropout", action="store_true", help="model has dropout (stores masks)")
+
+
+def plan_from_args(args: argparse.Namespace) -> ParallelPlan:
+    """A plan from --plan FILE overridden by explicit flags."""
+    data = load_plan(args.plan).to_dict() if getattr(args, "plan", None) else {}
+    data = {k: v for k, v in data.items() if v is not None}
+    for _, field, _, _ in PLAN_OPTIONS:
+        value = getattr(args, field, None)
+        if value is not None:
+            data[field] = value
+    if getattr(args, "layers_per_stage", None):
+        try:
+            data["layers_per_stage"] = [int(x) for x in args.layers_per_stage.split(",")]
+        except ValueError:
+            raise MeshcastError("layers-per-stage", f"expected comma-separated integers, got {args.layers_per_stage!r}")
+    for flag, field, value in (("no_sp", "sequence_parallel", False), ("tp_comm_overlap", "tp_comm_overlap", True),
+                               ("no_overlap_grad_reduce", "overlap_grad_reduce", False),
+                               ("offload_optimizer", "offload_optimizer", True), ("dropout", "dropout", True)):
+        if getattr(args, flag, False):
+            data[field] = value
+    return plan_from_dict(data, "plan")
+
+
+def load_inputs(args: argparse.Namespace):
+    """(model, hardware, calibration) from the common options."""
+    model = load_model(args.model)
+    hw = load_hardware(args.cluster, args.gpus)
+    cal_name = args.calibration or hw.accelerator.calibration_profile
+    try:
+        cal = load_calibration(cal_name)
+    except MeshcastError:
+        if args.calibration:
+            raise
+        from simulator.calibration import DEFAULT as cal
+    return model, hw, cal
+
+
+def emit_json(obj) -> None:
+    json.dump(obj, sys.stdout, indent=2, default=str)
+    sys.stdout.write("\n")
+
+
+def fmt_bytes(b: float) -> str:
+    return f"{b / 1e9:.1f} GB"
+
+
+def fmt_time(s: float) -> str:
+    if s >= 1:
+        return f"{s:.3f} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.2f} ms"
+    return f"{s * 1e6:.1f} us"

@@ -1,0 +1,73 @@
+"""``meshcast simulate``: predict one training step of a model on a cluster under a plan."""
+from __future__ import annotations
+
+import argparse
+
+from meshcast.commands.common import (add_model_cluster, add_plan_options, emit_json, fmt_bytes, fmt_time,
+                                      load_inputs, plan_from_args)
+from simulator import simulate
+from simulator.result import BOTTLENECK_NAMES, Result
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("simulate", help="predict step time, throughput, MFU and memory of one plan",
+                       description="Predict one training step: step time, tokens/s, MFU/HFU, memory per "
+                                   "device (fits or not), the time breakdown and the bottleneck.",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    add_model_cluster(p)
+    add_plan_options(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("-o", "--output", help="write a self-contained HTML report (plotly)")
+    p.add_argument("--trace", help="write a Chrome/Perfetto trace JSON of one step")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    model, hw, cal = load_inputs(args)
+    plan = plan_from_args(args)
+    want_timeline = bool(args.output or args.trace)
+    result = simulate(model, hw, plan, cal, with_timeline=want_timeline)
+    if args.output:
+        from simulator.report import write_simulation_report
+        write_simulation_report(result, args.output)
+    if args.trace:
+        from simulator.trace import write_chrome_trace
+        write_chrome_trace(result, args.trace)
+    if args.json:
+        emit_json(result.to_dict())
+    else:
+        print(format_result(result))
+    return 0
+
+
+def format_result(r: Result) -> str:
+    """The human-readable summary of a simulation."""
+    p = r.plan
+    mem = r.memory
+    lines = [
+        f"{r.model} on {r.num_gpus} x {r.accelerator} ({r.cluster}), calibration: {r.calibration}",
+        f"plan: dp={p.dp} tp={p.tp}{' (SP)' if p.sp else ''} pp={p.pp} vp={p.vp} cp={p.cp} ep={p.ep} "
+        f"zero={p.zero_stage} recompute={p.recompute} mbs={p.mbs} gbs={p.gbs} seq={p.seq} "
+        f"{p.precision} {p.pipeline_schedule} ({p.microbatches()} micro-batches)",
+        "",
+        f"  step time        {fmt_time(r.step_time_s)}",
+        f"  throughput       {r.tokens_per_s:,.0f} tokens/s ({r.tokens_per_s / r.num_gpus:,.0f} per GPU)",
+        f"  model TFLOP/s    {r.tflops_per_gpu:.1f} per GPU",
+        f"  MFU / HFU        {r.mfu:.1%} / {r.hfu:.1%} (of dense bf16 peak)",
+        "",
+        f"memory per device (stage {mem.stage}, the fullest): {fmt_bytes(mem.total_bytes)} of "
+        f"{fmt_bytes(mem.capacity_bytes)} -> {'FITS' if mem.fits else 'DOES NOT FIT'} "
+        f"(headroom {fmt_bytes(mem.headroom_bytes)})",
+    ]
+    for label, value in (("weights", mem.weights_bytes), ("gradients", mem.gradients_bytes),
+                         ("optimizer states", mem.optimizer_bytes),
+                         (f"activations ({mem.in_flight_microbatches:g} micro-batches in flight)", mem.activations_bytes),
+                         ("logits / loss", mem.logits_bytes),
+                         ("workspace + fragmentation", mem.total_bytes - mem.peak_allocated_bytes)):
+        lines.append(f"  {label:<44} {fmt_bytes(value):>10}")
+    lines += ["", "time breakdown (exposed, critical path):"]
+    for key, value in sorted(r.breakdown.items(), key=lambda kv: -kv[1]):
+        if value > 0:
+            lines.append(f"  {BOTTLENECK_NAMES.get(key, key):<52} {fmt_time(value):>10} {value / r.step_time_s:6.1%}")
+    lines += ["", f"bottleneck: {r.bottleneck_sentence()}"]
+    return "\n".join(lines)

@@ -117,6 +117,7 @@ def _stage_cost(ctx: Context, index: int, layers: range, dense_ops: list[Op], mo
         if plan.recompute_layers is not None:
             share = n_rec / len(layers)
             parts += [(ops, count * share), (norec_ops[moe], count * (1 - share))]
+            parts = [(o, n) for o, n in parts if n > 0]
         else:
             parts.append((ops, count))
     if index == 0:
@@ -133,7 +134,8 @@ def _stage_cost(ctx: Context, index: int, layers: range, dense_ops: list[Op], mo
         f3, b3 = _zero3_gather_exposed(ctx, layers, f, b)
         f, b = f + f3, b + b3
         groups["dp"] = groups.get("dp", 0.0) + f3 + b3
-    return StageCost(index, len(layers), n_moe, f, b, groups)
+    flops = sum(n * sum(op.flops for op in ops if op.phase in ("fwd", "bwd")) for ops, n in parts)
+    return StageCost(index, len(layers), n_moe, f, b, groups, flops)
 
 
 def _zero3_gather_exposed(ctx: Context, layers: range, f: float, b: float) -> tuple[float, float]:

@@ -28,6 +28,7 @@ class StageCost:
     forward_s: float
     backward_s: float
     groups: dict
+    flops: float = 0.0      # GEMM + attention FLOPs of one micro-batch, forward + backward, no recompute
 
 
 @dataclass(frozen=True)

@@ -82,16 +82,49 @@ def embedding_params(m: ModelSpec) -> int:
     return emb + head + pos
 
 
-def total_params(m: ModelSpec) -> int:
-    """All parameters: layers, embeddings, output head and the final norm."""
+def mtp_params(m: ModelSpec, active: bool = False) -> int:
+    """Parameters of the ``m.mtp_layers`` multi-token-prediction modules (DeepSeek-V3 Sec. 2.2).
+
+    Module k is one transformer layer (built like main-model layer ``num_layers + k``), the
+    projection M_k of the concatenated [norm(h); norm(emb)] (2h -> h, no bias) and three norms
+    (enorm, hnorm, and the final norm before the shared head). The embedding and the output head
+    are shared with the main model and not counted again. ``active``: routed experts counted
+    top_k times instead of num_experts times.
+    """
+    total = 0
+    for k in range(m.mtp_layers):
+        lp = layer_params(m, m.num_layers + k)
+        layer = lp.total
+        if active and lp.num_experts:
+            layer = lp.active + lp.expert * m.moe.top_k
+        total += layer + 2 * m.hidden * m.hidden + 3 * norm_params(m)
+    return total
+
+
+def total_params(m: ModelSpec, include_mtp: bool = True) -> int:
+    """All parameters: layers, embeddings, output head, the final norm and any MTP modules."""
     layers = sum(layer_params(m, i).total for i in range(m.num_layers))
-    return layers + embedding_params(m) + norm_params(m)
+    mtp = mtp_params(m) if include_mtp else 0
+    return layers + embedding_params(m) + norm_params(m) + mtp
 
 
-def active_params(m: ModelSpec) -> int:
+def active_params(m: ModelSpec, include_mtp: bool = True) -> int:
     """Parameters used per token (routed experts counted top_k times, not num_experts)."""
     total = embedding_params(m) + norm_params(m)
     for i in range(m.num_layers):
         lp = layer_params(m, i)
         total += lp.active + (lp.expert * m.moe.top_k if lp.num_experts else 0)
-    return total
+    return total + (mtp_params(m, active=True) if include_mtp else 0)
+
+
+def published_params_error(m: ModelSpec) -> float | None:
+    """Relative gap between :func:`total_params` and ``m.published_params``, or None if unpublished.
+
+    The gap left after allowing for the figure's printed rounding (half of
+    ``published_params_precision``), divided by the figure: 0.0 means consistent.
+    """
+    if m.published_params is None:
+        return None
+    half_step = (m.published_params_precision or 0.0) / 2
+    gap = max(0.0, abs(total_params(m) - m.published_params) - half_step)
+    return gap / m.published_params

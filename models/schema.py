@@ -66,7 +66,14 @@ class ModelSpec(_Strict):
     position: Literal["rope", "learned", "none", "alibi"] = "rope"
     moe: Optional[MoEConfig] = None
     mla: Optional[MLAConfig] = None
+    mtp_layers: int = Field(
+        0, ge=0, description="DeepSeek-V3 multi-token-prediction modules trained beside the main model; "
+        "each is one more transformer layer plus a 2h->h projection and three norms, sharing the "
+        "embedding and output head (DeepSeek-V3 report, Sec. 2.2)")
     published_params: Optional[PositiveFloat] = Field(None, description="published parameter count")
+    published_params_precision: Optional[PositiveFloat] = Field(
+        None, description="rounding step of published_params as the source prints it (1e8 for "
+        "'1.7B'); a count within half a step of the figure is consistent with it")
     source: str = ""
     notes: str = ""
 

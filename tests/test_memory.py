@@ -1,0 +1,72 @@
+"""Memory model against Korthikanti et al. 2022 and the ZeRO paper."""
+import pytest
+
+from simulator import DEFAULT_CALIBRATION, ParallelPlan
+from simulator.engine import _fabric, device_model
+from simulator.lowering import Context
+from simulator.memory import in_flight, layer_activation_bytes, model_state_bytes
+from simulator.plan import resolve_plan
+
+S, B, H, A = 2048, 4, 6144, 64      # the 22B model's setting in Korthikanti et al. Table 3/4
+
+
+def _ctx(model, hw, **kw):
+    plan = resolve_plan(model, ParallelPlan(**kw), hw.num_gpus)
+    return Context(model, plan, device_model(hw.accelerator, DEFAULT_CALIBRATION), _fabric(hw, DEFAULT_CALIBRATION))
+
+
+def _act(model, hw, **kw):
+    return layer_activation_bytes(_ctx(model, hw, **kw), moe=False)
+
+
+base = dict(mbs=B, seq=S, gbs=64 * B, dropout=True, attention="unfused", pp=1)
+
+
+def test_no_parallelism_matches_sbh_34_plus_5as_over_h(gpt_22b, h100_cluster):
+    got = _act(gpt_22b, h100_cluster, tp=1, **base)
+    assert got == pytest.approx(S * B * H * (34 + 5 * A * S / H), rel=1e-3)
+
+
+@pytest.mark.parametrize("t", [2, 4, 8])
+def test_tensor_parallel_without_sp(gpt_22b, h100_cluster, t):
+    got = _act(gpt_22b, h100_cluster, tp=t, sequence_parallel=False, **base)
+    assert got == pytest.approx(S * B * H * (10 + 24 / t + 5 * A * S / (H * t)), rel=1e-3)
+
+
+@pytest.mark.parametrize("t", [2, 8])
+def test_tensor_plus_sequence_parallel(gpt_22b, h100_cluster, t):
+    got = _act(gpt_22b, h100_cluster, tp=t, **base)
+    assert got == pytest.approx(S * B * H / t * (34 + 5 * A * S / H), rel=1e-3)
+
+
+def test_selective_recompute_with_sp_drops_the_attention_term(gpt_22b, h100_cluster):
+    got = _act(gpt_22b, h100_cluster, tp=8, recompute="selective", **base)
+    assert got == pytest.approx(S * B * H * 34 / 8, rel=1e-3)
+
+
+def test_flash_attention_stores_no_s_squared_term(gpt_22b, h100_cluster):
+    flash = _act(gpt_22b, h100_cluster, tp=8, **{**base, "attention": "flash"})
+    assert flash < S * B * H * 35 / 8
+
+
+@pytest.mark.parametrize("stage,expect", [(0, 16), (1, 2 + 14 / 64), (2, 2 + 2 / 64 + 12 / 64), (3, 16 / 64)])
+def test_zero_stages_shrink_model_states_as_the_zero_paper_says(gpt_22b, h100_cluster, stage, expect):
+    # ZeRO paper Fig. 1: 16Ψ -> 4Ψ+12Ψ/Nd -> 2Ψ+14Ψ/Nd -> 16Ψ/Nd with bf16 grads (recipe 'zero')
+    ctx = _ctx(gpt_22b, h100_cluster, tp=1, dp=64, zero_stage=stage, recipe="zero", mbs=1, gbs=64)
+    psi = 1e9
+    w, g, o = model_state_bytes(ctx, psi, 0.0)
+    if stage == 3:   # plus the two gathered layers of bf16 weights and grads (prefetch)
+        per_layer = psi / gpt_22b.num_layers
+        w -= 4 * per_layer
+        g -= 4 * per_layer
+    if stage == 1:
+        expect = 4 + 12 / 64
+    assert (w + g + o) / psi == pytest.approx(expect, rel=1e-6)
+
+
+def test_in_flight_microbatches():
+    assert in_flight("1f1b", 4, 1, 16, 0) == 4
+    assert in_flight("1f1b", 4, 1, 16, 3) == 1
+    assert in_flight("gpipe", 4, 1, 16, 0) == 16
+    # interleaved: first stage holds p(1 + (p-1)/(pv)) micro-batches' worth (Narayanan et al. 2021)
+    assert in_flight("interleaved", 4, 2, 16, 0) == pytest.approx(4 * (1 + 3 / 8))

@@ -8,7 +8,7 @@ are not hidden. See docs/cost_model.md for every formula.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hardware_specs.catalog import Hardware
 from models.schema import ModelSpec
@@ -17,7 +17,8 @@ from simulator.comm import Fabric, collective_time, fabric_from_hardware
 from simulator.compute import DeviceModel, memory_time
 from simulator.flops import step_hardware_flops, step_model_flops
 from simulator.lowering import Context, embedding_ops, head_ops, layer_ops, p2p_time
-from simulator.memory import STATE_BYTES, MemoryBreakdown, stage_memory, stage_params
+from simulator.memory import (STATE_BYTES, MemoryBreakdown, in_flight, layer_activation_bytes, moe_layers_in,
+                              stage_memory, stage_params)
 from simulator.ops import Op
 from simulator.plan import ParallelPlan, resolve_plan
 from simulator.result import Result, StageCost
@@ -49,6 +50,53 @@ def _fabric(hw: Hardware, cal: Calibration) -> Fabric:
     return hit[2]
 
 
+_LOWERED: dict = {}
+# Plan fields that change the per-micro-batch ops of a layer (dp, pp, vp, zero, gbs do not).
+_LAYER_KEY_FIELDS = ("tp", "cp", "ep", "etp", "dp", "mbs", "seq", "sequence_parallel", "recompute",
+                     "recompute_layers", "precision", "attention", "dropout", "tp_comm_overlap")
+
+
+def _lowered(ctx: Context):
+    """Lowered ops of each layer kind, the embedding and the head, shared between plans that
+    differ only in fields the per-layer ops do not depend on (a planner sweeps many such).
+    dp is in the key only through the pp group's stride used by p2p; it is cheap to keep."""
+    p = ctx.plan
+    key = (id(ctx.model), id(ctx.dev), id(ctx.fabric)) + tuple(getattr(p, f) for f in _LAYER_KEY_FIELDS)
+    hit = _LOWERED.get(key)
+    if hit is not None and hit[0] is ctx.model and hit[1] is ctx.dev and hit[2] is ctx.fabric:
+        return hit[3]
+    model = ctx.model
+    dense_ops = layer_ops(ctx, moe=False)
+    moe_ops = layer_ops(ctx, moe=True) if model.moe else None
+    norec_ops = {False: layer_ops(ctx, False, recompute=False)} if p.recompute_layers else {}
+    if p.recompute_layers and model.moe:
+        norec_ops[True] = layer_ops(ctx, True, recompute=False)
+    value = (_summary(dense_ops), _summary(moe_ops) if moe_ops is not None else None, {k: _summary(v) for k, v in norec_ops.items()},
+             _summary(embedding_ops(ctx)), _summary(head_ops(ctx)))
+    if len(_LOWERED) > 4096:
+        _LOWERED.clear()
+    _LOWERED[key] = (ctx.model, ctx.dev, ctx.fabric, value)
+    return value
+
+
+@dataclass(frozen=True)
+class OpsSummary:
+    """An op list reduced to what stage costing needs: exposed seconds forward and backward
+    (recompute included), exposed seconds per category, and FLOPs (no recompute)."""
+
+    ops: tuple
+    forward_s: float
+    backward_s: float
+    groups: dict
+    flops: float
+
+
+def _summary(ops: list[Op]) -> OpsSummary:
+    return OpsSummary(tuple(ops), _sum_phase(ops, ("fwd",)), _sum_phase(ops, ("bwd", "recompute")),
+                      _group_time(ops, ("fwd", "bwd", "recompute")),
+                      sum(op.flops for op in ops if op.phase in ("fwd", "bwd")))
+
+
 def stage_layer_ranges(model: ModelSpec, plan: ParallelPlan) -> list[range]:
     """The layers each pipeline stage owns (even split unless ``layers_per_stage`` is given)."""
     sizes = plan.layers_per_stage or (model.num_layers // plan.pp,) * plan.pp
@@ -78,15 +126,9 @@ def simulate(model: ModelSpec, hardware: Hardware, plan: ParallelPlan,
     plan = resolve_plan(model, plan, hardware.num_gpus)
     dev = device_model(hardware.accelerator, calibration)
     ctx = Context(model, plan, dev, _fabric(hardware, calibration))
-    dense_ops = layer_ops(ctx, moe=False)
-    moe_ops = layer_ops(ctx, moe=True) if model.moe else []
-    norec_ops = {False: layer_ops(ctx, False, recompute=False)} if plan.recompute_layers else {}
-    if plan.recompute_layers and model.moe:
-        norec_ops[True] = layer_ops(ctx, True, recompute=False)
-    emb, head = embedding_ops(ctx), head_ops(ctx)
+    dense_ops, moe_ops, norec_ops, emb, head = _lowered(ctx)
     ranges = stage_layer_ranges(model, plan)
-    stages = [_stage_cost(ctx, i, r, dense_ops, moe_ops, norec_ops, emb, head, len(ranges))
-              for i, r in enumerate(ranges)]
+    stages = _stage_costs(ctx, ranges, dense_ops, moe_ops, norec_ops, emb, head)
     p2p = p2p_time(ctx)
     overlap_p2p = plan.overlap_p2p if plan.overlap_p2p is not None else plan.pipeline_schedule == "interleaved"
     m = plan.microbatches()
@@ -94,7 +136,7 @@ def simulate(model: ModelSpec, hardware: Hardware, plan: ParallelPlan,
     bwd = [s.backward_s for s in stages]
     pipe = pipeline_time(fwd, bwd, m, plan.vp, p2p, overlap_p2p)
     caps = hardware.accelerator.hbm_capacity_bytes
-    mems = [stage_memory(ctx, i, r, i == 0, i == len(ranges) - 1, caps) for i, r in enumerate(ranges)]
+    mems = _stage_memories(ctx, ranges, caps)
     dp_exposed, dp_total, opt = _data_parallel_and_optimizer(ctx, hardware, ranges, stages)
     step = pipe + max(dp_exposed) + max(opt)
     events = timeline(fwd, bwd, m, plan.vp, plan.pipeline_schedule, p2p) if with_timeline else None
@@ -102,12 +144,44 @@ def simulate(model: ModelSpec, hardware: Hardware, plan: ParallelPlan,
                    max(dp_exposed), max(dp_total), max(opt), step, events)
 
 
+def _stage_memories(ctx: Context, ranges: list[range], capacity: float) -> list[MemoryBreakdown]:
+    """Memory of every stage (stage index matters: in-flight micro-batches differ)."""
+    p, model = ctx.plan, ctx.model
+    last = len(ranges) - 1
+    per_layer = (layer_activation_bytes(ctx, False), layer_activation_bytes(ctx, True) if model.moe else 0.0)
+    m = p.microbatches()
+    memo: dict = {}
+    out = []
+    for i, r in enumerate(ranges):
+        key = (len(r), moe_layers_in(model, r.start, r.stop), i == 0, i == last,
+               in_flight(p.pipeline_schedule, p.pp, p.vp, m, i))
+        if key not in memo:
+            memo[key] = stage_memory(ctx, i, r, i == 0, i == last, capacity, per_layer)
+        mem = memo[key]
+        out.append(mem if mem.stage == i else replace(mem, stage=i))
+    return out
+
+
+def _stage_costs(ctx: Context, ranges: list[range], dense_ops, moe_ops, norec_ops, emb, head) -> list[StageCost]:
+    """Cost every stage; stages with the same layer mix and position are costed once."""
+    memo: dict = {}
+    out = []
+    last = len(ranges) - 1
+    for i, r in enumerate(ranges):
+        key = (len(r), moe_layers_in(ctx.model, r.start, r.stop), i == 0, i == last)
+        if key not in memo:
+            memo[key] = _stage_cost(ctx, i, r, dense_ops, moe_ops, norec_ops, emb, head, len(ranges))
+        c = memo[key]
+        out.append(c if c.index == i else StageCost(i, c.layers, c.moe_layers, c.forward_s, c.backward_s,
+                                                     c.groups, c.flops))
+    return out
+
+
 def _stage_cost(ctx: Context, index: int, layers: range, dense_ops: list[Op], moe_ops: list[Op],
                 norec_ops: dict, emb: list[Op], head: list[Op], num_stages: int) -> StageCost:
     """Forward and backward seconds of one micro-batch on one stage, and where they go."""
     model, plan = ctx.model, ctx.plan
-    fwd_ph, bwd_ph = ("fwd",), ("bwd", "recompute")
-    n_moe = sum(model.is_moe_layer(i) for i in layers)
+    n_moe = moe_layers_in(model, layers.start, layers.stop)
     n_dense = len(layers) - n_moe
     n_rec = len(layers) if plan.recompute_layers is None else min(plan.recompute_layers, len(layers))
     parts: list[tuple[list[Op], float]] = []
@@ -124,17 +198,17 @@ def _stage_cost(ctx: Context, index: int, layers: range, dense_ops: list[Op], mo
         parts.append((emb, 1))
     if index == num_stages - 1:
         parts.append((head, 1))
-    f = sum(_sum_phase(ops, fwd_ph) * n for ops, n in parts)
-    b = sum(_sum_phase(ops, bwd_ph) * n for ops, n in parts)
+    f = sum(o.forward_s * n for o, n in parts)
+    b = sum(o.backward_s * n for o, n in parts)
     groups: dict[str, float] = {}
-    for ops, n in parts:
-        for k, v in _group_time(ops, fwd_ph + bwd_ph).items():
+    for o, n in parts:
+        for k, v in o.groups.items():
             groups[k] = groups.get(k, 0.0) + v * n
     if plan.zero_stage == 3:
         f3, b3 = _zero3_gather_exposed(ctx, layers, f, b)
         f, b = f + f3, b + b3
         groups["dp"] = groups.get("dp", 0.0) + f3 + b3
-    flops = sum(n * sum(op.flops for op in ops if op.phase in ("fwd", "bwd")) for ops, n in parts)
+    flops = sum(o.flops * n for o, n in parts)
     return StageCost(index, len(layers), n_moe, f, b, groups, flops)
 
 
@@ -157,7 +231,13 @@ def _data_parallel_and_optimizer(ctx: Context, hw: Hardware, ranges: list[range]
     grad_bytes = 2 if p.recipe == "zero" else 4 if p.recipe == "torch_amp" else 4
     dp_group = p.dp * p.cp
     exposed, totals, opt = [], [], []
+    memo: dict = {}
     for i, r in enumerate(ranges):
+        key = (len(r), moe_layers_in(ctx.model, r.start, r.stop), i == 0, i == len(ranges) - 1)
+        if key in memo:
+            for lst, v in zip((exposed, totals, opt), memo[key]):
+                lst.append(v)
+            continue
         dense, expert = stage_params(ctx, r, i == 0, i == len(ranges) - 1)
         comm = 0.0
         for params, n, stride in ((dense, dp_group, p.tp), (expert, max(1, dp_group * p.tp // (p.ep * p.expert_tp)),
@@ -177,9 +257,9 @@ def _data_parallel_and_optimizer(ctx: Context, hw: Hardware, ranges: list[range]
             exp = max(last_bucket, comm - hidden)
         else:
             exp = comm
-        exposed.append(exp)
-        totals.append(comm)
-        opt.append(_optimizer_time(ctx, hw, dense, expert))
+        memo[key] = (exp, comm, _optimizer_time(ctx, hw, dense, expert))
+        for lst, v in zip((exposed, totals, opt), memo[key]):
+            lst.append(v)
     return exposed, totals, opt
 
 

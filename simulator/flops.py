@@ -8,6 +8,8 @@ MLP: 72·B·s·l·h²·(1 + s/(6h) + V/(12·l·h)). The same count is written he
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 from models.schema import ModelSpec
 
 
@@ -35,9 +37,15 @@ def layer_forward_flops_per_token(m: ModelSpec, index: int, seq: int) -> float:
     return 2 * (proj + ffn) + attn_core
 
 
+@lru_cache(maxsize=1024)
+def layers_forward_flops_per_token(m: ModelSpec, seq: int) -> float:
+    """Forward FLOPs per token of all layers together."""
+    return sum(layer_forward_flops_per_token(m, i, seq) for i in range(m.num_layers))
+
+
 def model_flops_per_token(m: ModelSpec, seq: int) -> float:
     """Forward + backward model FLOPs per token: 3 x (layers + logits GEMM)."""
-    fwd = sum(layer_forward_flops_per_token(m, i, seq) for i in range(m.num_layers))
+    fwd = layers_forward_flops_per_token(m, seq)
     fwd += 2 * m.hidden * m.vocab
     return 3 * fwd
 
@@ -53,7 +61,7 @@ def step_hardware_flops(m: ModelSpec, seq: int, global_batch: int, recompute: st
     tokens = seq * global_batch
     base = step_model_flops(m, seq, global_batch)
     if recompute == "full":
-        fwd_layers = sum(layer_forward_flops_per_token(m, i, seq) for i in range(m.num_layers))
+        fwd_layers = layers_forward_flops_per_token(m, seq)
         return base + recompute_fraction * fwd_layers * tokens
     if recompute == "selective":
         core = 4 * seq * m.num_heads * (m.dim_head if m.mla is None else

@@ -22,6 +22,7 @@ import math
 from dataclasses import asdict, dataclass
 
 from models.params import embedding_params, layer_params, norm_params
+from models.schema import ModelSpec
 from simulator.lowering import Context, _attention_dims
 
 GIB = 1024 ** 3
@@ -67,14 +68,44 @@ class MemoryBreakdown:
         return d
 
 
+_KIND_PARAMS: dict = {}
+_MOE_PREFIX: dict = {}
+
+
+def layer_kind_params(m: ModelSpec) -> dict:
+    """LayerParams of a dense layer and of a MoE layer (the only two kinds a model has);
+    cached by model identity (hashing a pydantic model costs more than this lookup)."""
+    hit = _KIND_PARAMS.get(id(m))
+    if hit is None or hit[0] is not m:
+        out: dict = {}
+        for i in range(m.num_layers):
+            out.setdefault(m.is_moe_layer(i), layer_params(m, i))
+        hit = _KIND_PARAMS[id(m)] = (m, out)
+    return hit[1]
+
+
+def moe_layers_in(m: ModelSpec, start: int, stop: int) -> int:
+    """How many of layers [start, stop) are MoE layers (prefix sums cached per model)."""
+    if m.moe is None:
+        return 0
+    hit = _MOE_PREFIX.get(id(m))
+    if hit is None or hit[0] is not m:
+        prefix = [0]
+        for i in range(m.num_layers):
+            prefix.append(prefix[-1] + m.is_moe_layer(i))
+        hit = _MOE_PREFIX[id(m)] = (m, prefix)
+    return hit[1][stop] - hit[1][start]
+
+
 def stage_params(ctx: Context, layers: range, first: bool, last: bool) -> tuple[float, float]:
     """(dense, expert) parameters held by one device of a stage owning ``layers``."""
     m, p = ctx.model, ctx.plan
     dense = expert = 0.0
-    for i in layers:
-        lp = layer_params(m, i)
-        dense += (lp.attention + lp.dense_mlp + lp.shared_experts) / p.tp + lp.norms + lp.router
-        expert += lp.expert * lp.num_experts / (p.ep * p.expert_tp)
+    n_moe = moe_layers_in(m, layers.start, layers.stop)
+    for is_moe, lp in layer_kind_params(m).items():
+        count = n_moe if is_moe else len(layers) - n_moe
+        dense += count * ((lp.attention + lp.dense_mlp + lp.shared_experts) / p.tp + lp.norms + lp.router)
+        expert += count * lp.expert * lp.num_experts / (p.ep * p.expert_tp)
     emb = m.vocab * m.hidden / p.tp
     if first:
         dense += emb + (embedding_params(m) - 2 * m.vocab * m.hidden if m.position == "learned" else 0)
@@ -165,13 +196,15 @@ def in_flight(schedule: str, pp: int, vp: int, m: int, stage: int) -> float:
 
 
 def stage_memory(ctx: Context, stage: int, layers: range, first: bool, last: bool,
-                 capacity: float) -> MemoryBreakdown:
-    """Memory of one device of pipeline stage ``stage`` owning ``layers``."""
+                 capacity: float, per_layer: tuple[float, float] | None = None) -> MemoryBreakdown:
+    """Memory of one device of pipeline stage ``stage`` owning ``layers``; ``per_layer`` is
+    (dense, MoE) :func:`layer_activation_bytes` when the caller has them already."""
     m, p = ctx.model, ctx.plan
     dense, expert = stage_params(ctx, layers, first, last)
     weights, grads, opt = model_state_bytes(ctx, dense, expert)
-    n_moe = sum(m.is_moe_layer(i) for i in layers)
-    per_layer = [layer_activation_bytes(ctx, False), layer_activation_bytes(ctx, True) if n_moe else 0.0]
+    n_moe = moe_layers_in(m, layers.start, layers.stop)
+    if per_layer is None:
+        per_layer = (layer_activation_bytes(ctx, False), layer_activation_bytes(ctx, True) if n_moe else 0.0)
     stored = (len(layers) - n_moe) * per_layer[0] + n_moe * per_layer[1]
     largest = max(per_layer)
     if p.recompute == "full":

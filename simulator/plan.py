@@ -172,8 +172,8 @@ def _check_model_fit(model: ModelSpec, plan: ParallelPlan) -> None:
             raise PlanError("layers_per_stage", f"has {len(plan.layers_per_stage)} entries for pp={pp}")
         if sum(plan.layers_per_stage) != model.num_layers or min(plan.layers_per_stage) < 1:
             raise PlanError("layers_per_stage", f"must be positive and sum to {model.num_layers} layers")
-        if plan.vp > 1 and any(n % plan.vp for n in plan.layers_per_stage):
-            raise PlanError("vp", f"vp={plan.vp} does not divide every stage's layer count")
+        if plan.vp > 1 and min(plan.layers_per_stage) < plan.vp:
+            raise PlanError("vp", f"vp={plan.vp} exceeds the layers of the smallest stage")
     elif model.num_layers % (pp * plan.vp):
         raise PlanError("pp", f"pp*vp = {pp}*{plan.vp} does not divide the {model.num_layers} layers "
                               "(give layers_per_stage for an uneven split)")

@@ -1,0 +1,52 @@
+"""Benchmark: one full simulation, and plan evaluations per second for a planner-like sweep.
+
+Run: python benchmarks/bench_simulate.py   (prints medians; one core, in-process)
+"""
+from __future__ import annotations
+
+import itertools
+import statistics
+import time
+
+from hardware_specs import load_hardware
+from models import load_model
+from simulator import ParallelPlan, simulate
+from simulator.plan import PlanError
+
+
+def bench_single(repeats: int = 300) -> float:
+    """Median seconds of simulate() for Llama-3 405B on 16,384 H100s (tp8 pp16 vp2 dp128)."""
+    model, hw = load_model("llama3-405b"), load_hardware("dgx-h100", 16384)
+    plan = ParallelPlan(tp=8, pp=16, vp=2, mbs=1, gbs=2048, seq=8192, recompute="full",
+                        layers_per_stage=(7,) + (8,) * 14 + (7,))
+    simulate(model, hw, plan)
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        simulate(model, hw, plan)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def bench_sweep() -> tuple[int, float]:
+    """Evaluate a grid of plans of Llama-3 70B on 1,024 H100s; returns (plans, seconds)."""
+    model, hw = load_model("llama3-70b"), load_hardware("dgx-h100", 1024)
+    grid = itertools.product([1, 2, 4, 8], [1, 2, 4, 8, 16], [1, 2, 4, 5], [1, 2], [1, 2], [0, 1, 2],
+                             ["none", "selective", "full"])
+    n, t0 = 0, time.perf_counter()
+    for tp, pp, vp, cp, mbs, zero, rec in grid:
+        try:
+            simulate(model, hw, ParallelPlan(tp=tp, pp=pp, vp=vp, cp=cp, mbs=mbs, gbs=1024, seq=8192,
+                                             zero_stage=zero, recompute=rec))
+            n += 1
+        except PlanError:
+            pass
+    return n, time.perf_counter() - t0
+
+
+if __name__ == "__main__":
+    single = bench_single()
+    print(f"simulate llama3-405b on 16384 x h100 (one plan): median {single * 1e3:.3f} ms")
+    n, secs = bench_sweep()
+    print(f"planner-style sweep, llama3-70b on 1024 x h100: {n} valid plans in {secs:.2f} s "
+          f"= {n / secs:,.0f} plan evaluations/s")

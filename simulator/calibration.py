@@ -41,6 +41,10 @@ class Calibration:
       attention_fwd_fraction     FlashAttention forward: fraction of bf16 peak at long sequences
       attention_bwd_fraction     FlashAttention backward: fraction of bf16 peak
       attention_softmax_fraction achieved fraction of the special-function units' exp rate
+      attention_tile_overhead    fixed work per FlashAttention thread block, in score tiles
+      memory_op_fraction[op]     achieved fraction of HBM bandwidth of one memory-bound kernel
+                                 family (layernorm, softmax, ...); default hbm_fraction
+      collective_fraction[kind]  NCCL's achieved bandwidth of a collective relative to all_reduce
     Communication (per tier kind: nvlink, pcie, xgmi, scale_out):
       links[kind]                LinkEfficiency
     """
@@ -53,6 +57,9 @@ class Calibration:
     attention_fwd_fraction: float = 0.65
     attention_bwd_fraction: float = 0.50
     attention_softmax_fraction: float = 0.50
+    attention_tile_overhead: float = 1.0
+    memory_op_fraction: dict = field(default_factory=dict)
+    collective_fraction: dict = field(default_factory=dict)
     links: dict = field(default_factory=lambda: {
         "nvlink": LinkEfficiency(alpha_s=8.0e-6, bandwidth_fraction=0.80),
         "xgmi": LinkEfficiency(alpha_s=10.0e-6, bandwidth_fraction=0.70),
@@ -89,7 +96,8 @@ def calibration_from_dict(data: dict, origin: str = "profile") -> Calibration:
     if unknown:
         raise SpecError(f"{origin}: parameters", f"unknown parameter(s) {sorted(unknown)}")
     merged = {**base, **params}
-    merged["gemm_peak_fraction"] = {**base["gemm_peak_fraction"], **params.get("gemm_peak_fraction", {})}
+    for key in ("gemm_peak_fraction", "memory_op_fraction", "collective_fraction"):
+        merged[key] = {**base[key], **(params.get(key) or {})}
     links = {**base["links"], **params.get("links", {})}
     try:
         merged["links"] = {k: LinkEfficiency(**v) for k, v in links.items()}

@@ -49,6 +49,13 @@ class Fabric:
     """The levels of a system, inner to outer."""
 
     levels: tuple[Level, ...]
+    kind_fraction: tuple = ()      # ((collective, fraction), ...): NCCL efficiency per collective
+
+    def fraction(self, kind: str) -> float:
+        for k, v in self.kind_fraction:
+            if k == kind:
+                return v
+        return 1.0
 
     def level_for_span(self, span: int) -> Level:
         """The innermost level whose domain holds ``span`` consecutive GPUs."""
@@ -73,14 +80,15 @@ def fabric_from_hardware(hw: Hardware, cal: Calibration = DEFAULT) -> Fabric:
         e = cal.link("scale_out")
         levels.append(Level(tier.name, "scale_out", max(span, span0), share, max(e.alpha_s, tier.latency_s),
                             share * e.bandwidth_fraction))
-    return Fabric(tuple(levels))
+    return Fabric(tuple(levels), tuple(sorted(cal.collective_fraction.items())))
 
 
-def flat_time(level: Level, kind: str, nbytes: float, n: int) -> float:
-    """Time of one collective among ``n`` ranks all on ``level`` (formulas in the module doc)."""
+def flat_time(level: Level, kind: str, nbytes: float, n: int, fraction: float = 1.0) -> float:
+    """Time of one collective among ``n`` ranks all on ``level`` (formulas in the module doc);
+    ``fraction`` scales the achieved bandwidth for this collective kind."""
     if n <= 1 or nbytes <= 0:
         return 0.0
-    a, b = level.alpha_s, level.beta_Bps
+    a, b = level.alpha_s, level.beta_Bps * fraction
     if kind == "all_reduce":
         ring = 2 * (n - 1) / n * nbytes / b + 2 * (n - 1) * a
         tree = 2 * nbytes / b + 2 * math.ceil(math.log2(n)) * a
@@ -103,7 +111,7 @@ def collective_time(fabric: Fabric, kind: str, nbytes: float, n: int, stride: in
         return 0.0
     inner = fabric.levels[0]
     if stride * n <= inner.span_gpus or len(fabric.levels) == 1:
-        return flat_time(inner, kind, nbytes, n)
+        return flat_time(inner, kind, nbytes, n, fabric.fraction(kind))
     k = max(1, min(n, inner.span_gpus // stride))      # members sharing one inner domain
     outer = fabric.level_for_span(stride * n)
     r = n // k                                          # inner domains the group spans

@@ -150,50 +150,71 @@ def attention_time(dev: DeviceModel, batch: int, heads: int, seq_q: int, seq_kv:
     return t
 
 
+def _tile_sum(n_q: int, n_kv: int, causal: bool) -> int:
+    """Query-block x key-block tile pairs a FlashAttention kernel visits: causal skips the
+    blocks above the diagonal at block granularity (diagonal blocks cost a whole tile)."""
+    if not causal:
+        return n_q * n_kv
+    offset = n_kv - n_q                  # queries are the last n_q blocks of the keys
+    return sum(min(n_kv, offset + i + 1) for i in range(n_q))
+
+
 @lru_cache(maxsize=16384)
 def _flash_pass(dev: DeviceModel, batch: int, heads: int, kv_heads: int, seq_q: int, seq_kv: int,
                 head_dim: int, causal: bool, bwd: bool) -> float:
+    """One FlashAttention kernel (forward, or backward with its pre/post-processing kernels).
+
+    Work is counted in tiles of ATTENTION_BLOCK_Q x ATTENTION_BLOCK_Q scores: each costs the
+    tensor-core FLOPs of its 2 (forward) or 5 (backward) matmuls and the exponentials of its
+    scores; each thread block adds ``attention_tile_overhead`` tiles of fixed work (prologue,
+    epilogue, softmax rescaling); thread blocks run in waves over the SMs."""
     cal = dev.cal
-    flops = attention_flops(batch, heads, seq_q, seq_kv, head_dim, causal)
-    scores = batch * heads * seq_q * seq_kv * causal_fraction(seq_q, seq_kv, causal)
+    bq = ATTENTION_BLOCK_Q
+    n_q, n_kv = math.ceil(seq_q / bq), math.ceil(seq_kv / bq)
+    blocks = batch * heads * (n_kv if bwd else n_q)      # backward parallelises over key blocks
+    tiles = batch * heads * _tile_sum(n_q, n_kv, causal) + blocks * cal.attention_tile_overhead
     sms = dev.accelerator.sm_count
-    tiles = batch * heads * math.ceil(seq_q / ATTENTION_BLOCK_Q)
-    wave_eff = tiles / (math.ceil(tiles / sms) * sms)
+    wave_eff = blocks / (math.ceil(blocks / sms) * sms)
     peak = dev.accelerator.peak_flops("bf16")
-    if bwd:  # backward: 5 matmuls (recompute S, dV, dP, dQ, dK) vs 2 forward; exp recomputed
-        matmul = 2.5 * flops / (peak * cal.attention_bwd_fraction)
-        io = 2.5 * flash_attention_bytes(dev, batch, heads, kv_heads, seq_q, seq_kv, head_dim, causal)
-        launches = 2  # preprocessing (rowsum of dO*O) + main kernel
-    else:
-        matmul = flops / (peak * cal.attention_fwd_fraction)
-        io = flash_attention_bytes(dev, batch, heads, kv_heads, seq_q, seq_kv, head_dim, causal)
-        launches = 1
-    compute = (matmul + scores / dev.exp_per_s) / wave_eff
+    matmuls, frac = (5, cal.attention_bwd_fraction) if bwd else (2, cal.attention_fwd_fraction)
+    tile_flops = matmuls * 2 * bq * bq * head_dim
+    compute = tiles * (tile_flops / (peak * frac) + bq * bq / dev.exp_per_s) / wave_eff
+    io = flash_attention_bytes(dev, batch, heads, kv_heads, seq_q, seq_kv, head_dim, causal)
+    launches = 1
+    if bwd:   # dO.O row sums before, fp32 dQ accumulator converted to bf16 after
+        io = 2.5 * io + batch * heads * seq_q * head_dim * (2 + 2 + 4 + 4 + 2)
+        launches = 3
     return max(compute, io / dev.hbm_Bps) + launches * cal.kernel_launch_s
 
 
 def _math_attention_time(dev: DeviceModel, batch: int, heads: int, seq_q: int, seq_kv: int,
                          head_dim: int, causal: bool, direction: str) -> float:
-    """Unfused attention as PyTorch's math backend runs it: bmm, (mask), softmax, bmm."""
+    """Unfused attention as PyTorch's math backend runs it for bf16 inputs: upcast to fp32,
+    fp32 batched GEMMs, the score matrix materialised in fp32 (mask, softmax), downcast."""
     bh = batch * heads
-    score_elems = bh * seq_q * seq_kv
-    e = 2
-    t_fwd = (gemm_time(dev, seq_q, seq_kv, head_dim, batch=bh) + gemm_time(dev, seq_q, head_dim, seq_kv, batch=bh)
-             + memory_time(dev, score_elems * e * (ELEMENTWISE_PASSES["softmax"] + (3 if causal else 0))))
-    t_bwd = (4 * gemm_time(dev, seq_q, head_dim, seq_kv, batch=bh)
-             + memory_time(dev, score_elems * e * 3))
+    scores = bh * seq_q * seq_kv * DTYPE_BYTES["fp32"]
+    qkv = 3 * bh * seq_q * head_dim * (2 + 4)
+    mask_passes = 2.125 if causal else 0.0          # masked_fill: read + write scores, read a bool mask
+    t_fwd = (gemm_time(dev, seq_q, seq_kv, head_dim, "fp32", bh) + gemm_time(dev, seq_q, head_dim, seq_kv, "fp32", bh)
+             + memory_time(dev, scores * (1 + ELEMENTWISE_PASSES["softmax"] + mask_passes), launches=3)
+             + memory_time(dev, qkv, launches=3))
+    t_bwd = (gemm_time(dev, seq_q, seq_kv, head_dim, "fp32", bh) + gemm_time(dev, seq_kv, head_dim, seq_q, "fp32", bh)
+             + gemm_time(dev, seq_q, head_dim, seq_kv, "fp32", bh) + gemm_time(dev, seq_kv, head_dim, seq_q, "fp32", bh)
+             + memory_time(dev, scores * (3 + mask_passes), launches=2) + memory_time(dev, qkv, launches=3))
     return {"fwd": t_fwd, "bwd": t_bwd, "fwd_bwd": t_fwd + t_bwd}[direction]
 
 
-def memory_time(dev: DeviceModel, nbytes: float, launches: int = 1) -> float:
-    """Time to stream ``nbytes`` (reads + writes) through HBM, plus kernel launches, seconds."""
+def memory_time(dev: DeviceModel, nbytes: float, launches: int = 1, op: str | None = None) -> float:
+    """Time to stream ``nbytes`` (reads + writes) through HBM, plus kernel launches, seconds;
+    ``op`` selects the kernel family's calibrated bandwidth fraction."""
     if nbytes <= 0:
         return 0.0
-    return nbytes / dev.hbm_Bps + launches * dev.cal.kernel_launch_s
+    frac = dev.cal.memory_op_fraction.get(op, dev.cal.hbm_fraction) if op else dev.cal.hbm_fraction
+    return nbytes / (dev.accelerator.hbm_bandwidth_Bps * frac) + launches * dev.cal.kernel_launch_s
 
 
 def elementwise_time(dev: DeviceModel, op: str, tokens: int, hidden: int, dtype: str = "bf16",
                      backward: bool = False) -> float:
     """Time of a memory-bound op over a [tokens, hidden] tensor; backward moves ~1.5x the bytes."""
     passes = ELEMENTWISE_PASSES[op] * (1.5 if backward else 1.0)
-    return memory_time(dev, tokens * hidden * DTYPE_BYTES[dtype] * passes)
+    return memory_time(dev, tokens * hidden * DTYPE_BYTES[dtype] * passes, op=op)

@@ -24,7 +24,7 @@ from simulator.plan import ParallelPlan, resolve_plan
 from simulator.result import Result, StageCost
 from simulator.schedule import pipeline_time, timeline
 
-OPTIMIZER_BYTES = {"megatron": 30, "zero": 28, "torch_amp": 28}   # HBM bytes per param per Adam step
+OPTIMIZER_BYTES = {"megatron": 30, "zero": 28, "torch_amp": 28, "torch_fsdp": 28}   # HBM bytes per param per Adam step
 BUCKET_PARAMS = 40e6       # Megatron-LM DDP bucket size (elements); the last bucket is never hidden
 
 
@@ -228,7 +228,7 @@ def _data_parallel_and_optimizer(ctx: Context, hw: Hardware, ranges: list[range]
     """Per stage: exposed data-parallel communication, its total, and the optimizer step time."""
     p = ctx.plan
     w_b, g_b, _ = STATE_BYTES[p.recipe]
-    grad_bytes = 2 if p.recipe == "zero" else 4 if p.recipe == "torch_amp" else 4
+    grad_bytes = 2 if p.recipe == "zero" else 4
     dp_group = p.dp * p.cp
     exposed, totals, opt = [], [], []
     memo: dict = {}

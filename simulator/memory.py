@@ -6,7 +6,11 @@ optimizer state per parameter and N_d data-parallel shards, bytes/param are
   megatron  : 2 (bf16 weights) + 4 (fp32 main grads) + 12 (fp32 master, Adam m, v)
   zero      : 2 + 2 (bf16 grads) + 12                     -> the ZeRO paper's 16Ψ
   torch_amp : 4 (fp32 weights) + 4 (fp32 grads) + 8 (m, v), plus the bf16 copies autocast
-              makes of every weight during forward and keeps for backward (2Ψ)
+              makes of every weight during forward and keeps for backward (2Ψ); under DDP
+              (dp > 1) a second fp32 gradient copy in the communication buckets (4Ψ)
+  torch_fsdp: 4 + 4 + 8, all sharded (FSDP2 full shard), plus the gathered bf16 parameters of
+              the root module (embedding, head) and of two blocks (current + prefetch), and one
+              block's unsharded bf16 + fp32 gradients before their reduce-scatter
 ZeRO-1 divides the optimizer term by N_d, ZeRO-2 also the gradients, ZeRO-3 also the weights.
 
 Activations per layer and micro-batch (Korthikanti et al. 2022, §4; their sbh(34 + 5as/h)
@@ -33,6 +37,7 @@ STATE_BYTES = {  # (weights, gradients, optimizer) bytes per parameter
     "megatron": (2, 4, 12),
     "zero": (2, 2, 12),
     "torch_amp": (4, 4, 8),
+    "torch_fsdp": (4, 4, 8),
 }
 
 
@@ -122,6 +127,8 @@ def model_state_bytes(ctx: Context, dense: float, expert: float) -> tuple[float,
     w, g, o = STATE_BYTES[p.recipe]
     if p.recipe == "torch_amp":
         w += 2  # autocast's bf16 weight copies, alive from forward to backward
+        if p.dp > 1 and p.zero_stage == 0:
+            g += 4  # DDP's gradient buckets (gradient_as_bucket_view=False)
     shard_dense = p.dp * p.cp
     shard_expert = max(1, p.dp * p.cp * p.tp // (p.ep * p.expert_tp))
 
@@ -133,11 +140,23 @@ def model_state_bytes(ctx: Context, dense: float, expert: float) -> tuple[float,
     weights = sharded(w, 3)
     grads = sharded(g, 2)
     opt = 0.0 if p.offload_optimizer else sharded(o, 1)
-    if p.zero_stage == 3:   # two gathered layers (current + prefetch) of bf16 weights and grads
-        per_layer = (dense + expert) / max(1, ctx.model.num_layers // p.pp)
-        weights += 2 * 2 * per_layer
-        grads += 2 * 2 * per_layer
+    if p.zero_stage == 3:
+        weights, grads = _zero3_gathered(ctx, dense + expert, weights, grads)
     return weights, grads, opt
+
+
+def _zero3_gathered(ctx: Context, params: float, weights: float, grads: float) -> tuple[float, float]:
+    """Add what ZeRO-3/FSDP holds unsharded: two blocks of bf16 weights (current + prefetch) and
+    one block's bf16 + fp32 gradients; FSDP2 also keeps the root module (embedding, head) gathered."""
+    m = ctx.model
+    root = m.vocab * m.hidden * (1 if m.tied_embeddings else 2) + norm_params(m)
+    block = max(0.0, params - root) / max(1, m.num_layers)
+    weights += 2 * 2 * block
+    grads += (2 + 4) * block
+    if ctx.plan.recipe == "torch_fsdp":
+        weights += 2 * root
+        grads += (2 + 4) * root
+    return weights, grads
 
 
 def layer_activation_bytes(ctx: Context, moe: bool) -> float:
@@ -154,8 +173,6 @@ def layer_activation_bytes(ctx: Context, moe: bool) -> float:
     attn += 2 * T * heads * vd                                # attention output = out-proj input
     if p.attention == "flash":
         attn += 4 * p.mbs * heads * (p.seq // p.cp)           # log-sum-exp
-        if p.recipe == "torch_amp":
-            attn += 2 * T * heads * vd                        # transpose+reshape copy before out-proj
     elif p.recompute != "selective":
         attn += (2 + 3 * drop) * p.mbs * heads * (p.seq // p.cp) * p.seq   # scores, softmax (+dropout)
     attn += drop * Tsp * h
@@ -222,7 +239,7 @@ def stage_memory(ctx: Context, stage: int, layers: range, first: bool, last: boo
     if p.recipe == "torch_amp":
         # zero_grad(set_to_none=True): gradients are allocated during backward as activations
         # (and autocast's weight copies) are freed, so the peak is the larger of the two ends
-        live = weights + opt + max(activations + logits, grads - 2 * (dense + expert) + logits * 0.6)
+        live = weights + opt + max(activations + logits, grads - 2 * (dense + expert))
     else:
         live = weights + grads + opt + activations + logits
     total = live * (1 + FRAGMENTATION) + WORKSPACE_BYTES

@@ -17,7 +17,7 @@ from models.schema import ModelSpec
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
-RECIPES = ("megatron", "zero", "torch_amp")
+RECIPES = ("megatron", "zero", "torch_amp", "torch_fsdp")
 PRECISIONS = ("bf16", "fp16", "fp8")
 
 
@@ -38,7 +38,9 @@ class ParallelPlan:
     precision          bf16 | fp16 | fp8 (fp8 GEMMs, bf16 elsewhere, as Transformer Engine)
     schedule           gpipe | 1f1b | interleaved (None: interleaved when vp > 1, else 1f1b)
     recipe             megatron (bf16 weights, fp32 main grads + Adam), zero (bf16 grads: the
-                       ZeRO paper's 2+2+12 bytes/param), torch_amp (fp32 params under autocast)
+                       ZeRO paper's 2+2+12 bytes/param), torch_amp (fp32 params under autocast,
+                       PyTorch DDP when dp > 1), torch_fsdp (FSDP2 full shard: fp32 sharded params,
+                       bf16 compute, fp32 gradient reduction; needs zero_stage 3)
     """
 
     tp: int = 1
@@ -192,5 +194,7 @@ def _check_model_fit(model: ModelSpec, plan: ParallelPlan) -> None:
             raise PlanError("ep", f"ep={plan.ep} does not divide the {model.moe.num_experts} experts")
         if (tp * cp * plan.dp) % (plan.ep * plan.expert_tp):
             raise PlanError("ep", f"ep*etp = {plan.ep}*{plan.expert_tp} does not divide tp*cp*dp = {tp * cp * plan.dp}")
-    if plan.precision == "fp8" and plan.recipe == "torch_amp":
+    if plan.recipe == "torch_fsdp" and plan.zero_stage != 3:
+        raise PlanError("recipe", "torch_fsdp is FSDP full sharding: set zero_stage 3")
+    if plan.precision == "fp8" and plan.recipe.startswith("torch"):
         raise PlanError("precision", "fp8 needs the megatron or zero recipe")

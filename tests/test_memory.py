@@ -55,10 +55,12 @@ def test_zero_stages_shrink_model_states_as_the_zero_paper_says(gpt_22b, h100_cl
     ctx = _ctx(gpt_22b, h100_cluster, tp=1, dp=64, zero_stage=stage, recipe="zero", mbs=1, gbs=64)
     psi = 1e9
     w, g, o = model_state_bytes(ctx, psi, 0.0)
-    if stage == 3:   # plus the two gathered layers of bf16 weights and grads (prefetch)
-        per_layer = psi / gpt_22b.num_layers
-        w -= 4 * per_layer
-        g -= 4 * per_layer
+    if stage == 3:   # plus two gathered blocks of bf16 weights and one block's bf16+fp32 grads
+        m = gpt_22b
+        root = m.vocab * m.hidden * (1 if m.tied_embeddings else 2) + 2 * m.hidden
+        block = (psi - root) / m.num_layers
+        w -= 4 * block
+        g -= 6 * block
     if stage == 1:
         expect = 4 + 12 / 64
     assert (w + g + o) / psi == pytest.approx(expect, rel=1e-6)

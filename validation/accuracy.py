@@ -1,0 +1,120 @@
+"""Accuracy of predictions against measurement records: per kind count, MAPE, median and worst
+error, the five worst records, and the same figures for a plain datasheet roofline."""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+from hardware_specs.catalog import Hardware
+from simulator.calibration import Calibration, LinkEfficiency
+from validation.predict import Prediction, Unsupported, predict_record
+from validation.records import MeasurementFile
+
+PLAIN_ROOFLINE = Calibration(
+    gemm_peak_fraction={k: 1.0 for k in ("bf16", "fp16", "tf32", "fp32", "fp8", "fp4", "fp64")},
+    gemm_tile_overhead_k=0.0, kernel_launch_s=0.0, hbm_fraction=1.0, attention_fwd_fraction=1.0,
+    attention_bwd_fraction=1.0, attention_softmax_fraction=1e9,
+    links={k: LinkEfficiency(alpha_s=1e-12, bandwidth_fraction=1.0)
+           for k in ("nvlink", "xgmi", "pcie", "c2c", "scale_out")},
+    name="plain-roofline")
+
+
+@dataclass
+class RecordResult:
+    """One record with its prediction and signed relative errors (predicted/measured - 1)."""
+
+    index: int
+    record: dict
+    prediction: Prediction
+    time_error: float | None
+    memory_error: float | None = None
+    fit_correct: bool | None = None
+
+
+@dataclass
+class KindStats:
+    kind: str
+    count: int
+    mape: float
+    median_abs_error: float
+    worst_abs_error: float
+    worst: list = field(default_factory=list)
+    memory_mape: float | None = None
+    fit_correct: int | None = None
+    fit_total: int | None = None
+    baseline_mape: float | None = None
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def relative_error(predicted: float, measured: float) -> float:
+    return predicted / measured - 1.0
+
+
+def evaluate(mf: MeasurementFile, hw: Hardware, cal: Calibration,
+             indices: list[int] | None = None) -> tuple[list[RecordResult], list[dict]]:
+    """Predict every record (or those at ``indices``); returns results and the unsupported ones."""
+    results, unsupported = [], []
+    usable = float(mf.info.get("total_memory_bytes") or hw.accelerator.hbm_capacity_bytes)
+    for i in (indices if indices is not None else range(len(mf.records))):
+        rec = mf.records[i]
+        try:
+            pred = predict_record(rec, hw, cal)
+        except Unsupported as exc:
+            unsupported.append({"index": i, "kind": rec.get("kind"), "reason": str(exc)})
+            continue
+        results.append(_compare(i, rec, pred, usable))
+    return results, unsupported
+
+
+def _compare(i: int, rec: dict, pred: Prediction, usable: float) -> RecordResult:
+    measured_t = rec.get("time_s")
+    oom = bool(rec.get("oom", False))
+    t_err = relative_error(pred.time_s, measured_t) if measured_t and not oom and pred.time_s else None
+    m_err = fit_ok = None
+    if rec["kind"] == "train_step":
+        if pred.peak_memory_bytes is not None and rec.get("peak_memory_bytes") and not oom:
+            m_err = relative_error(pred.peak_memory_bytes, rec["peak_memory_bytes"])
+        predicted_fits = pred.peak_memory_bytes is not None and pred.peak_memory_bytes <= usable
+        fit_ok = predicted_fits == (not oom)
+    return RecordResult(i, rec, pred, t_err, m_err, fit_ok)
+
+
+def summarize(results: list[RecordResult], baseline: list[RecordResult] | None = None) -> list[KindStats]:
+    """Per-kind statistics, worst records first; ``baseline`` adds the plain-roofline MAPE."""
+    kinds: dict[str, list[RecordResult]] = {}
+    for r in results:
+        kinds.setdefault(r.record["kind"], []).append(r)
+    base: dict[str, list[float]] = {}
+    for r in baseline or []:
+        if r.time_error is not None:
+            base.setdefault(r.record["kind"], []).append(abs(r.time_error))
+    out = []
+    for kind, rs in sorted(kinds.items()):
+        errs = [abs(r.time_error) for r in rs if r.time_error is not None]
+        worst = sorted((r for r in rs if r.time_error is not None), key=lambda r: -abs(r.time_error))[:5]
+        stats = KindStats(kind, len(rs), _mean(errs), _median(errs), max(errs, default=float("nan")),
+                          [_describe(r) for r in worst])
+        mem = [abs(r.memory_error) for r in rs if r.memory_error is not None]
+        if kind == "train_step":
+            stats.memory_mape = _mean(mem)
+            fits = [r.fit_correct for r in rs if r.fit_correct is not None]
+            stats.fit_correct, stats.fit_total = sum(fits), len(fits)
+        if kind in base:
+            stats.baseline_mape = _mean(base[kind])
+        out.append(stats)
+    return out
+
+
+def _mean(xs: list[float]) -> float:
+    return statistics.fmean(xs) if xs else float("nan")
+
+
+def _median(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def _describe(r: RecordResult) -> dict:
+    rec = {k: v for k, v in r.record.items() if k not in ("time_min_s", "time_max_s", "reps")}
+    return {"index": r.index, "record": rec, "predicted_s": r.prediction.time_s, "error": r.time_error}

@@ -1,0 +1,91 @@
+"""Predict one measurement record through the same per-op and whole-step paths ``simulate`` uses."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hardware_specs.catalog import Hardware
+from models.schema import ModelSpec
+from simulator.calibration import Calibration
+from simulator.comm import COLLECTIVES, collective_time, fabric_from_hardware
+from simulator.compute import ELEMENTWISE_PASSES, attention_time, elementwise_time, gemm_time, memory_time
+from simulator.engine import device_model, simulate
+from simulator.plan import ParallelPlan
+from validation.records import record_dtype
+
+ELEMENTWISE_KINDS = ("layernorm", "rmsnorm", "gelu", "softmax", "silu_mul", "add")
+KERNEL_KINDS = ("copy", "gemm", "attention_fwd", "attention_fwd_bwd") + ELEMENTWISE_KINDS
+STRATEGIES = {"single": ("torch_amp", 0), "ddp": ("torch_amp", 0), "fsdp_full_shard": ("torch_fsdp", 3)}
+
+
+class Unsupported(Exception):
+    """A record meskcast cannot predict (unknown kind or strategy, missing field)."""
+
+
+@dataclass(frozen=True)
+class Prediction:
+    time_s: float | None
+    peak_memory_bytes: float | None = None
+    fits: bool | None = None
+
+
+def predict_record(rec: dict, hw: Hardware, cal: Calibration) -> Prediction:
+    """The predicted time (and, for training steps, peak memory and fit) of one record."""
+    kind = rec["kind"]
+    try:
+        if kind in KERNEL_KINDS:
+            return Prediction(kernel_time(rec, hw, cal))
+        if kind in COLLECTIVES:
+            fabric = fabric_from_hardware(hw, cal)
+            return Prediction(collective_time(fabric, kind, float(rec["bytes"]), int(rec["world"])))
+        if kind == "train_step":
+            return train_step_prediction(rec, hw, cal)
+    except KeyError as exc:
+        raise Unsupported(f"missing field {exc.args[0]!r}") from None
+    raise Unsupported(f"unknown kind {kind!r}")
+
+
+def kernel_time(rec: dict, hw: Hardware, cal: Calibration) -> float:
+    """Seconds of one kernel record on ``hw.accelerator`` (simulator.compute)."""
+    dev = device_model(hw.accelerator, cal)
+    kind = rec["kind"]
+    if kind == "copy":
+        return memory_time(dev, float(rec["bytes_moved"]))
+    if kind == "gemm":
+        return gemm_time(dev, rec["m"], rec["n"], rec["k"], record_dtype(rec))
+    if kind.startswith("attention"):
+        direction = "fwd" if kind == "attention_fwd" else "fwd_bwd"
+        backend = rec.get("backend", "flash")
+        return attention_time(dev, rec["batch"], rec["heads"], rec["seq"], rec["seq"], rec["head_dim"],
+                              bool(rec.get("causal", False)), rec.get("kv_heads") or rec["heads"],
+                              "math" if backend == "math" else "flash", direction)
+    assert kind in ELEMENTWISE_PASSES
+    return elementwise_time(dev, kind, rec["tokens"], rec["hidden"], record_dtype(rec))
+
+
+def reference_gpt(rec: dict) -> ModelSpec:
+    """The reference GPT of MEASUREMENTS.md: pre-LN, biases, 4h GELU MLP, untied head, no positions."""
+    h = rec["hidden"]
+    return ModelSpec(name=f"reference-gpt-{rec['layers']}x{h}", family="gpt", num_layers=rec["layers"], hidden=h,
+                     ffn_hidden=4 * h, num_heads=rec["heads"], vocab=rec["vocab"], seq_len=rec["seq"],
+                     activation="gelu", norm="layernorm", tied_embeddings=False, linear_bias=True,
+                     position="none")
+
+
+def reference_plan(rec: dict) -> ParallelPlan:
+    """The plan a reference training step ran: one GPU, DDP (ZeRO-0) or FSDP full shard (ZeRO-3)."""
+    strategy = rec.get("strategy", "single")
+    if strategy not in STRATEGIES:
+        raise Unsupported(f"unknown strategy {strategy!r}")
+    recipe, zero = STRATEGIES[strategy]
+    world = int(rec.get("world", 1))
+    mb = int(rec["micro_batch"])
+    return ParallelPlan(tp=1, pp=1, dp=world, mbs=mb, gbs=mb * world, seq=rec["seq"], zero_stage=zero,
+                        recipe=recipe, sequence_parallel=False, num_gpus=world)
+
+
+def train_step_prediction(rec: dict, hw: Hardware, cal: Calibration) -> Prediction:
+    """Time, peak allocated memory and fit of a reference training step, via simulate()."""
+    world = int(rec.get("world", 1))
+    hw = Hardware(hw.cluster, hw.node, hw.accelerator, world)
+    r = simulate(reference_gpt(rec), hw, reference_plan(rec), cal)
+    return Prediction(r.step_time_s, r.memory.peak_allocated_bytes, r.fits)

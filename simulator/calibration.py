@@ -36,6 +36,8 @@ class Calibration:
     Compute (per accelerator):
       gemm_peak_fraction[dtype]  achievable fraction of the dense datasheet peak in a large GEMM
       gemm_tile_overhead_k       per-tile prologue/epilogue expressed as extra K elements
+      gemm_small_tile_exponent   throughput of a smaller output tile: (area/largest)^exponent
+      gemm_unaligned_fraction    throughput when a leading dimension is not 16-byte aligned
       kernel_launch_s            fixed per-kernel cost seen by CUDA events (launch + tail)
       hbm_fraction               achievable fraction of datasheet HBM bandwidth (streaming)
       attention_fwd_fraction     FlashAttention forward: fraction of bf16 peak at long sequences
@@ -52,6 +54,8 @@ class Calibration:
     gemm_peak_fraction: dict = field(default_factory=lambda: {
         "bf16": 0.80, "fp16": 0.80, "tf32": 0.75, "fp32": 0.90, "fp8": 0.70, "fp4": 0.65, "fp64": 0.90})
     gemm_tile_overhead_k: float = 128.0
+    gemm_small_tile_exponent: float = 0.3
+    gemm_unaligned_fraction: float = 0.25
     kernel_launch_s: float = 6.0e-6
     hbm_fraction: float = 0.90
     attention_fwd_fraction: float = 0.65

@@ -32,10 +32,12 @@ DTYPE_BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, 
 TORCH_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float8_e4m3fn": "fp8",
                 "float64": "fp64"}
 
-# Output tiles (rows, cols) a Hopper/Ampere GEMM library chooses among, with the fraction of the
-# large-tile throughput each reaches (smaller tiles reuse operands less from shared memory).
-GEMM_TILES = ((128, 256, 1.00), (256, 128, 1.00), (128, 128, 0.92), (64, 128, 0.75), (64, 64, 0.55))
+# Output tiles (rows, cols) a Hopper/Ampere GEMM library chooses among. A smaller tile reuses
+# each operand byte loaded into shared memory for fewer FLOPs; its throughput relative to the
+# largest tile is (area / largest area) ** gemm_small_tile_exponent (calibrated).
+GEMM_TILES = ((128, 256), (256, 128), (128, 128), (64, 128), (64, 64))
 GEMM_TILE_K = 64
+GEMM_ALIGN_BYTES = 16            # TMA / vectorised loads need 16-byte aligned leading dimensions
 ATTENTION_BLOCK_Q = 128          # query rows per FlashAttention thread block
 SFU_PER_SM = 16                  # special-function units per SM (Ampere/Hopper whitepapers)
 
@@ -93,17 +95,29 @@ def gemm_time(dev: DeviceModel, m: int, n: int, k: int, dtype: str = "bf16", bat
 def _gemm_time(dev: DeviceModel, m: int, n: int, k: int, dtype: str, batch: int) -> float:
     if min(m, n, k, batch) <= 0:
         return 0.0
+    cal = dev.cal
     sms = dev.accelerator.sm_count
     per_sm = dev.peak(dtype) / sms
-    k_eff = math.ceil(k / GEMM_TILE_K) * GEMM_TILE_K + dev.cal.gemm_tile_overhead_k
+    if not gemm_aligned(m, n, k, dtype):
+        per_sm *= cal.gemm_unaligned_fraction
+    k_eff = math.ceil(k / GEMM_TILE_K) * GEMM_TILE_K + cal.gemm_tile_overhead_k
+    largest = GEMM_TILES[0][0] * GEMM_TILES[0][1]
     best = math.inf
-    for tm, tn, eff in GEMM_TILES:
+    for tm, tn in GEMM_TILES:
+        eff = (tm * tn / largest) ** cal.gemm_small_tile_exponent
         tiles = math.ceil(m / tm) * math.ceil(n / tn) * batch
         waves = math.ceil(tiles / sms)
         # a partial last wave runs its tiles with the whole SM each: no gain beyond 1 tile/SM
         best = min(best, waves * 2.0 * tm * tn * k_eff / (per_sm * eff))
     memory = gemm_bytes(m, n, k, dtype, batch) / dev.hbm_Bps
     return max(best, memory) + dev.cal.kernel_launch_s
+
+
+def gemm_aligned(m: int, n: int, k: int, dtype: str) -> bool:
+    """Whether row-major A[m,k], B[k,n], C[m,n] have 16-byte aligned leading dimensions (k, n);
+    unaligned operands keep cuBLAS off its TMA/tensor-core fast path (a slower kernel runs)."""
+    per = GEMM_ALIGN_BYTES / DTYPE_BYTES[dtype]
+    return k % per == 0 and n % per == 0
 
 
 def attention_flops(batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int, causal: bool) -> float:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from models.params import attention_params, mlp_params
 from models.schema import ModelSpec
 from simulator.comm import Fabric, collective_time
 from simulator.compute import (DTYPE_BYTES, DeviceModel, attention_flops, attention_time,
@@ -71,9 +72,28 @@ def _gemm_bwd(ctx: Context, fwd: Op) -> list[Op]:
             _gemm(ctx, fwd.name + ".wgrad", k, n, m, "bwd", batch, dtype)]
 
 
-def _elementwise(ctx: Context, name: str, op: str, tokens: int, width: int, phase: str) -> Op:
-    t = elementwise_time(ctx.dev, op, tokens, width, backward=(phase == "bwd"))
-    return Op(name, "elementwise", phase, t, bytes=tokens * width * ACT_BYTES, shape=(op, tokens, width))
+def _elementwise(ctx: Context, name: str, op: str, tokens: int, width: int, phase: str,
+                 dtype: str = "bf16") -> Op:
+    t = elementwise_time(ctx.dev, op, tokens, width, dtype, backward=(phase == "bwd"))
+    return Op(name, "elementwise", phase, t, bytes=tokens * width * DTYPE_BYTES[dtype],
+              shape=(op, tokens, width, dtype))
+
+
+def _residual_dtype(ctx: Context) -> str:
+    """Autocast (torch_amp) keeps the residual stream, norms and adds in fp32."""
+    return "fp32" if ctx.plan.recipe == "torch_amp" else "bf16"
+
+
+def _autocast_ops(ctx: Context, block: str, linear_params: float) -> list[Op]:
+    """Under autocast, each forward casts the block's fp32 weights to bf16 and the fp32 norm
+    output to bf16 before its first GEMM; backward casts the bf16 gradients back to fp32.
+    Each cast reads 4 and writes 2 bytes per element (or the reverse)."""
+    if ctx.plan.recipe != "torch_amp":
+        return []
+    nbytes = 6 * (linear_params + ctx.tokens * ctx.model.hidden)
+    t = memory_time(ctx.dev, nbytes, launches=3)
+    return [Op(f"{block}.autocast_casts", "memory", "fwd", t, bytes=nbytes),
+            Op(f"{block}.autocast_casts", "memory", "bwd", t, bytes=nbytes)]
 
 
 def _attention(ctx: Context, phase: str) -> Op:
@@ -102,7 +122,8 @@ def attention_block_fwd(ctx: Context) -> list[Op]:
     """Norm, (SP all-gather), QKV / MLA projections, attention core (+CP ring), out-proj, TP reduce."""
     m, p = ctx.model, ctx.plan
     T, h, tp = ctx.tokens, m.hidden, p.tp
-    ops = [_elementwise(ctx, "attention.norm", m.norm, ctx.sp_tokens, h, "fwd")]
+    rd = _residual_dtype(ctx)
+    ops = [_elementwise(ctx, "attention.norm", m.norm, ctx.sp_tokens, h, "fwd", rd)]
     act = ctx.tokens * h * ACT_BYTES
     if p.sp:
         ops.append(ctx.comm("attention.sp_all_gather", "all_gather", act / tp, "tp", "fwd"))
@@ -127,8 +148,8 @@ def attention_block_fwd(ctx: Context) -> list[Op]:
     out = _gemm(ctx, "attention.out", T, h, heads * vd, "fwd")
     ops.append(out)
     ops += _tp_reduce(ctx, "attention", act, out.time_s)
-    ops.append(_elementwise(ctx, "attention.residual", "add", ctx.sp_tokens, h, "fwd"))
-    return ops
+    ops.append(_elementwise(ctx, "attention.residual", "add", ctx.sp_tokens, h, "fwd", rd))
+    return ops + _autocast_ops(ctx, "attention", attention_params(m) / tp)
 
 
 def _mla_projections(ctx: Context, heads: int) -> list[Op]:
@@ -162,7 +183,8 @@ def mlp_block_fwd(ctx: Context, moe: bool) -> list[Op]:
     m, p = ctx.model, ctx.plan
     T, h = ctx.tokens, m.hidden
     act = T * h * ACT_BYTES
-    ops = [_elementwise(ctx, "mlp.norm", m.norm, ctx.sp_tokens, h, "fwd")]
+    rd = _residual_dtype(ctx)
+    ops = [_elementwise(ctx, "mlp.norm", m.norm, ctx.sp_tokens, h, "fwd", rd)]
     if p.sp:
         ops.append(ctx.comm("mlp.sp_all_gather", "all_gather", act / p.tp, "tp", "fwd"))
     if moe:
@@ -172,8 +194,9 @@ def mlp_block_fwd(ctx: Context, moe: bool) -> list[Op]:
         ops += _dense_ffn(ctx, "mlp", T, m.ffn_hidden // p.tp)
         last = ops[-1].time_s
     ops += _tp_reduce(ctx, "mlp", act, last)
-    ops.append(_elementwise(ctx, "mlp.residual", "add", ctx.sp_tokens, h, "fwd"))
-    return ops
+    ops.append(_elementwise(ctx, "mlp.residual", "add", ctx.sp_tokens, h, "fwd", rd))
+    linear = mlp_params(m, m.ffn_hidden) / p.tp if not moe else 0.0
+    return ops + _autocast_ops(ctx, "mlp", linear)
 
 
 def _dense_ffn(ctx: Context, name: str, tokens: int, ffn_local: int, batch: int = 1) -> list[Op]:
@@ -219,8 +242,8 @@ def backward_of(ctx: Context, fwd: list[Op]) -> list[Op]:
         elif op.kind == "attention":
             out.append(_attention(ctx, "bwd"))
         elif op.kind == "elementwise":
-            kind, tokens, width = op.shape
-            out.append(_elementwise(ctx, op.name, kind, tokens, width, "bwd"))
+            kind, tokens, width, dtype = op.shape
+            out.append(_elementwise(ctx, op.name, kind, tokens, width, "bwd", dtype))
         elif op.kind == "collective":
             out.append(Op(op.name + ".bwd", op.kind, "bwd", op.time_s, bytes=op.bytes, shape=op.shape,
                           group=op.group, overlap_s=op.overlap_s))
@@ -254,7 +277,9 @@ def embedding_ops(ctx: Context) -> list[Op]:
     if p.tp > 1:
         kind = "reduce_scatter" if p.sp else "all_reduce"
         ops.append(ctx.comm(f"embedding.tp_{kind}", kind, act, "tp", "fwd"))
-    ops.append(Op("embedding.grad", "memory", "bwd", memory_time(ctx.dev, 3 * act), bytes=3 * act))
+    table = m.vocab * m.hidden / p.tp * DTYPE_BYTES["fp32"] * 2     # zero-fill + accumulate the dense grad
+    ops.append(Op("embedding.grad", "memory", "bwd", memory_time(ctx.dev, 3 * act + table, launches=2),
+                  bytes=3 * act + table))
     return ops
 
 
@@ -262,16 +287,19 @@ def head_ops(ctx: Context) -> list[Op]:
     """Final norm, output-head GEMM (vocab split over tp), fp32 cross-entropy, and backward."""
     m, p = ctx.model, ctx.plan
     T, h, v_local = ctx.tokens, m.hidden, math.ceil(m.vocab / p.tp)
-    fwd = [_elementwise(ctx, "head.norm", m.norm, ctx.sp_tokens, h, "fwd")]
+    fwd = [_elementwise(ctx, "head.norm", m.norm, ctx.sp_tokens, h, "fwd", _residual_dtype(ctx))]
     if p.sp:
         fwd.append(ctx.comm("head.sp_all_gather", "all_gather", T * h * ACT_BYTES / p.tp, "tp", "fwd"))
     fwd.append(_gemm(ctx, "head.logits", T, v_local, h, "fwd", dtype="bf16"))
-    loss_bytes = T * v_local * (ACT_BYTES + 3 * DTYPE_BYTES["fp32"])  # upcast, log-softmax, grad
-    loss = Op("head.cross_entropy", "memory", "fwd", memory_time(ctx.dev, loss_bytes, launches=3), bytes=loss_bytes)
+    # fp32 cross-entropy as PyTorch runs it: upcast (r2 w4), log-softmax (2 reads of 4, w4);
+    # backward: dense NLL gradient (w4), log-softmax backward (r4 r4 w4), downcast (r4 w2)
+    loss_bytes, loss_bwd_bytes = T * v_local * 18, T * v_local * 22
+    loss = Op("head.cross_entropy", "memory", "fwd", memory_time(ctx.dev, loss_bytes, launches=4), bytes=loss_bytes)
     fwd.append(loss)
     if p.tp > 1:
         fwd.append(ctx.comm("head.tp_loss_all_reduce", "all_reduce", 3 * T * 4, "tp", "fwd"))
-    bwd = [Op("head.cross_entropy", "memory", "bwd", loss.time_s, bytes=loss_bytes)]
+    bwd = [Op("head.cross_entropy", "memory", "bwd", memory_time(ctx.dev, loss_bwd_bytes, launches=4),
+              bytes=loss_bwd_bytes)]
     bwd += backward_of(ctx, [op for op in fwd if op.kind != "memory" and op.group != "tp"
                              or op.name == "head.sp_all_gather"])
     return fwd + bwd

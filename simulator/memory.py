@@ -235,7 +235,7 @@ def stage_memory(ctx: Context, stage: int, layers: range, first: bool, last: boo
     logits = 0.0
     if last:
         v_local = math.ceil(m.vocab / p.tp)
-        logits = ctx.tokens * v_local * (2 + 4 + 4)   # bf16 logits, fp32 log-softmax, fp32 grad
+        logits = ctx.tokens * v_local * 12   # backward of the fp32 loss: saved log-softmax, NLL grad, its grad
     if p.recipe == "torch_amp":
         # zero_grad(set_to_none=True): gradients are allocated during backward as activations
         # (and autocast's weight copies) are freed, so the peak is the larger of the two ends

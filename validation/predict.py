@@ -49,7 +49,7 @@ def kernel_time(rec: dict, hw: Hardware, cal: Calibration) -> float:
     dev = device_model(hw.accelerator, cal)
     kind = rec["kind"]
     if kind == "copy":
-        return memory_time(dev, float(rec["bytes_moved"]))
+        return memory_time(dev, float(rec["bytes_moved"]), op="copy")
     if kind == "gemm":
         return gemm_time(dev, rec["m"], rec["n"], rec["k"], record_dtype(rec))
     if kind.startswith("attention"):

@@ -21,12 +21,19 @@ PROFILE_DIR = Path(__file__).resolve().parent.parent / "hardware_specs" / "profi
 class LinkEfficiency:
     """α–β parameters of one fabric tier as NCCL achieves them.
 
-    ``alpha_s``: fixed cost per algorithm step (launch + one hop latency), seconds.
-    ``bandwidth_fraction``: achieved fraction of the tier's per-direction bandwidth at large sizes.
+    NCCL runs a low-latency protocol (LL/LL128: small fixed cost, part of the bandwidth) and a
+    bandwidth protocol (Simple: larger fixed cost, full bandwidth), choosing by message size;
+    each is an α–β pair and ``ll_max_bytes`` is the largest size sent with the low-latency one.
+    ``alpha_s``: Simple protocol's fixed cost per algorithm step (launch + hop latency), seconds.
+    ``bandwidth_fraction``: Simple's achieved fraction of the tier's per-direction bandwidth.
+    ``ll_alpha_s``, ``ll_bandwidth_fraction``: the same for the low-latency protocol.
     """
 
     alpha_s: float
     bandwidth_fraction: float
+    ll_alpha_s: float = 0.0
+    ll_bandwidth_fraction: float = 0.0
+    ll_max_bytes: float = 65536.0
 
 
 @dataclass(frozen=True)
@@ -47,6 +54,7 @@ class Calibration:
       memory_op_fraction[op]     achieved fraction of HBM bandwidth of one memory-bound kernel
                                  family (layernorm, softmax, ...); default hbm_fraction
       collective_fraction[kind]  NCCL's achieved bandwidth of a collective relative to all_reduce
+      collective_alpha_fraction[kind]  its fixed cost relative to all_reduce's per step
     Communication (per tier kind: nvlink, pcie, xgmi, scale_out):
       links[kind]                LinkEfficiency
     """
@@ -64,8 +72,9 @@ class Calibration:
     attention_tile_overhead: float = 1.0
     memory_op_fraction: dict = field(default_factory=dict)
     collective_fraction: dict = field(default_factory=dict)
+    collective_alpha_fraction: dict = field(default_factory=dict)
     links: dict = field(default_factory=lambda: {
-        "nvlink": LinkEfficiency(alpha_s=8.0e-6, bandwidth_fraction=0.80),
+        "nvlink": LinkEfficiency(alpha_s=8.0e-6, bandwidth_fraction=0.80, ll_alpha_s=5.0e-6, ll_bandwidth_fraction=0.3),
         "xgmi": LinkEfficiency(alpha_s=10.0e-6, bandwidth_fraction=0.70),
         "pcie": LinkEfficiency(alpha_s=10.0e-6, bandwidth_fraction=0.75),
         "c2c": LinkEfficiency(alpha_s=5.0e-6, bandwidth_fraction=0.80),
@@ -100,7 +109,7 @@ def calibration_from_dict(data: dict, origin: str = "profile") -> Calibration:
     if unknown:
         raise SpecError(f"{origin}: parameters", f"unknown parameter(s) {sorted(unknown)}")
     merged = {**base, **params}
-    for key in ("gemm_peak_fraction", "memory_op_fraction", "collective_fraction"):
+    for key in ("gemm_peak_fraction", "memory_op_fraction", "collective_fraction", "collective_alpha_fraction"):
         merged[key] = {**base[key], **(params.get(key) or {})}
     links = {**base["links"], **params.get("links", {})}
     try:
@@ -129,3 +138,25 @@ def save_calibration(cal: Calibration, path: Path, meta: dict) -> None:
     doc = {**meta, "parameters": cal.to_dict()}
     doc["parameters"].pop("name", None)
     Path(path).write_text(yaml.safe_dump(doc, sort_keys=False))
+
+
+def calibration_for(accelerator, explicit: str | None = None) -> tuple[Calibration, str]:
+    """The calibration to use for ``accelerator`` and a note saying where it came from:
+    an explicit profile; the accelerator's own profile; else the profile of the nearest
+    calibrated accelerator of the same family (its fitted efficiencies, this accelerator's
+    datasheet); else the documented defaults."""
+    if explicit:
+        cal = load_calibration(explicit)
+        return cal, f"profile {explicit}"
+    own = accelerator.calibration_profile
+    if own and (PROFILE_DIR / f"{own}.yaml").exists():
+        return load_calibration(own), f"profile {own} (fitted on measurements of this accelerator)"
+    from hardware_specs.catalog import list_accelerators, load_accelerator
+    for name in list_accelerators():
+        other = load_accelerator(name)
+        prof = other.calibration_profile
+        if other.family == accelerator.family and prof and (PROFILE_DIR / f"{prof}.yaml").exists():
+            return load_calibration(prof), (f"profile {prof}: {accelerator.name} has never been measured; "
+                                            f"using the nearest calibrated {accelerator.family} profile with "
+                                            f"{accelerator.name}'s datasheet")
+    return DEFAULT, f"uncalibrated defaults: no measured {accelerator.family} accelerator"

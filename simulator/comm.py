@@ -9,12 +9,16 @@ bandwidth: eight data-parallel groups (one per tensor-parallel rank) each get on
 Costs (Thakur, Rabenseifner & Gropp 2005; NCCL's ring/tree algorithms), with n ranks, a
 per-rank buffer of B bytes, achieved bandwidth β and per-step cost α:
 
-  all_reduce     ring  2(n-1)/n · B/β + 2(n-1)α      tree  2·B/β + 2⌈log2 n⌉α  (the faster)
-  reduce_scatter (n-1)/n · B/β + (n-1)α               B = full input
-  all_gather     (n-1) · B/β + (n-1)α                 B = input shard
-  all_to_all     (n-1)/n · B/β + (n-1)α
-  broadcast      B/β + ⌈log2 n⌉α                      (pipelined ring / tree)
-  send_recv      B/β + α
+  all_reduce     ring  2(n-1)/n · B/β + 2(n-1)h      tree  2·B/β + 2⌈log2 n⌉h  (fewer steps)
+  reduce_scatter (n-1)/n · B/β + (n-1)h               B = full input
+  all_gather     (n-1) · B/β + (n-1)h                 B = input shard
+  all_to_all     (n-1)/n · B/β + (n-1)h
+  broadcast      B/β + ⌈log2 n⌉h                      (pipelined ring / tree)
+  send_recv      B/β + h
+each plus the call's fixed cost α (launch, synchronisation, protocol setup; calibrated per
+collective kind), with h the per-hop latency of the tier (catalog ``latency_s``). NCCL sends
+messages up to a size threshold with a low-latency protocol (its own α and β) and larger ones
+with its bandwidth protocol; both lines and the threshold are calibrated.
 
 A group spanning several level-0 domains with k members in each runs hierarchically
 (reduce-scatter inside the domain, the collective across domains on B/k, all-gather inside):
@@ -42,6 +46,10 @@ class Level:
     bandwidth_Bps: float      # datasheet per-direction bandwidth share per GPU
     alpha_s: float
     beta_Bps: float           # achieved per-direction bandwidth per GPU
+    ll_alpha_s: float = 0.0   # low-latency protocol (0: not modelled on this level)
+    ll_beta_Bps: float = 0.0
+    hop_s: float = 0.0        # per-step hop latency (catalog latency_s)
+    ll_max_bytes: float = 0.0 # largest message sent with the low-latency protocol
 
 
 @dataclass(frozen=True)
@@ -49,13 +57,14 @@ class Fabric:
     """The levels of a system, inner to outer."""
 
     levels: tuple[Level, ...]
-    kind_fraction: tuple = ()      # ((collective, fraction), ...): NCCL efficiency per collective
+    kind_fraction: tuple = ()      # ((collective, bandwidth fraction), ...) relative to all_reduce
+    kind_alpha: tuple = ()         # ((collective, fixed-cost fraction), ...)
 
     def fraction(self, kind: str) -> float:
-        for k, v in self.kind_fraction:
-            if k == kind:
-                return v
-        return 1.0
+        return _lookup(self.kind_fraction, kind)
+
+    def alpha_fraction(self, kind: str) -> float:
+        return _lookup(self.kind_alpha, kind)
 
     def level_for_span(self, span: int) -> Level:
         """The innermost level whose domain holds ``span`` consecutive GPUs."""
@@ -65,43 +74,72 @@ class Fabric:
         return self.levels[-1]
 
 
+def _lookup(pairs: tuple, key: str) -> float:
+    for k, v in pairs:
+        if k == key:
+            return v
+    return 1.0
+
+
 def fabric_from_hardware(hw: Hardware, cal: Calibration = DEFAULT) -> Fabric:
     """Build the levels of ``hw``: the intra-node fabric, then each scale-out tier."""
     node = hw.node
     intra = node.intra_node
     span0 = min(intra.domain_gpus or node.gpus_per_node, hw.num_gpus)
     eff = cal.link(intra.kind)
-    levels = [Level("intra_node", intra.kind, span0, intra.bandwidth_per_direction_Bps,
-                    max(eff.alpha_s, intra.latency_s), intra.bandwidth_per_direction_Bps * eff.bandwidth_fraction)]
+    bw0 = intra.bandwidth_per_direction_Bps
+    levels = [Level("intra_node", intra.kind, span0, bw0, eff.alpha_s, bw0 * eff.bandwidth_fraction,
+                    eff.ll_alpha_s, bw0 * eff.ll_bandwidth_fraction, intra.latency_s, eff.ll_max_bytes)]
     for tier in hw.cluster.tiers:
         share = tier.nics_per_node * tier.nic_bandwidth_per_direction_Bps / node.gpus_per_node
         share /= tier.oversubscription
         span = hw.num_gpus if tier.span_nodes is None else tier.span_nodes * node.gpus_per_node
         e = cal.link("scale_out")
-        levels.append(Level(tier.name, "scale_out", max(span, span0), share, max(e.alpha_s, tier.latency_s),
-                            share * e.bandwidth_fraction))
-    return Fabric(tuple(levels), tuple(sorted(cal.collective_fraction.items())))
+        levels.append(Level(tier.name, "scale_out", max(span, span0), share, e.alpha_s, share * e.bandwidth_fraction,
+                            e.ll_alpha_s, share * e.ll_bandwidth_fraction, tier.latency_s, e.ll_max_bytes))
+    return Fabric(tuple(levels), tuple(sorted(cal.collective_fraction.items())),
+                  tuple(sorted(cal.collective_alpha_fraction.items())))
 
 
-def flat_time(level: Level, kind: str, nbytes: float, n: int, fraction: float = 1.0) -> float:
-    """Time of one collective among ``n`` ranks all on ``level`` (formulas in the module doc);
-    ``fraction`` scales the achieved bandwidth for this collective kind."""
+def flat_time(level: Level, kind: str, nbytes: float, n: int, fraction: float = 1.0,
+              alpha_fraction: float = 1.0) -> float:
+    """Time of one collective among ``n`` ranks all on ``level`` (formulas in the module doc):
+    the faster of NCCL's low-latency and bandwidth protocols; ``fraction`` and
+    ``alpha_fraction`` scale the achieved bandwidth and fixed cost for this collective kind."""
     if n <= 1 or nbytes <= 0:
         return 0.0
-    a, b = level.alpha_s, level.beta_Bps * fraction
+    if level.ll_beta_Bps > 0 and nbytes <= level.ll_max_bytes:
+        return _alpha_beta(kind, nbytes, n, level.ll_alpha_s * alpha_fraction, level.ll_beta_Bps * fraction,
+                           level.hop_s)
+    return _alpha_beta(kind, nbytes, n, level.alpha_s * alpha_fraction, level.beta_Bps * fraction, level.hop_s)
+
+
+def steps(kind: str, n: int) -> int:
+    """Algorithm steps (hops on the critical path) of a ring/tree collective over ``n`` ranks."""
     if kind == "all_reduce":
-        ring = 2 * (n - 1) / n * nbytes / b + 2 * (n - 1) * a
-        tree = 2 * nbytes / b + 2 * math.ceil(math.log2(n)) * a
-        return min(ring, tree)
-    if kind in ("reduce_scatter", "all_to_all"):
-        return (n - 1) / n * nbytes / b + (n - 1) * a
-    if kind == "all_gather":
-        return (n - 1) * nbytes / b + (n - 1) * a
+        return min(2 * (n - 1), 2 * math.ceil(math.log2(n)))
+    if kind in ("reduce_scatter", "all_to_all", "all_gather"):
+        return n - 1
     if kind == "broadcast":
-        return nbytes / b + math.ceil(math.log2(n)) * a
+        return math.ceil(math.log2(n))
     if kind == "send_recv":
-        return nbytes / b + a
+        return 1
     raise ValueError(f"unknown collective {kind!r}")
+
+
+def _alpha_beta(kind: str, nbytes: float, n: int, a: float, b: float, hop: float) -> float:
+    """Fixed cost of the call ``a`` (launch, synchronisation, protocol setup), one ``hop``
+    latency per algorithm step, and the bytes each rank moves over bandwidth ``b``."""
+    fixed = a + steps(kind, n) * hop
+    if kind == "all_reduce":
+        ring = 2 * (n - 1) / n * nbytes / b
+        tree = 2 * nbytes / b
+        return fixed + (ring if n <= 2 or ring <= tree else tree)
+    if kind in ("reduce_scatter", "all_to_all"):
+        return fixed + (n - 1) / n * nbytes / b
+    if kind == "all_gather":
+        return fixed + (n - 1) * nbytes / b
+    return fixed + nbytes / b
 
 
 def collective_time(fabric: Fabric, kind: str, nbytes: float, n: int, stride: int = 1) -> float:
@@ -111,7 +149,7 @@ def collective_time(fabric: Fabric, kind: str, nbytes: float, n: int, stride: in
         return 0.0
     inner = fabric.levels[0]
     if stride * n <= inner.span_gpus or len(fabric.levels) == 1:
-        return flat_time(inner, kind, nbytes, n, fabric.fraction(kind))
+        return flat_time(inner, kind, nbytes, n, fabric.fraction(kind), fabric.alpha_fraction(kind))
     k = max(1, min(n, inner.span_gpus // stride))      # members sharing one inner domain
     outer = fabric.level_for_span(stride * n)
     r = n // k                                          # inner domains the group spans
@@ -120,12 +158,18 @@ def collective_time(fabric: Fabric, kind: str, nbytes: float, n: int, stride: in
     if kind == "all_reduce":
         return (flat_time(inner, "reduce_scatter", nbytes, k) + flat_time(outer, "all_reduce", nbytes / k, r)
                 + flat_time(inner, "all_gather", nbytes / k, k))
+    # NCCL runs all-gather and reduce-scatter as one ring over all n ranks: bandwidth as the
+    # hierarchical split (the inter-node hops carry 1/k of the data per NIC), but n-1 steps, each
+    # waiting on the slowest (inter-node) hop
+    ring_latency = (n - r) * outer.hop_s
     if kind == "reduce_scatter":
-        return flat_time(inner, "reduce_scatter", nbytes, k) + flat_time(outer, "reduce_scatter", nbytes / k, r)
+        return (flat_time(inner, "reduce_scatter", nbytes, k) + flat_time(outer, "reduce_scatter", nbytes / k, r)
+                + ring_latency - (k - 1) * inner.hop_s)
     if kind == "all_gather":
-        return flat_time(outer, "all_gather", nbytes, r) + flat_time(inner, "all_gather", nbytes * r, k)
+        return (flat_time(outer, "all_gather", nbytes, r) + flat_time(inner, "all_gather", nbytes * r, k)
+                + ring_latency - (k - 1) * inner.hop_s)
     if kind == "all_to_all":
-        off = (n - k) / n * nbytes / outer.beta_Bps + (r - 1) * outer.alpha_s
-        on = (k - 1) / n * nbytes / inner.beta_Bps + (k - 1) * inner.alpha_s
+        off = (n - k) / n * nbytes / outer.beta_Bps + outer.alpha_s + (r - 1) * outer.hop_s
+        on = (k - 1) / n * nbytes / inner.beta_Bps + inner.alpha_s + (k - 1) * inner.hop_s
         return max(off, on)
     return flat_time(outer, kind, nbytes, n)

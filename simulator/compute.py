@@ -151,11 +151,15 @@ def attention_time(dev: DeviceModel, batch: int, heads: int, seq_q: int, seq_kv:
                    direction: str = "fwd") -> float:
     """Predicted time of scaled-dot-product attention, seconds.
 
-    ``direction``: ``fwd``, ``bwd`` or ``fwd_bwd``. ``backend``: ``flash`` (fused, IO-aware) or
-    ``math`` (unfused: GEMMs and softmax over the materialised score matrix)."""
+    ``direction``: ``fwd``, ``bwd`` or ``fwd_bwd``. ``backend``: ``flash`` (fused, IO-aware),
+    ``unfused`` (Megatron-LM before FlashAttention: 16-bit batched GEMMs around one fused
+    scale-mask-softmax kernel over the materialised score matrix) or ``math`` (PyTorch's SDPA
+    math backend: the same in fp32 with separate mask and softmax passes)."""
     kv_heads = kv_heads or heads
     if backend == "math":
         return _math_attention_time(dev, batch, heads, seq_q, seq_kv, head_dim, causal, direction)
+    if backend == "unfused":
+        return _unfused_attention_time(dev, batch, heads, seq_q, seq_kv, head_dim, direction)
     t = 0.0
     if direction in ("fwd", "fwd_bwd"):
         t += _flash_pass(dev, batch, heads, kv_heads, seq_q, seq_kv, head_dim, causal, bwd=False)
@@ -199,6 +203,21 @@ def _flash_pass(dev: DeviceModel, batch: int, heads: int, kv_heads: int, seq_q: 
         io = 2.5 * io + batch * heads * seq_q * head_dim * (2 + 2 + 4 + 4 + 2)
         launches = 3
     return max(compute, io / dev.hbm_Bps) + launches * cal.kernel_launch_s
+
+
+def _unfused_attention_time(dev: DeviceModel, batch: int, heads: int, seq_q: int, seq_kv: int,
+                            head_dim: int, direction: str) -> float:
+    """Megatron-LM's unfused attention: QK^T and PV as 16-bit batched GEMMs, one fused
+    scale+mask+softmax pass over the s x s scores (read 2, write 2 bytes); backward: four
+    batched GEMMs and the fused softmax backward (read P and dP, write dS)."""
+    bh = batch * heads
+    scores = bh * seq_q * seq_kv * 2
+    t_fwd = (gemm_time(dev, seq_q, seq_kv, head_dim, "bf16", bh) + gemm_time(dev, seq_q, head_dim, seq_kv, "bf16", bh)
+             + memory_time(dev, 2 * scores, op="softmax"))
+    t_bwd = (gemm_time(dev, seq_q, seq_kv, head_dim, "bf16", bh) + gemm_time(dev, seq_kv, head_dim, seq_q, "bf16", bh)
+             + gemm_time(dev, seq_q, head_dim, seq_kv, "bf16", bh) + gemm_time(dev, seq_kv, head_dim, seq_q, "bf16", bh)
+             + memory_time(dev, 3 * scores, op="softmax"))
+    return {"fwd": t_fwd, "bwd": t_bwd, "fwd_bwd": t_fwd + t_bwd}[direction]
 
 
 def _math_attention_time(dev: DeviceModel, batch: int, heads: int, seq_q: int, seq_kv: int,

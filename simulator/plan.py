@@ -132,7 +132,7 @@ def resolve_plan(model: ModelSpec, plan: ParallelPlan, num_gpus: int) -> Paralle
     _choice("recompute", plan.recompute, RECOMPUTE)
     _choice("recipe", plan.recipe, RECIPES)
     _choice("precision", plan.precision, PRECISIONS)
-    _choice("attention", plan.attention, ("flash", "unfused"))
+    _choice("attention", plan.attention, ("flash", "unfused", "math"))
     if plan.zero_stage not in (0, 1, 2, 3):
         raise PlanError("zero_stage", f"must be 0, 1, 2 or 3, got {plan.zero_stage!r}")
     gpus = plan.num_gpus or num_gpus

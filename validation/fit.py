@@ -45,8 +45,11 @@ COMPUTE_PARAMS = [Param(f"gemm_peak_fraction.{d}", 0.05, 1.0) for d in ("bf16", 
 
 def comm_params(link: str) -> list[Param]:
     """α and β of one link kind, and NCCL's per-collective bandwidth relative to all-reduce."""
-    return [Param(f"links.{link}.alpha_s", 1e-6, 200e-6), Param(f"links.{link}.bandwidth_fraction", 0.1, 1.0)] + \
-        [Param(f"collective_fraction.{k}", 0.2, 2.0) for k in COLLECTIVE_KINDS if k != "all_reduce"]
+    others = [k for k in COLLECTIVE_KINDS if k != "all_reduce"]
+    return [Param(f"links.{link}.alpha_s", 1e-6, 200e-6), Param(f"links.{link}.bandwidth_fraction", 0.1, 1.0),
+            Param(f"links.{link}.ll_alpha_s", 1e-6, 200e-6), Param(f"links.{link}.ll_bandwidth_fraction", 0.02, 1.0)] + \
+        [Param(f"collective_fraction.{k}", 0.2, 2.0) for k in others] + \
+        [Param(f"collective_alpha_fraction.{k}", 0.2, 5.0) for k in others]
 
 
 def get_value(cal: Calibration, path: str) -> float:
@@ -64,7 +67,8 @@ def set_values(cal: Calibration, params: list[Param], values) -> Calibration:
     """A copy of ``cal`` with each parameter set to its value."""
     updates: dict = {}
     links = dict(cal.links)
-    dicts = {k: dict(getattr(cal, k)) for k in ("gemm_peak_fraction", "memory_op_fraction", "collective_fraction")}
+    dicts = {k: dict(getattr(cal, k)) for k in ("gemm_peak_fraction", "memory_op_fraction", "collective_fraction",
+                                                 "collective_alpha_fraction")}
     for p, v in zip(params, values):
         parts = p.path.split(".")
         if parts[0] == "links":
@@ -90,13 +94,27 @@ class FitResult:
     n_records: int
     success: bool
     message: str
+    cost: float = 0.0
 
 
 def fit(samples: list[tuple[dict, Hardware]], params: list[Param], start: Calibration = DEFAULT,
-        name: str = "fitted") -> FitResult:
-    """Fit ``params`` to (record, hardware) samples by robust least squares on log errors."""
+        name: str = "fitted", seeds: list[dict] | None = None) -> FitResult:
+    """Fit ``params`` to (record, hardware) samples by robust least squares on log errors.
+    ``seeds`` ({path: value} overrides of ``start``) give extra starting points for models with
+    several basins (NCCL's two protocols); the fit with the lowest cost wins."""
+    best = None
+    for seed in [{}] + list(seeds or []):
+        keys = list(seed)
+        first = set_values(start, [Param(k, -math.inf, math.inf) for k in keys], [seed[k] for k in keys])
+        res = _fit_once(samples, params, first, start, name)
+        if best is None or res.cost < best.cost:
+            best = res
+    return best
+
+
+def _fit_once(samples, params, first: Calibration, start: Calibration, name: str) -> "FitResult":
     samples = [(r, hw) for r, hw in samples if r.get("time_s") and not r.get("oom")]
-    x0 = np.array([min(max(get_value(start, p.path), p.lower), p.upper) for p in params])
+    x0 = np.array([min(max(get_value(first, p.path), p.lower), p.upper) for p in params])
     lo = np.array([p.lower for p in params])
     hi = np.array([p.upper for p in params])
     scale = np.maximum(np.abs(x0), 1e-9)
@@ -117,7 +135,19 @@ def fit(samples: list[tuple[dict, Hardware]], params: list[Param], start: Calibr
     values = list(sol.x * scale)
     cal = replace(set_values(start, params, values), name=name)
     rms = float(np.sqrt(np.mean(sol.fun ** 2))) if len(sol.fun) else float("nan")
-    return FitResult(cal, params, values, rms, len(samples), bool(sol.success), str(sol.message))
+    return FitResult(cal, params, values, rms, len(samples), bool(sol.success), str(sol.message), float(sol.cost))
+
+
+def comm_seeds(link: str) -> list[dict]:
+    """Starting points for the two-protocol link model, over a grid of protocol switch sizes
+    (a threshold has no gradient, so it is chosen by the best fit over the grid)."""
+    shapes = [{f"links.{link}.alpha_s": 30e-6, f"links.{link}.bandwidth_fraction": 0.7,
+             f"links.{link}.ll_alpha_s": 10e-6, f"links.{link}.ll_bandwidth_fraction": 0.3},
+            {f"links.{link}.alpha_s": 30e-6, f"links.{link}.bandwidth_fraction": 0.67,
+             f"links.{link}.ll_alpha_s": 70e-6, f"links.{link}.ll_bandwidth_fraction": 0.78},
+            {f"links.{link}.alpha_s": 75e-6, f"links.{link}.bandwidth_fraction": 0.75,
+             f"links.{link}.ll_alpha_s": 35e-6, f"links.{link}.ll_bandwidth_fraction": 0.25}]
+    return [{**shape, f"links.{link}.ll_max_bytes": float(2 ** k)} for shape in shapes for k in (14, 15, 16, 17, 19)]
 
 
 def split_holdout(n: int, every: int = 5) -> tuple[list[int], list[int]]:

@@ -8,7 +8,7 @@ import sys
 from hardware_specs import load_hardware
 from hardware_specs.errors import MeshcastError
 from models import load_model
-from simulator.calibration import load_calibration
+from simulator.calibration import calibration_for
 from simulator.plan import ParallelPlan, load_plan, plan_from_dict
 
 PLAN_OPTIONS = (  # (flag, plan field, type, help)
@@ -77,13 +77,7 @@ def load_inputs(args: argparse.Namespace):
     """(model, hardware, calibration) from the common options."""
     model = load_model(args.model)
     hw = load_hardware(args.cluster, args.gpus)
-    cal_name = args.calibration or hw.accelerator.calibration_profile
-    try:
-        cal = load_calibration(cal_name)
-    except MeshcastError:
-        if args.calibration:
-            raise
-        from simulator.calibration import DEFAULT as cal
+    cal, _ = calibration_for(hw.accelerator, args.calibration)
     return model, hw, cal
 
 

@@ -1,0 +1,60 @@
+"""``meshcast calibrate``: fit the cost model's efficiency parameters to GPU measurements."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from meshcast.commands.common import emit_json
+from simulator.calibration import DEFAULT, load_calibration, save_calibration
+from validation.calibrate import calibrate, profile_metadata
+from validation.hardware import hardware_for
+from validation.records import load_measurements
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("calibrate", help="fit efficiency parameters to measurements, write a profile",
+                       description="Fit the named efficiency parameters (achievable GEMM peak per dtype, tile "
+                                   "and launch overheads, HBM and attention efficiency, NCCL α/β per link) to "
+                                   "measurement files; every 5th record is held out and its error reported.")
+    p.add_argument("--measurements", nargs="+", required=True, help="measurement JSON files (MEASUREMENTS.md)")
+    p.add_argument("--hardware", help="accelerator or cluster name (default: from each file's info.gpu)")
+    p.add_argument("-o", "--output", required=True, help="profile YAML to write")
+    p.add_argument("--name", help="profile name (default: the output file's stem)")
+    p.add_argument("--start", help="profile whose values seed the fit and stand for parameters these "
+                                   "measurements cannot fit (e.g. NVLink α/β from another machine)")
+    p.add_argument("--holdout-every", type=int, default=5, help="hold out every N-th record (0: none)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    files = []
+    for path in args.measurements:
+        mf = load_measurements(path)
+        files.append((mf, hardware_for(mf, args.hardware)))
+    name = args.name or Path(args.output).stem
+    print(f"fitting {sum(len(mf.records) for mf, _ in files)} records from {len(files)} file(s)...", file=sys.stderr)
+    start = load_calibration(args.start) if args.start else DEFAULT
+    report = calibrate(files, name, start=start, holdout_every=args.holdout_every)
+    accelerator = files[0][1].accelerator.name
+    meta = profile_metadata(report, accelerator)
+    if args.start:
+        meta["seeded_from"] = args.start
+    save_calibration(report.calibration, Path(args.output), meta)
+    if args.json:
+        emit_json({**meta, "parameters": report.calibration.to_dict()})
+        return 0
+    for key, res in report.fits.items():
+        print(f"{key}: {res.n_records} records, rms log-error {res.residual_rms:.3f}, "
+              f"{'converged' if res.success else 'NOT converged: ' + res.message}")
+        for p, v in zip(res.params, res.values):
+            print(f"  {p.path:<44} {v:.4g}")
+    print(f"\n{'kind':<20}{'fitted MAPE':>12}{'held-out MAPE':>15}{'held-out worst':>16}")
+    held = {s.kind: s for s in report.held_out}
+    for s in report.fitted:
+        h = held.get(s.kind)
+        print(f"{s.kind:<20}{s.mape:>12.1%}{(h.mape if h else float('nan')):>15.1%}"
+              f"{(h.worst_abs_error if h else float('nan')):>16.1%}")
+    print(f"\nwrote {args.output}")
+    return 0

@@ -1,0 +1,227 @@
+"""NCCL collective suite, one process per GPU:
+
+    export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+    python3 -m torch.distributed.run --nproc_per_node=2 validation/harness/collectives.py --out FILE
+
+Each rep: synchronize, barrier, then CUDA events around one collective on each rank; the per-rep
+time is the max over ranks (all-reduced with MAX after all reps, outside the timed region);
+time_s is the median over reps. For sizes up to 64 MiB, `time_batched_s` (informative) is the
+per-call time of 20 back-to-back calls in one event pair (median of 5, max over ranks): it spreads
+the ranks' launch skew after the barrier over 20 calls, as nccl-tests do, and is the better
+small-message latency figure. `bytes` is each rank's input buffer (all_gather: the input shard;
+reduce_scatter: the full input), bf16.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+from common import fmt_rate, log  # noqa: E402
+
+OPS = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv", "all_to_all"]
+
+KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
+BATCH_MAX_BYTES = 64 * MiB
+BATCH_OPS = 20
+BATCH_REPS = 5
+
+
+def sizes(small, max_bytes):
+    if small:
+        return [KiB, 64 * KiB]
+    s = [1 << i for i in range(10, 27)]          # 1 KiB .. 64 MiB, powers of 2
+    s += [256 * MiB, 1 * GiB, 4 * GiB]           # then powers of 4
+    return [x for x in s if x <= max_bytes]
+
+
+def reps_for(nbytes):
+    # deterministic on every rank (no agreement needed)
+    if nbytes <= 16 * MiB:
+        return 3, 40
+    if nbytes <= 256 * MiB:
+        return 2, 15
+    if nbytes <= 1 * GiB:
+        return 2, 8
+    return 1, 5
+
+
+def bus_factor(op, world):
+    n = world
+    return {"all_reduce": 2 * (n - 1) / n, "all_gather": (n - 1), "reduce_scatter": (n - 1) / n,
+            "all_to_all": (n - 1) / n, "broadcast": 1.0, "send_recv": 1.0}[op]
+    # all_gather: nccl-tests busbw = (n*shard)/t * (n-1)/n = shard/t * (n-1)
+
+
+def make_op(op, nbytes, rank, world, dev, dtype):
+    esz = torch.tensor([], dtype=dtype).element_size()
+    numel = nbytes // esz
+    if op == "all_reduce":
+        x = torch.randn(numel, device=dev, dtype=dtype)
+        return lambda: dist.all_reduce(x)
+    if op == "all_gather":
+        x = torch.randn(numel, device=dev, dtype=dtype)
+        out = torch.empty(numel * world, device=dev, dtype=dtype)
+        return lambda: dist.all_gather_into_tensor(out, x)
+    if op == "reduce_scatter":
+        numel -= numel % world
+        x = torch.randn(numel, device=dev, dtype=dtype)
+        out = torch.empty(numel // world, device=dev, dtype=dtype)
+        return lambda: dist.reduce_scatter_tensor(out, x)
+    if op == "all_to_all":
+        numel -= numel % world
+        x = torch.randn(numel, device=dev, dtype=dtype)
+        out = torch.empty_like(x)
+        return lambda: dist.all_to_all_single(out, x)
+    if op == "broadcast":
+        x = torch.randn(numel, device=dev, dtype=dtype)
+        return lambda: dist.broadcast(x, 0)
+    if op == "send_recv":
+        x = torch.randn(numel, device=dev, dtype=dtype)
+        if rank == 0:
+            return lambda: dist.send(x, 1)
+        if rank == 1:
+            return lambda: dist.recv(x, 0)
+        return lambda: None
+    raise ValueError(op)
+
+
+def bench(op, nbytes, rank, world, dev, dtype):
+    fn = make_op(op, nbytes, rank, world, dev, dtype)
+    cuda = dev.type == "cuda"
+    warm, reps = reps_for(nbytes)
+    for _ in range(warm):
+        fn()
+    if cuda:
+        torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        if cuda:
+            torch.cuda.synchronize()
+        dist.barrier()
+        if cuda:
+            s = torch.cuda.Event(enable_timing=True)
+            e = torch.cuda.Event(enable_timing=True)
+            s.record()
+            fn()
+            e.record()
+            times.append((s, e))
+        else:
+            t = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t)
+    if cuda:
+        torch.cuda.synchronize()
+        times = [s.elapsed_time(e) / 1e3 for s, e in times]
+    tt = torch.tensor(times, dtype=torch.float64, device=dev)
+    dist.all_reduce(tt, op=dist.ReduceOp.MAX)
+    tl = tt.tolist()
+    out = dict(time_s=float(statistics.median(tl)), time_min_s=float(min(tl)),
+               time_max_s=float(max(tl)), reps=len(tl))
+    if nbytes <= BATCH_MAX_BYTES:
+        # informative: BATCH_OPS back-to-back calls inside one event pair after one barrier, so the
+        # ranks' launch skew after the barrier is spread over many calls (as nccl-tests time it)
+        per = []
+        for _ in range(BATCH_REPS):
+            if cuda:
+                torch.cuda.synchronize()
+            dist.barrier()
+            if cuda:
+                s = torch.cuda.Event(enable_timing=True)
+                e = torch.cuda.Event(enable_timing=True)
+                s.record()
+                for _ in range(BATCH_OPS):
+                    fn()
+                e.record()
+                torch.cuda.synchronize()
+                per.append(s.elapsed_time(e) / 1e3 / BATCH_OPS)
+            else:
+                t = time.perf_counter()
+                for _ in range(BATCH_OPS):
+                    fn()
+                per.append((time.perf_counter() - t) / BATCH_OPS)
+        pt = torch.tensor(per, dtype=torch.float64, device=dev)
+        dist.all_reduce(pt, op=dist.ReduceOp.MAX)
+        out.update(time_batched_s=float(statistics.median(pt.tolist())), batch_ops=BATCH_OPS)
+    del fn
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--budget-s", type=float, default=240)
+    ap.add_argument("--ops", default=",".join(OPS))
+    ap.add_argument("--max-bytes", type=int, default=4 * GiB)
+    ap.add_argument("--small", action="store_true")
+    ap.add_argument("--cpu", action="store_true")
+    args = ap.parse_args()
+
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    cuda = torch.cuda.is_available() and not args.cpu
+    if cuda:
+        torch.cuda.set_device(local_rank)
+        dev = torch.device("cuda", local_rank)
+        dist.init_process_group("nccl", device_id=dev, timeout=datetime.timedelta(seconds=120))
+        dtype = torch.bfloat16
+    else:
+        dev = torch.device("cpu")
+        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+        dtype = torch.float32
+    rank, world = dist.get_rank(), dist.get_world_size()
+    info = common.device_info(world=world, nccl=common.nccl_version_str() if cuda else None,
+                              suite="collectives")
+    if rank == 0:
+        log("info:", info)
+    rec = common.Recorder(args.out, info, enabled=(rank == 0))
+    torch.manual_seed(rank)
+    t0 = time.time()
+    stop = False
+    for op in args.ops.split(","):
+        if stop:
+            break
+        for nb in sizes(args.small, args.max_bytes):
+            go = torch.tensor([1 if time.time() - t0 < args.budget_s - 5 else 0], device=dev)
+            dist.broadcast(go, 0)
+            if not go.item():
+                if rank == 0:
+                    rec.error(f"budget reached before {op} {nb}")
+                stop = True
+                break
+            err = None
+            try:
+                st = bench(op, nb, rank, world, dev, dtype)
+            except Exception as exc:  # noqa: BLE001
+                st = None
+                err = common.short_exc(exc)
+            common.free_memory()
+            if rank == 0:
+                if st is None:
+                    rec.error(f"{op} {nb}: {err}")
+                    continue
+                algbw = nb / st["time_s"]
+                r = dict(kind=op, bytes=nb, world=world, dtype="bfloat16", **st,
+                         algbw_GBps=algbw / 1e9, busbw_GBps=algbw * bus_factor(op, world) / 1e9)
+                rec.add(r)
+                tb = st.get("time_batched_s")
+                tbs = f"  batched {tb * 1e6:8.1f} us" if tb else ""
+                log(f"  {op:14s} {nb:>11d} B {st['time_s'] * 1e6:10.1f} us  algbw {fmt_rate(algbw, 'B/s')}"
+                    f"  busbw {fmt_rate(algbw * bus_factor(op, world), 'B/s')}{tbs}")
+    dist.barrier()
+    if rank == 0:
+        log(f"done: {len(rec.records)} records, {len(rec.errors)} errors, {time.time() - t0:.1f}s")
+        for e in rec.errors:
+            log("  error:", e)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

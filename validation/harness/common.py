@@ -1,0 +1,252 @@
+"""Shared pieces of the meshcast GPU measurement harness.
+
+Timing, L2 flushing, device info, time budgets and an incremental record writer.
+Records follow /work/shared/MEASUREMENTS.md (format version 1).
+"""
+from __future__ import annotations
+
+import datetime
+import gc
+import json
+import math
+import os
+import statistics
+import sys
+import time
+import traceback
+import warnings
+
+import torch
+
+warnings.filterwarnings("ignore", category=FutureWarning)
+warnings.filterwarnings("ignore", category=UserWarning, message=".*TF32.*")
+
+HARNESS_VERSION = "1"
+
+
+def log(*args):
+    print(*args, flush=True)
+
+
+def on_cuda() -> bool:
+    return torch.cuda.is_available()
+
+
+def device() -> torch.device:
+    return torch.device("cuda", torch.cuda.current_device()) if on_cuda() else torch.device("cpu")
+
+
+def utc_now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
+
+
+def nccl_version_str():
+    try:
+        v = torch.cuda.nccl.version()
+        if isinstance(v, tuple):
+            return ".".join(str(x) for x in v)
+        # old style integer, e.g. 21903 -> 2.19.3
+        v = int(v)
+        return f"{v // 10000}.{(v // 100) % 100}.{v % 100}" if v >= 10000 else f"{v // 1000}.{(v // 100) % 10}.{v % 100}"
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def device_info(**extra) -> dict:
+    info = {}
+    if on_cuda():
+        p = torch.cuda.get_device_properties(torch.cuda.current_device())
+        info.update(
+            gpu=p.name,
+            sm_count=p.multi_processor_count,
+            total_memory_bytes=int(p.total_memory),
+            l2_bytes=int(getattr(p, "L2_cache_size", 0)),
+        )
+    else:
+        info.update(gpu="cpu", sm_count=0, total_memory_bytes=0, l2_bytes=0)
+    info.update(
+        torch=torch.__version__,
+        cuda=torch.version.cuda,
+        harness_version=HARNESS_VERSION,
+        date=utc_now(),
+    )
+    info.update(extra)
+    return info
+
+
+class Recorder:
+    """Holds {"info":..., "records": [...]} and rewrites the file atomically after each record,
+    so a killed run still leaves every finished record on disk."""
+
+    def __init__(self, path: str | None, info: dict, enabled: bool = True):
+        self.path = path
+        self.info = info
+        self.records: list[dict] = []
+        self.enabled = enabled and path is not None
+        self.errors: list[str] = []
+        if self.enabled:
+            d = os.path.dirname(os.path.abspath(path))
+            os.makedirs(d, exist_ok=True)
+            self.flush()
+
+    def add(self, rec: dict):
+        self.records.append(rec)
+        self.flush()
+
+    def error(self, msg: str):
+        self.errors.append(msg)
+        log("  ERROR", msg)
+
+    def flush(self):
+        if not self.enabled:
+            return
+        tmp = self.path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump({"info": self.info, "records": self.records}, f, indent=1)
+            f.write("\n")
+        os.replace(tmp, self.path)
+
+
+class Deadline:
+    """Global time budget split into cumulative section deadlines.
+
+    Each section may run until start + (sum of fractions of the sections so far) * budget,
+    so time left unused by an early section rolls over to later ones."""
+
+    def __init__(self, budget_s: float, fractions: dict[str, float] | None = None):
+        self.t0 = time.time()
+        self.budget_s = budget_s
+        self.fractions = fractions or {}
+        self.section_end = self.t0 + budget_s
+        self._cum = 0.0
+
+    def start_section(self, name: str):
+        frac = self.fractions.get(name)
+        if frac is None:
+            self.section_end = self.t0 + self.budget_s
+        else:
+            self._cum += frac
+            self.section_end = self.t0 + min(1.0, self._cum) * self.budget_s
+        log(f"== section {name}: elapsed {self.elapsed():.1f}s, section deadline at {self.section_end - self.t0:.0f}s")
+
+    def elapsed(self) -> float:
+        return time.time() - self.t0
+
+    def ok(self, reserve_s: float = 0.0) -> bool:
+        return time.time() + reserve_s < self.section_end
+
+
+class Flusher:
+    """Writes a buffer several times the L2 size, evicting whatever a timed call left in L2."""
+
+    def __init__(self, factor: int = 4, min_bytes: int = 128 << 20):
+        self.buf = None
+        self.flag = 0
+        if on_cuda():
+            l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
+            n = max(factor * int(l2), min_bytes)
+            self.buf = torch.empty(n, dtype=torch.uint8, device=device())
+
+    def __call__(self):
+        if self.buf is not None:
+            self.flag ^= 1
+            self.buf.fill_(self.flag + 1)
+
+
+def _stats(times):
+    return {
+        "time_s": float(statistics.median(times)),
+        "time_min_s": float(min(times)),
+        "time_max_s": float(max(times)),
+        "reps": len(times),
+    }
+
+
+def time_fn(fn, *, flush=None, setup=None, warmup: int = 2, target_s: float = 0.03,
+            min_reps: int = 5, max_reps: int = 50):
+    """Time fn() with one pair of CUDA events per call (the L2 flush and setup are outside
+    the events). Warm-up calls first; the number of timed calls is sized from the last
+    warm-up so that about target_s of work is timed (min_reps..max_reps).
+    Returns dict(time_s (median), time_min_s, time_max_s, reps)."""
+    cuda = on_cuda()
+
+    def one():
+        if setup is not None:
+            setup()
+        if flush is not None:
+            flush()
+        if cuda:
+            s = torch.cuda.Event(enable_timing=True)
+            e = torch.cuda.Event(enable_timing=True)
+            s.record()
+            fn()
+            e.record()
+            return (s, e)
+        t = time.perf_counter()
+        fn()
+        return time.perf_counter() - t
+
+    def resolve(x):
+        if cuda:
+            return x[0].elapsed_time(x[1]) / 1e3
+        return x
+
+    est = None
+    for _ in range(max(1, warmup)):
+        r = one()
+        if cuda:
+            torch.cuda.synchronize()
+        est = resolve(r)
+    reps = int(min(max_reps, max(min_reps, math.ceil(target_s / max(est, 1e-7)))))
+    pend = [one() for _ in range(reps)]
+    if cuda:
+        torch.cuda.synchronize()
+    return _stats([resolve(x) for x in pend])
+
+
+def free_memory():
+    gc.collect()
+    if on_cuda():
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+
+
+def is_oom(exc: BaseException) -> bool:
+    if isinstance(exc, torch.OutOfMemoryError):
+        return True
+    msg = str(exc)
+    return "out of memory" in msg.lower() or "CUDA_ERROR_OUT_OF_MEMORY" in msg
+
+
+def short_exc(exc: BaseException, limit: int = 300) -> str:
+    s = f"{type(exc).__name__}: {exc}"
+    s = " ".join(s.split())
+    return s[:limit]
+
+
+def run_case(rec: Recorder, label: str, fn):
+    """Run one case; any exception is logged, nothing is recorded for it, and the run goes on.
+    fn returns a record dict (or a list of them, or None)."""
+    try:
+        out = fn()
+    except Exception as exc:  # noqa: BLE001
+        rec.error(f"{label}: {short_exc(exc)}")
+        if not is_oom(exc):
+            traceback.print_exc(limit=3, file=sys.stdout)
+        out = None
+    free_memory()
+    if out is None:
+        return None
+    outs = out if isinstance(out, list) else [out]
+    for o in outs:
+        rec.add(o)
+    return out
+
+
+def fmt_rate(x, unit):
+    if x is None:
+        return "-"
+    for p, s in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= p:
+            return f"{x / p:.1f} {s}{unit}"
+    return f"{x:.1f} {unit}"

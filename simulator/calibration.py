@@ -51,6 +51,9 @@ class Calibration:
       attention_bwd_fraction     FlashAttention backward: fraction of bf16 peak
       attention_softmax_fraction achieved fraction of the special-function units' exp rate
       attention_tile_overhead    fixed work per FlashAttention thread block, in score tiles
+      comm_overlap_slowdown      compute time lost per second of communication hidden under it
+                                 (NCCL kernels occupy SMs and HBM bandwidth: ~16-32 channels of
+                                 132 SMs on Hopper); a planning value, not fitted
       memory_op_fraction[op]     achieved fraction of HBM bandwidth of one memory-bound kernel
                                  family (layernorm, softmax, ...); default hbm_fraction
       collective_fraction[kind]  NCCL's achieved bandwidth of a collective relative to all_reduce
@@ -70,6 +73,7 @@ class Calibration:
     attention_bwd_fraction: float = 0.50
     attention_softmax_fraction: float = 0.50
     attention_tile_overhead: float = 1.0
+    comm_overlap_slowdown: float = 0.2
     memory_op_fraction: dict = field(default_factory=dict)
     collective_fraction: dict = field(default_factory=dict)
     collective_alpha_fraction: dict = field(default_factory=dict)

@@ -24,7 +24,9 @@ from simulator.plan import ParallelPlan, resolve_plan
 from simulator.result import Result, StageCost
 from simulator.schedule import pipeline_time, timeline
 
-OPTIMIZER_BYTES = {"megatron": 30, "zero": 28, "torch_amp": 28, "torch_fsdp": 28}   # HBM bytes per param per Adam step
+# HBM bytes per parameter of one Adam step: fused kernels read p, g, m, v and write p, m, v (+ the
+# bf16 copy for megatron); PyTorch's foreach AdamW (FSDP2 reference) runs ~9 separate passes
+OPTIMIZER_BYTES = {"megatron": 30, "zero": 28, "torch_amp": 28, "torch_fsdp": 72}
 BUCKET_PARAMS = 40e6       # Megatron-LM DDP bucket size (elements); the last bucket is never hidden
 
 
@@ -216,12 +218,22 @@ def _zero3_gather_exposed(ctx: Context, layers: range, f: float, b: float) -> tu
     """ZeRO-3 per-layer parameter all-gather (fwd, bwd) and gradient reduce-scatter (bwd),
     prefetched under the layer's compute: only the excess over compute is exposed."""
     p = ctx.plan
-    dense, expert = stage_params(ctx, layers, True, True)
-    per_layer = (dense + expert) / max(1, len(layers)) * 2 / (p.dp * p.cp)   # bf16 shard bytes
-    ag = collective_time(ctx.fabric, "all_gather", per_layer, p.dp * p.cp, p.tp)
-    rs = collective_time(ctx.fabric, "reduce_scatter", per_layer * p.dp * p.cp * 2, p.dp * p.cp, p.tp)
+    n_dp = p.dp * p.cp
+    dense, expert = stage_params(ctx, layers, False, False)
+    block = (dense + expert) / max(1, len(layers))            # parameters of one layer
+    grad_bytes = 4 if p.recipe == "torch_fsdp" else 2         # FSDP2 reduce_dtype fp32
+    ag = collective_time(ctx.fabric, "all_gather", block * 2 / n_dp, n_dp, p.tp)
+    rs = collective_time(ctx.fabric, "reduce_scatter", block * grad_bytes, n_dp, p.tp)
+    slow = ctx.dev.cal.comm_overlap_slowdown
     n = len(layers)
-    return n * max(0.0, ag - f / n), n * max(0.0, ag + rs - b / n)
+    f_exp = max(0.0, ag - f / n) + slow * min(ag, f / n)
+    b_exp = max(0.0, ag + rs - b / n) + slow * min(ag + rs, b / n)
+    if p.recipe == "torch_fsdp":
+        # FSDP2 copies: shard cast fp32->bf16 and all-gather copy-out per pass; in backward the
+        # bf16 gradients cast to fp32 and copied into the reduce-scatter buffer
+        f_exp += memory_time(ctx.dev, 6 * block / n_dp + 4 * block, launches=2)
+        b_exp += memory_time(ctx.dev, 6 * block / n_dp + 4 * block + 6 * block + 8 * block, launches=4)
+    return n * f_exp, n * b_exp
 
 
 def _data_parallel_and_optimizer(ctx: Context, hw: Hardware, ranges: list[range], stages: list[StageCost]):
@@ -255,8 +267,12 @@ def _data_parallel_and_optimizer(ctx: Context, hw: Hardware, ranges: list[range]
         if p.overlap_grad_reduce:
             hidden = stages[i].backward_s + (stages[i].forward_s if p.overlap_param_gather else 0.0)
             exp = max(last_bucket, comm - hidden)
+            exp += ctx.dev.cal.comm_overlap_slowdown * (comm - exp)
         else:
             exp = comm
+        if p.recipe == "torch_amp" and p.zero_stage == 0 and dp_group > 1:
+            # DDP copies each fp32 gradient into its bucket and back after the all-reduce
+            exp += memory_time(ctx.dev, 16 * (dense + expert), launches=2)
         memo[key] = (exp, comm, _optimizer_time(ctx, hw, dense, expert))
         for lst, v in zip((exposed, totals, opt), memo[key]):
             lst.append(v)

@@ -127,8 +127,6 @@ def model_state_bytes(ctx: Context, dense: float, expert: float) -> tuple[float,
     w, g, o = STATE_BYTES[p.recipe]
     if p.recipe == "torch_amp":
         w += 2  # autocast's bf16 weight copies, alive from forward to backward
-        if p.dp > 1 and p.zero_stage == 0:
-            g += 4  # DDP's gradient buckets (gradient_as_bucket_view=False)
     shard_dense = p.dp * p.cp
     shard_expert = max(1, p.dp * p.cp * p.tp // (p.ep * p.expert_tp))
 
@@ -238,8 +236,13 @@ def stage_memory(ctx: Context, stage: int, layers: range, first: bool, last: boo
         logits = ctx.tokens * v_local * 12   # backward of the fp32 loss: saved log-softmax, NLL grad, its grad
     if p.recipe == "torch_amp":
         # zero_grad(set_to_none=True): gradients are allocated during backward as activations
-        # (and autocast's weight copies) are freed, so the peak is the larger of the two ends
-        live = weights + opt + max(activations + logits, grads - 2 * (dense + expert))
+        # (and autocast's weight copies) are freed, so the peak is the larger of the two ends;
+        # DDP's gradient buckets (a second fp32 copy, gradient_as_bucket_view=False) persist
+        buckets = 4 * (dense + expert) if p.dp > 1 and p.zero_stage == 0 else 0.0
+        grads += buckets
+        live = weights + opt + buckets + max(activations + logits, grads - buckets - 2 * (dense + expert))
+    elif p.recipe == "torch_fsdp":
+        live = weights + opt + max(activations + logits, grads)   # gradients set to None between steps
     else:
         live = weights + grads + opt + activations + logits
     total = live * (1 + FRAGMENTATION) + WORKSPACE_BYTES

@@ -49,7 +49,7 @@ def comm_params(link: str) -> list[Param]:
     return [Param(f"links.{link}.alpha_s", 1e-6, 200e-6), Param(f"links.{link}.bandwidth_fraction", 0.1, 1.0),
             Param(f"links.{link}.ll_alpha_s", 1e-6, 200e-6), Param(f"links.{link}.ll_bandwidth_fraction", 0.02, 1.0)] + \
         [Param(f"collective_fraction.{k}", 0.2, 2.0) for k in others] + \
-        [Param(f"collective_alpha_fraction.{k}", 0.2, 5.0) for k in others]
+        [Param(f"collective_alpha_fraction.{k}", 0.2, 5.0) for k in COLLECTIVE_KINDS]
 
 
 def get_value(cal: Calibration, path: str) -> float:

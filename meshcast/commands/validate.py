@@ -1,0 +1,102 @@
+"""``meshcast validate``: accuracy against measurement files and against published runs."""
+from __future__ import annotations
+
+import argparse
+import math
+
+from meshcast.commands.common import emit_json
+from simulator.calibration import calibration_for
+from validation.accuracy import PLAIN_ROOFLINE, evaluate, summarize
+from validation.hardware import hardware_for
+from validation.records import load_measurements
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("validate", help="accuracy against GPU measurements or published runs",
+                       description="Predict every record of measurement files (MEASUREMENTS.md format) through "
+                                   "the simulator's own per-op path and report per kind: count, MAPE, median and "
+                                   "worst error, the five worst records, and a plain datasheet roofline for scale. "
+                                   "With --published, simulate each complete published run and compare throughput.")
+    p.add_argument("--measurements", nargs="*", default=[], help="measurement JSON files")
+    p.add_argument("--published", help="published runs CSV (columns of shared/validation/published_runs.csv)")
+    p.add_argument("--hardware", help="accelerator or cluster the measurements ran on (default: from info.gpu)")
+    p.add_argument("--calibration", help="calibration profile (default: the accelerator's own, or nearest)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("-o", "--output", help="write an HTML report")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.measurements and not args.published:
+        from hardware_specs.errors import MeshcastError
+        raise MeshcastError("measurements", "give --measurements FILE... and/or --published FILE.csv")
+    out: dict = {"files": []}
+    figures = []
+    all_results = []
+    for path in args.measurements:
+        mf = load_measurements(path)
+        hw = hardware_for(mf, args.hardware)
+        cal, note = calibration_for(hw.accelerator, args.calibration)
+        results, unsupported = evaluate(mf, hw, cal)
+        baseline, _ = evaluate(mf, hw, PLAIN_ROOFLINE)
+        kinds = summarize(results, baseline)
+        all_results += results
+        out["files"].append({"path": path, "gpu": mf.gpu, "hardware": hw.cluster.name, "calibration": note,
+                             "records": len(mf.records), "kinds": [k.to_dict() for k in kinds],
+                             "unsupported": unsupported})
+    if args.published:
+        from validation.published import compare_published, per_source
+        done, skipped = compare_published(args.published, args.calibration)
+        out["published"] = {"per_source": per_source(done), "runs": [c.__dict__ for c in done],
+                            "skipped": [s.__dict__ for s in skipped],
+                            "mape": sum(abs(c.error) for c in done) / max(1, len(done))}
+    if args.output:
+        from validation.report import accuracy_figure, published_table, write_report
+        if all_results:
+            figures.append(("Measurements", accuracy_figure(all_results)))
+        if args.published:
+            figures.append(("Published runs", published_table(done, out["published"]["per_source"])))
+        write_report(args.output, figures)
+    if args.json:
+        emit_json(out)
+    else:
+        print(format_text(out))
+    return 0
+
+
+def _pct(x) -> str:
+    return "   -  " if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:6.1%}"
+
+
+def format_text(out: dict) -> str:
+    lines = []
+    for f in out["files"]:
+        lines.append(f"{f['path']}: {f['records']} records on {f['gpu']} ({f['hardware']}); {f['calibration']}")
+        lines.append(f"  {'kind':<20}{'n':>5}{'MAPE':>8}{'median':>8}{'worst':>8}{'roofline':>10}  memory / fits")
+        for k in f["kinds"]:
+            extra = ""
+            if k["kind"] == "train_step":
+                extra = f"  mem MAPE {_pct(k['memory_mape'])}, fit verdict {k['fit_correct']}/{k['fit_total']} right"
+            lines.append(f"  {k['kind']:<20}{k['count']:>5}{_pct(k['mape']):>8}{_pct(k['median_abs_error']):>8}"
+                         f"{_pct(k['worst_abs_error']):>8}{_pct(k['baseline_mape']):>10}{extra}")
+        for k in f["kinds"]:
+            for w in k["worst"][:5]:
+                if w["error"] is not None and abs(w["error"]) > 0.15:
+                    rec = {a: b for a, b in w["record"].items() if a not in ("kind", "time_s")}
+                    lines.append(f"    worst {k['kind']}: {w['error']:+.0%} {str(rec)[:110]}")
+        if f["unsupported"]:
+            lines.append(f"  {len(f['unsupported'])} records not predicted:")
+            for u in f["unsupported"][:10]:
+                lines.append(f"    #{u['index']} {u['kind']}: {u['reason']}")
+        lines.append("")
+    if "published" in out:
+        pub = out["published"]
+        lines.append(f"published runs: {len(pub['runs'])} compared, MAPE {pub['mape']:.1%}; {len(pub['skipped'])} not modelled")
+        for src, v in pub["per_source"].items():
+            lines.append(f"  {src:<22} {v['count']:>3} runs  MAPE {v['mape']:6.1%}  worst {v['worst']:6.1%}")
+        for c in pub["runs"]:
+            lines.append(f"  #{c['row']:<3} {c['model'][:26]:<26} {c['num_gpus']:>5} GPUs  {c['metric']:<22} "
+                         f"published {c['published']:>9.4g}  predicted {c['predicted']:>9.4g}  {c['error']:+.1%}")
+        for s in pub["skipped"]:
+            lines.append(f"  not modelled #{s['row']} {s['model'][:40]}: {s['reason']}")
+    return "\n".join(lines)

@@ -134,7 +134,8 @@ def load_calibration(name_or_path: str | None) -> Calibration:
         from hardware_specs.errors import UnknownNameError
         known = [p.stem for p in PROFILE_DIR.glob("*.yaml")]
         raise UnknownNameError("calibration", name_or_path, known)
-    return calibration_from_dict(read_yaml_mapping(path), str(path))
+    cal = calibration_from_dict(read_yaml_mapping(path), str(path))
+    return replace(cal, name=path.stem)
 
 
 def save_calibration(cal: Calibration, path: Path, meta: dict) -> None:

@@ -17,8 +17,8 @@ from simulator.comm import Fabric, collective_time, fabric_from_hardware
 from simulator.compute import DeviceModel, memory_time
 from simulator.flops import step_hardware_flops, step_model_flops
 from simulator.lowering import Context, embedding_ops, head_ops, layer_ops, p2p_time
-from simulator.memory import (STATE_BYTES, MemoryBreakdown, in_flight, layer_activation_bytes, moe_layers_in,
-                              stage_memory, stage_params)
+from simulator.memory import (STATE_BYTES, MemoryBreakdown, layer_activation_bytes, moe_layers_in,
+                              stage_footprint, stage_memory, stage_params)
 from simulator.ops import Op
 from simulator.plan import ParallelPlan, resolve_plan
 from simulator.result import Result, StageCost
@@ -151,16 +151,13 @@ def _stage_memories(ctx: Context, ranges: list[range], capacity: float) -> list[
     p, model = ctx.plan, ctx.model
     last = len(ranges) - 1
     per_layer = (layer_activation_bytes(ctx, False), layer_activation_bytes(ctx, True) if model.moe else 0.0)
-    m = p.microbatches()
     memo: dict = {}
     out = []
     for i, r in enumerate(ranges):
-        key = (len(r), moe_layers_in(model, r.start, r.stop), i == 0, i == last,
-               in_flight(p.pipeline_schedule, p.pp, p.vp, m, i))
+        key = (len(r), moe_layers_in(model, r.start, r.stop), i == 0, i == last)
         if key not in memo:
-            memo[key] = stage_memory(ctx, i, r, i == 0, i == last, capacity, per_layer)
-        mem = memo[key]
-        out.append(mem if mem.stage == i else replace(mem, stage=i))
+            memo[key] = stage_footprint(ctx, r, i == 0, i == last, per_layer)
+        out.append(stage_memory(ctx, i, r, i == 0, i == last, capacity, footprint=memo[key]))
     return out
 
 

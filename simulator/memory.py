@@ -210,10 +210,21 @@ def in_flight(schedule: str, pp: int, vp: int, m: int, stage: int) -> float:
     return float(min(m, pp - stage))
 
 
-def stage_memory(ctx: Context, stage: int, layers: range, first: bool, last: bool,
-                 capacity: float, per_layer: tuple[float, float] | None = None) -> MemoryBreakdown:
-    """Memory of one device of pipeline stage ``stage`` owning ``layers``; ``per_layer`` is
-    (dense, MoE) :func:`layer_activation_bytes` when the caller has them already."""
+@dataclass(frozen=True)
+class StageFootprint:
+    """What a stage holds independent of how many micro-batches are in flight."""
+
+    params: float            # parameters on one device (dense + expert)
+    weights: float
+    grads: float
+    opt: float
+    per_microbatch: float    # activation bytes of one micro-batch in flight
+    logits: float
+
+
+def stage_footprint(ctx: Context, layers: range, first: bool, last: bool,
+                    per_layer: tuple[float, float] | None = None) -> StageFootprint:
+    """Model states, activations per in-flight micro-batch and logits of one stage's device."""
     m, p = ctx.model, ctx.plan
     dense, expert = stage_params(ctx, layers, first, last)
     weights, grads, opt = model_state_bytes(ctx, dense, expert)
@@ -221,26 +232,32 @@ def stage_memory(ctx: Context, stage: int, layers: range, first: bool, last: boo
     if per_layer is None:
         per_layer = (layer_activation_bytes(ctx, False), layer_activation_bytes(ctx, True) if n_moe else 0.0)
     stored = (len(layers) - n_moe) * per_layer[0] + n_moe * per_layer[1]
-    largest = max(per_layer)
     if p.recompute == "full":
         full = len(layers) if p.recompute_layers is None else min(p.recompute_layers, len(layers))
         kept = stored * (len(layers) - full) / len(layers)
-        stored = kept + full * 2 * ctx.sp_tokens * m.hidden + largest   # inputs + one layer rebuilt
-    flight = in_flight(p.pipeline_schedule, p.pp, p.vp, p.microbatches(), stage)
-    activations = stored * flight
+        stored = kept + full * 2 * ctx.sp_tokens * m.hidden + max(per_layer)   # inputs + one layer rebuilt
     if first:
-        activations += 2 * ctx.sp_tokens * m.hidden * flight
-    logits = 0.0
-    if last:
-        v_local = math.ceil(m.vocab / p.tp)
-        logits = ctx.tokens * v_local * 12   # backward of the fp32 loss: saved log-softmax, NLL grad, its grad
+        stored += 2 * ctx.sp_tokens * m.hidden
+    logits = ctx.tokens * math.ceil(m.vocab / p.tp) * 12 if last else 0.0   # saved log-softmax, NLL grad, its grad
+    return StageFootprint(dense + expert, weights, grads, opt, stored, logits)
+
+
+def stage_memory(ctx: Context, stage: int, layers: range, first: bool, last: bool,
+                 capacity: float, per_layer: tuple[float, float] | None = None,
+                 footprint: StageFootprint | None = None) -> MemoryBreakdown:
+    """Memory of one device of pipeline stage ``stage`` owning ``layers`` at its peak."""
+    p = ctx.plan
+    fp = footprint or stage_footprint(ctx, layers, first, last, per_layer)
+    flight = in_flight(p.pipeline_schedule, p.pp, p.vp, p.microbatches(), stage)
+    weights, grads, opt, logits = fp.weights, fp.grads, fp.opt, fp.logits
+    activations = fp.per_microbatch * flight
     if p.recipe == "torch_amp":
         # zero_grad(set_to_none=True): gradients are allocated during backward as activations
         # (and autocast's weight copies) are freed, so the peak is the larger of the two ends;
         # DDP's gradient buckets (a second fp32 copy, gradient_as_bucket_view=False) persist
-        buckets = 4 * (dense + expert) if p.dp > 1 and p.zero_stage == 0 else 0.0
+        buckets = 4 * fp.params if p.dp > 1 and p.zero_stage == 0 else 0.0
         grads += buckets
-        live = weights + opt + buckets + max(activations + logits, grads - buckets - 2 * (dense + expert))
+        live = weights + opt + buckets + max(activations + logits, grads - buckets - 2 * fp.params)
     elif p.recipe == "torch_fsdp":
         live = weights + opt + max(activations + logits, grads)   # gradients set to None between steps
     else:

@@ -123,8 +123,10 @@ def _group_time(ops: list[Op], phases: tuple[str, ...]) -> dict[str, float]:
 
 
 def simulate(model: ModelSpec, hardware: Hardware, plan: ParallelPlan,
-             calibration: Calibration = DEFAULT, with_timeline: bool = False) -> Result:
-    """Predict one training step: time, throughput, MFU/HFU, memory, breakdown, bottleneck."""
+             calibration: Calibration = DEFAULT, with_timeline: bool = False, with_ops: bool = False) -> Result:
+    """Predict one training step: time, throughput, MFU/HFU, memory, breakdown, bottleneck.
+    ``with_timeline`` adds the pipeline replay (reports, traces); ``with_ops`` the op lists of
+    one micro-batch (each layer kind, embedding, head) for roofline plots."""
     plan = resolve_plan(model, plan, hardware.num_gpus)
     dev = device_model(hardware.accelerator, calibration)
     ctx = Context(model, plan, dev, _fabric(hardware, calibration))
@@ -142,8 +144,14 @@ def simulate(model: ModelSpec, hardware: Hardware, plan: ParallelPlan,
     dp_exposed, dp_total, opt = _data_parallel_and_optimizer(ctx, hardware, ranges, stages)
     step = pipe + max(dp_exposed) + max(opt)
     events = timeline(fwd, bwd, m, plan.vp, plan.pipeline_schedule, p2p) if with_timeline else None
-    return _result(model, hardware, plan, calibration, stages, mems, pipe, p2p, overlap_p2p,
-                   max(dp_exposed), max(dp_total), max(opt), step, events)
+    result = _result(model, hardware, plan, calibration, stages, mems, pipe, p2p, overlap_p2p,
+                     max(dp_exposed), max(dp_total), max(opt), step, events)
+    if with_ops:
+        ops = {"dense_layer": list(dense_ops.ops), "embedding": list(emb.ops), "head": list(head.ops)}
+        if moe_ops is not None:
+            ops["moe_layer"] = list(moe_ops.ops)
+        result = replace(result, ops=ops)
+    return result
 
 
 def _stage_memories(ctx: Context, ranges: list[range], capacity: float) -> list[MemoryBreakdown]:

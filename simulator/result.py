@@ -60,6 +60,7 @@ class Result:
     dp_comm_total_s: float
     p2p_s: float
     timeline: list | None = field(default=None, repr=False)
+    ops: dict | None = field(default=None, repr=False)   # op lists of one micro-batch (with_ops=True)
 
     @property
     def fits(self) -> bool:

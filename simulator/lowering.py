@@ -71,10 +71,24 @@ def _gemm(ctx: Context, name: str, m: int, n: int, k: int, phase: str, batch: in
 
 
 def _gemm_bwd(ctx: Context, fwd: Op) -> list[Op]:
-    """Data-gradient dX = dY W^T (m, k, n) and weight-gradient dW = X^T dY (k, n, m)."""
+    """Data-gradient dX = dY W^T (m, k, n) and weight-gradient dW = X^T dY (k, n, m); with a
+    bias, its gradient is a reduction of dY over the tokens (one read of m x n)."""
     m, n, k, batch, dtype = fwd.shape
-    return [_gemm(ctx, fwd.name + ".dgrad", m, k, n, "bwd", batch, dtype),
-            _gemm(ctx, fwd.name + ".wgrad", k, n, m, "bwd", batch, dtype)]
+    ops = [_gemm(ctx, fwd.name + ".dgrad", m, k, n, "bwd", batch, dtype),
+           _gemm(ctx, fwd.name + ".wgrad", k, n, m, "bwd", batch, dtype)]
+    if _has_bias(ctx.model, fwd.name):
+        nbytes = m * n * batch * ACT_BYTES
+        ops.append(Op(fwd.name + ".bias_grad", "memory", "bwd", memory_time(ctx.dev, nbytes), bytes=nbytes))
+    return ops
+
+
+def _has_bias(m: ModelSpec, name: str) -> bool:
+    """Whether the linear ``name`` has a bias (QKV may differ, as in Qwen2)."""
+    if name.startswith("head") or name.startswith("moe.router") or name.startswith("attention.kv_down"):
+        return False
+    if name == "attention.qkv" and m.qkv_bias is not None:
+        return m.qkv_bias
+    return m.linear_bias
 
 
 def _elementwise(ctx: Context, name: str, op: str, tokens: int, width: int, phase: str,

@@ -74,19 +74,19 @@ def test_train_step_memory_and_fit_verdict(name):
     assert s.fit_correct == s.fit_total
 
 
-def test_single_gpu_train_step_time_h100():
-    assert stats("h100_kernels.json")["train_step"].mape <= 0.10
+@pytest.mark.parametrize("name", ["h100_kernels.json", "h200_kernels.json", "h200_train_extra.json"])
+def test_single_gpu_train_step_time_within_10_percent(name):
+    assert stats(name)["train_step"].mape <= 0.10
 
 
-@pytest.mark.parametrize("name,ratchet", [("h200_kernels.json", 0.105), ("h200x2_train.json", 0.18),
-                                          ("h200x2_train_large.json", 0.12)])
+@pytest.mark.parametrize("name,ratchet", [("h200x2_train.json", 0.17), ("h200x2_train_large.json", 0.115)])
 def test_train_step_time_ratchet(name, ratchet):
     assert stats(name)["train_step"].mape <= ratchet
 
 
-@pytest.mark.xfail(strict=True, reason="target 10% not met yet on H200 and 2xH200 (docs/validation.md)")
-@pytest.mark.parametrize("name", ["h200_kernels.json", "h200x2_train.json"])
-def test_train_step_time_target(name):
+@pytest.mark.xfail(strict=True, reason="target 10% not met yet on 2xH200 DDP/FSDP (docs/validation.md)")
+@pytest.mark.parametrize("name", ["h200x2_train.json", "h200x2_train_large.json"])
+def test_two_gpu_train_step_time_target(name):
     assert stats(name)["train_step"].mape <= 0.10
 
 

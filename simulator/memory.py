@@ -112,8 +112,9 @@ def stage_params(ctx: Context, layers: range, first: bool, last: bool) -> tuple[
         dense += count * ((lp.attention + lp.dense_mlp + lp.shared_experts) / p.tp + lp.norms + lp.router)
         expert += count * lp.expert * lp.num_experts / (p.ep * p.expert_tp)
     emb = m.vocab * m.hidden / p.tp
-    if first:
-        dense += emb + (embedding_params(m) - 2 * m.vocab * m.hidden if m.position == "learned" else 0)
+    if first:   # token embedding (vocab-parallel) and learned positions (replicated)
+        tables = m.vocab * m.hidden * (1 if m.tied_embeddings else 2)
+        dense += emb + (embedding_params(m) - tables)
     if last:
         dense += emb + norm_params(m)     # output head (or the tied copy Megatron keeps on the last stage)
     if first and last and m.tied_embeddings:

@@ -72,3 +72,24 @@ def test_in_flight_microbatches():
     assert in_flight("gpipe", 4, 1, 16, 0) == 16
     # interleaved: first stage holds p(1 + (p-1)/(pv)) micro-batches' worth (Narayanan et al. 2021)
     assert in_flight("interleaved", 4, 2, 16, 0) == pytest.approx(4 * (1 + 3 / 8))
+
+
+def test_first_stage_holds_tied_embedding_once_plus_learned_positions(h100_cluster):
+    # gpt-1.7b: tied embeddings and learned positions; the first stage of pp=2 holds the
+    # vocab-parallel table (V*h/tp) and the replicated position table (s*h), never less
+    from models import load_model
+    from simulator.memory import stage_params
+    m = load_model("gpt-1.7b")
+    ctx = _ctx(m, h100_cluster, tp=2, pp=2, mbs=1, gbs=64)
+    dense, _ = stage_params(ctx, range(0, 0), True, False)
+    assert dense == m.vocab * m.hidden / 2 + m.seq_len * m.hidden
+
+
+def test_recipe_is_part_of_the_shared_layer_cost_key(gpt_22b, h100_cluster):
+    from simulator import ParallelPlan, engine, simulate
+    amp = ParallelPlan(tp=8, pp=1, mbs=1, gbs=8, recipe="torch_amp", zero_stage=0)
+    engine._LOWERED.clear()
+    fresh = simulate(gpt_22b, h100_cluster, amp).step_time_s
+    engine._LOWERED.clear()
+    simulate(gpt_22b, h100_cluster, ParallelPlan(tp=8, pp=1, mbs=1, gbs=8, zero_stage=0))
+    assert simulate(gpt_22b, h100_cluster, amp).step_time_s == fresh

@@ -1,0 +1,251 @@
+"""``meshcast plan``: the best parallel plans for a model on a cluster, before the run.
+
+Searches tp (with sequence parallelism), cp, pp with its schedule (gpipe, 1f1b, interleaved
+with vp), ep and etp, ZeRO 0-3, recompute (none, selective, full or N layers per stage),
+micro-batch, layer split and, within ranges, GPU count and global batch; every candidate is
+costed by simulate(), and bounds prove the returned plans are the best under the cost model.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from hardware_specs import load_hardware
+from hardware_specs.catalog import load_cluster, load_node
+from hardware_specs.errors import MeshcastError
+from models import load_model
+from simulator.calibration import calibration_for
+from simulator.plan import RECIPES, SCHEDULES, ParallelPlan
+
+FIXED = (  # (flag, field, help)
+    ("--tp", "tp", "fix the tensor-parallel degree"),
+    ("--pp", "pp", "fix the pipeline-parallel degree"),
+    ("--cp", "cp", "fix the context-parallel degree"),
+    ("--dp", "dp", "fix the data-parallel degree"),
+    ("--vp", "vp", "fix the virtual pipeline stages per device"),
+    ("--ep", "ep", "fix the expert-parallel degree"),
+    ("--etp", "etp", "fix the expert tensor-parallel degree"),
+    ("--mbs", "mbs", "fix the micro-batch size"),
+    ("--zero", "zero_stage", "fix the ZeRO stage (0-3)"),
+    ("--recompute-layers", "recompute_layers", "fix full recompute to N layers per stage"),
+)
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "plan", help="find the best parallel plans for a model, cluster and batch",
+        description="Search parallel plans (tp/sp, cp, pp + schedule + vp, ep/etp, ZeRO, recompute, micro-batch, "
+                    "layer split) with simulate() as the cost model; prune by memory and time bounds so the "
+                    "plans returned are provably the best under the model. Ranges: --gpus 512:2048, --gbs 1024:4096.")
+    p.add_argument("--model", required=True, help="catalog model name, model YAML or HF config.json")
+    p.add_argument("--cluster", help="catalog cluster name or cluster YAML (required unless --pool)")
+    p.add_argument("--gpus", help="GPU count N or range LO:HI[:STEP] (default: the whole cluster)")
+    p.add_argument("--gbs", required=True, help="global batch in sequences: N, or a range LO:HI")
+    p.add_argument("--seq", type=int, help="sequence length in tokens (default: the model's)")
+    p.add_argument("--top", type=int, default=5, help="how many plans (distinct layouts) to show (default 5)")
+    p.add_argument("--calibration", help="calibration profile name or YAML (default: the accelerator's)")
+    g = p.add_argument_group("constraints")
+    for flag, field, help_ in FIXED:
+        g.add_argument(flag, dest=f"fix_{field}", type=int, metavar="N", help=help_)
+    g.add_argument("--recompute", dest="fix_recompute", choices=("none", "selective", "full"),
+                   help="fix the recompute mode")
+    g.add_argument("--schedules", help=f"comma-separated pipeline schedules to consider ({','.join(SCHEDULES)})")
+    g.add_argument("--max-tp", type=int, help="largest tensor-parallel degree")
+    g.add_argument("--max-pp", type=int, help="largest pipeline degree")
+    g.add_argument("--max-cp", type=int, default=16, help="largest context-parallel degree (default 16)")
+    g.add_argument("--max-vp", type=int, default=8, help="largest virtual pipeline degree (default 8)")
+    g.add_argument("--max-mbs", type=int, default=16, help="largest micro-batch size (default 16)")
+    g.add_argument("--min-headroom-gb", type=float, default=0.0, help="memory each GPU must keep free, GB (1e9 B; default 0)")
+    g.add_argument("--allow-cross-node-tp", action="store_true",
+                   help="let tp and ep*etp span more than one NVLink domain")
+    g.add_argument("--even-layers", action="store_true", help="only even layer splits (no uneven first/last stage)")
+    g.add_argument("--precision", choices=("bf16", "fp16", "fp8"), default="bf16", help="GEMM precision (default bf16)")
+    g.add_argument("--recipe", default="megatron", choices=RECIPES, help="model-state recipe (default megatron)")
+    b = p.add_argument_group("budget (cheapest plan that trains N tokens within D days)")
+    b.add_argument("--tokens", type=float, help="tokens to train, e.g. 1e12")
+    b.add_argument("--days", type=float, help="wall-clock limit in days (needs --tokens)")
+    b.add_argument("--price", type=float, help="USD per GPU-hour (default: the accelerator's catalog price)")
+    b.add_argument("--objective", choices=("throughput", "cost"),
+                   help="rank by tokens/s or by cost per token (default: cost with --tokens, else throughput)")
+    h = p.add_argument_group("heterogeneous cluster (stage-to-GPU-type ILP; degrees fixed with --tp --pp --dp)")
+    h.add_argument("--pool", action="append", metavar="CLUSTER:GPUS",
+                   help="a GPU pool: catalog cluster and how many of its GPUs (repeat for each GPU type)")
+    h.add_argument("--per-stage-recompute", action="store_true",
+                   help="let every stage choose its own recomputed layers (the simulator and Megatron-LM "
+                        "express one count for all stages)")
+    s = p.add_argument_group("solver and output")
+    s.add_argument("--inner", choices=("enum", "ilp"), default="enum",
+                   help="inner choices (layer split, recompute count): exact enumeration of the split family, "
+                        "or additionally the ILP's split for each shape (slower: one ILP per shape expanded; default enum)")
+    s.add_argument("--solver", choices=("highs", "cbc"), default="highs", help="MILP solver behind PuLP (default highs)")
+    s.add_argument("--time-limit", type=float, default=10.0, help="seconds per ILP solve (default 10)")
+    s.add_argument("--json", action="store_true", help="print one JSON object")
+    s.add_argument("--write-plan", metavar="FILE", help="write the best plan as YAML for meshcast simulate --plan")
+    s.add_argument("--megatron-args", action="store_true", help="print the best plan as Megatron-LM arguments")
+    s.add_argument("-o", "--output", help="write a self-contained HTML page: Pareto front throughput vs headroom")
+    s.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="progress counter on stderr (default: when stderr is a terminal)")
+    p.set_defaults(run=run)
+
+
+def _fixed(args) -> dict:
+    out = {field: getattr(args, f"fix_{field}") for _, field, _ in FIXED}
+    out["recompute"] = args.fix_recompute
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def run(args: argparse.Namespace) -> int:
+    from planners.report import format_megatron, format_text, result_dict, write_html, write_plan_yaml
+    from planners.search import Objective, search
+    from planners.space import make_constraints
+
+    model = load_model(args.model)
+    if args.pool:
+        return run_heterogeneous(args, model)
+    if not args.cluster:
+        raise MeshcastError("cluster", "give --cluster (or --pool CLUSTER:GPUS for a heterogeneous cluster)")
+    cluster = load_cluster(args.cluster)
+    node = load_node(cluster.node)
+    hw0 = load_hardware(args.cluster, min(node.gpus_per_node, cluster.num_nodes * node.gpus_per_node))
+    cal, cal_note = calibration_for(hw0.accelerator, args.calibration)
+    if args.top < 1:
+        raise MeshcastError("top", f"must be at least 1, got {args.top}")
+    if args.days is not None and args.tokens is None:
+        raise MeshcastError("days", "a deadline needs --tokens (how many tokens to train)")
+    for name in ("tokens", "days", "price"):
+        v = getattr(args, name)
+        if v is not None and v <= 0:
+            raise MeshcastError(name, f"must be positive, got {v}")
+    kind = args.objective or ("cost" if args.tokens is not None else "throughput")
+    price = args.price if args.price is not None else hw0.accelerator.price_per_gpu_hour_usd
+    if kind == "cost" and price is None and args.tokens is not None:
+        raise MeshcastError("price", f"{hw0.accelerator.name} has no catalog price; pass --price USD per GPU-hour")
+    schedules = [x.strip() for x in args.schedules.split(",")] if args.schedules else None
+    base = ParallelPlan(precision=args.precision, recipe=args.recipe)
+    c = make_constraints(model, args.cluster, gpus=args.gpus, gbs=args.gbs, seq=args.seq, fixed=_fixed(args),
+                         min_headroom_gb=args.min_headroom_gb, base=base, schedules=schedules,
+                         max_tp=args.max_tp, max_pp=args.max_pp, max_cp=args.max_cp, max_vp=args.max_vp,
+                         max_mbs=args.max_mbs, nvlink_only=not args.allow_cross_node_tp,
+                         uneven=not args.even_layers)
+    objective = Objective(kind, args.tokens, args.days, price)
+    progress = args.progress if args.progress is not None else sys.stderr.isatty()
+    res = search(model, args.cluster, c, calibration=cal, objective=objective, top=args.top, progress=progress,
+                 inner=args.inner, solver=args.solver, time_limit_s=args.time_limit, keep_explored=bool(args.output))
+    gpus_text = args.gpus or str(c.gpus[0])
+    request = {"model": model.name, "cluster": cluster.name, "gpus": gpus_text, "gbs": args.gbs, "seq": c.seq,
+               "calibration": cal.name, "calibration_note": cal_note}
+    best = res.best
+    if args.write_plan:
+        write_plan_yaml(best, args.write_plan, args.model, args.cluster)
+    if args.output:
+        write_html(res, res.explored, args.output,
+                   f"meshcast plan: {model.name} on {gpus_text} x {hw0.accelerator.name}, gbs {args.gbs} x seq {c.seq}")
+    if args.json:
+        from meshcast.commands.common import emit_json
+        emit_json(result_dict(res, request))
+        return 0
+    line = (f"{model.name} on {gpus_text} x {hw0.accelerator.name} ({cluster.name}), gbs {args.gbs} x seq {c.seq}, "
+            f"objective {kind}; calibration: {cal_note}")
+    print(format_text(res, line))
+    if args.megatron_args:
+        print("\nMegatron-LM arguments (best plan):")
+        print(format_megatron(best, model))
+    if args.write_plan:
+        print(f"\nwrote {args.write_plan} (meshcast simulate --model {args.model} --cluster {args.cluster} "
+              f"--gpus {best.result.num_gpus} --plan {args.write_plan})")
+    if args.output:
+        print(f"wrote {args.output}")
+    return 0
+
+
+def run_heterogeneous(args: argparse.Namespace, model) -> int:
+    """Stages of one fixed layout on several GPU types: layers, recompute and type per stage."""
+    import yaml
+
+    from meshcast.commands.common import emit_json
+    from planners.ilp import plan_heterogeneous
+    from planners.space import parse_count_range
+
+    pools = []
+    for spec in args.pool:
+        name, _, count = spec.rpartition(":")
+        if not name or not count.isdigit() or int(count) <= 0:
+            raise MeshcastError("pool", f"expected CLUSTER:GPUS, got {spec!r}")
+        cl = load_cluster(name)
+        node = load_node(cl.node)
+        total = cl.num_nodes * node.gpus_per_node
+        pools.append((load_hardware(name, min(total, max(int(count), 1))), int(count)))
+    fixed = _fixed(args)
+    for need in ("tp", "pp", "dp"):
+        if need not in fixed:
+            raise MeshcastError(need, f"a heterogeneous plan needs --{need} fixed (the stage-to-type ILP "
+                                      "assigns stages of one layout)")
+    width = fixed["tp"] * fixed.get("cp", 1) * fixed["dp"]
+    slots = sum(count // width for _, count in pools)
+    if slots < fixed["pp"]:
+        raise MeshcastError("pool", f"{fixed['pp']} stages of tp*cp*dp = {width} GPUs need {fixed['pp'] * width} GPUs "
+                                    f"in whole stages; the pools hold {slots} such stages "
+                                    f"({sum(c for _, c in pools)} GPUs)")
+    lo, hi, _ = parse_count_range(args.gbs, "gbs")
+    if lo != hi:
+        raise MeshcastError("gbs", "a heterogeneous plan takes one global batch")
+    rec = fixed.get("recompute")
+    full_mode = "per_stage" if args.per_stage_recompute else "uniform"
+    modes = ["none"] if rec == "none" else [full_mode] if rec == "full" else ["none", full_mode]
+    plan = ParallelPlan(tp=fixed["tp"], pp=fixed["pp"], dp=fixed["dp"], cp=fixed.get("cp", 1), vp=fixed.get("vp", 1),
+                        mbs=fixed.get("mbs", 1), gbs=hi, seq=args.seq or model.seq_len,
+                        zero_stage=fixed.get("zero_stage", 1), precision=args.precision, recipe=args.recipe,
+                        layers_per_stage=_even_blocks(model.num_layers, fixed["pp"], fixed.get("vp", 1)))
+    cal, _ = calibration_for(pools[0][0].accelerator, args.calibration)
+    from planners.ilp import ILPError
+    out, err = None, None
+    for mode in modes:    # without --recompute: the better of no recompute and full recompute
+        try:
+            o = plan_heterogeneous(model, pools, plan, recompute=mode, min_headroom_bytes=args.min_headroom_gb * 1e9,
+                                   calibration=cal, solver=args.solver, time_limit_s=args.time_limit)
+        except ILPError as exc:
+            if "infeasible" not in exc.reason:
+                raise
+            err = exc
+            continue
+        if out is None or o.step_time_s < out.step_time_s:
+            out, best_mode = o, mode
+    if out is None:
+        raise MeshcastError("memory", f"no assignment of stages to {', '.join(args.pool)} fits memory and the "
+                                      f"GPU counts ({err.reason if err else ''})")
+    mode = best_mode
+    sol = out.solution
+    rows = [{"stage": s, "gpu_type": sol.types[s], "layers": sol.layers[s], "recomputed_layers": sol.recomputed[s],
+             "stage_time_s": sol.stage_times[s], "memory_bytes": sol.stage_bytes[s]} for s in range(len(sol.layers))]
+    if args.write_plan:
+        doc = {"plan": out.plan.to_dict(), "stage_gpu_types": list(sol.types),
+               "stage_recomputed_layers": list(sol.recomputed),
+               "meshcast_plan": {"model": model.name, "pools": args.pool, "predicted_step_time_s": out.step_time_s}}
+        with open(args.write_plan, "w") as fh:
+            fh.write("# written by meshcast plan --pool: stages on several GPU types (simulate() runs one type)\n")
+            yaml.safe_dump(doc, fh, sort_keys=False)
+    if args.json:
+        emit_json({"plan": out.plan.to_dict(), "stages": rows, "pipeline_s": sol.pipeline_s,
+                   "step_time_s": out.step_time_s, "gpus_by_type": out.gpus_by_type,
+                   "solver": {"name": sol.info.solver, "status": sol.info.status, "gap": sol.info.gap,
+                              "time_s": sol.info.time_s}})
+        return 0
+    print(f"{model.name}: tp={plan.tp} pp={plan.pp} dp={plan.dp} over {', '.join(args.pool)} "
+          f"(stage costs from simulate() on each GPU type; {sol.info.solver} {sol.info.status}, gap "
+          f"{sol.info.gap if sol.info.gap is not None else 'n/a'})")
+    print(f"{'stage':>5}  {'GPU type':<16} {'layers':>6} {'recomputed':>10} {'time/mb':>9} {'memory':>9}")
+    for r in rows:
+        print(f"{r['stage']:>5}  {r['gpu_type']:<16} {r['layers']:>6} {r['recomputed_layers']:>10} "
+              f"{r['stage_time_s'] * 1e3:>7.2f}ms {r['memory_bytes'] / 1e9:>6.1f} GB")
+    print(f"pipeline {sol.pipeline_s:.3f} s; step ~{out.step_time_s:.3f} s (pipeline + the slowest type's "
+          f"data-parallel and optimizer time); GPUs used: "
+          + ", ".join(f"{k} {v}" for k, v in out.gpus_by_type.items()))
+    if mode == "per_stage" and len(set(sol.recomputed)) > 1:
+        print("note: recompute differs per stage; Megatron-LM's --recompute-num-layers is one count for all stages")
+    return 0
+
+
+def _even_blocks(layers: int, pp: int, vp: int):
+    blocks = layers // vp
+    base, extra = divmod(blocks, pp)
+    return tuple((base + (1 if i >= pp - extra else 0)) * vp for i in range(pp))

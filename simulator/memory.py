@@ -33,6 +33,11 @@ GIB = 1024 ** 3
 WORKSPACE_BYTES = 1.0 * GIB     # cuBLAS/cuDNN workspaces + NCCL buffers (planning allowance)
 FRAGMENTATION = 0.05            # caching-allocator fragmentation on top of live tensors
 
+# Peak bytes per logit of the loss: PyTorch's cross_entropy(logits.float()) keeps the fp32
+# log-softmax, the NLL gradient and its own gradient (12, measured); Megatron's vocab-parallel
+# cross-entropy works in place on one fp32 copy beside the bf16 logits (8).
+LOSS_BYTES_PER_LOGIT = {"megatron": 8, "zero": 8, "torch_amp": 12, "torch_fsdp": 12}
+
 STATE_BYTES = {  # (weights, gradients, optimizer) bytes per parameter
     "megatron": (2, 4, 12),
     "zero": (2, 2, 12),
@@ -167,7 +172,8 @@ def layer_activation_bytes(ctx: Context, moe: bool) -> float:
     kv = max(1, m.kv_heads // tp) if m.mla is None else heads
     qk, vd = _attention_dims(m)
     drop = 1 if p.dropout else 0
-    attn = resid * Tsp * h + 2 * Tsp * h                      # norm input, QKV-GEMM input
+    g_in = 1 if p.precision == "fp8" else 2                   # GEMM inputs are saved in fp8 (TE)
+    attn = resid * Tsp * h + g_in * Tsp * h                   # norm input, QKV-GEMM input
     attn += 2 * T * (heads * qk + kv * qk + kv * vd)          # Q, K, V
     attn += 2 * T * heads * vd                                # attention output = out-proj input
     if p.attention == "flash":
@@ -180,7 +186,7 @@ def layer_activation_bytes(ctx: Context, moe: bool) -> float:
         mlp += _moe_activation_bytes(ctx)
     else:
         f = m.ffn_hidden // tp
-        mlp += 2 * Tsp * h + 2 * T * f * (2 if m.gated_mlp else 1) + 2 * T * f
+        mlp += g_in * Tsp * h + 2 * T * f * (2 if m.gated_mlp else 1) + g_in * T * f
     return attn + mlp
 
 
@@ -239,7 +245,7 @@ def stage_footprint(ctx: Context, layers: range, first: bool, last: bool,
         stored = kept + full * 2 * ctx.sp_tokens * m.hidden + max(per_layer)   # inputs + one layer rebuilt
     if first:
         stored += 2 * ctx.sp_tokens * m.hidden
-    logits = ctx.tokens * math.ceil(m.vocab / p.tp) * 12 if last else 0.0   # saved log-softmax, NLL grad, its grad
+    logits = ctx.tokens * math.ceil(m.vocab / p.tp) * LOSS_BYTES_PER_LOGIT[p.recipe] if last else 0.0
     return StageFootprint(dense + expert, weights, grads, opt, stored, logits)
 
 

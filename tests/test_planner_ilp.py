@@ -159,11 +159,12 @@ def test_per_stage_recompute_matches_brute_force(h100, frac):
     assert ref is not None
     assert sol.pipeline_s == pytest.approx(ref[0], rel=1e-7)
     assert list(sol.recomputed) == [min(r, n) for r, n in zip(sol.recomputed, sol.layers)]
-    # per-stage recompute never loses to one count for every stage, and here it wins
+    # per-stage recompute never loses to one count for every stage, and when memory is tight
+    # it strictly wins
     uni = brute_force_chain(prof, usable, recompute="uniform")
     assert sol.pipeline_s <= uni[0] * (1 + 1e-9)
     if frac < 0.3:
-        assert sol.pipeline_s < uni[0] * 0.99
+        assert sol.pipeline_s < uni[0] * (1 - 1e-6)
 
 
 def test_uniform_solution_simulates_to_the_ilp_pipeline(h100):

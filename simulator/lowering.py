@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from models.params import attention_params, mlp_params
 from models.schema import ModelSpec
 from simulator.comm import Fabric, collective_time
-from simulator.compute import (DTYPE_BYTES, DeviceModel, attention_flops, attention_time,
-                               elementwise_time, gemm_bytes, gemm_flops, gemm_time, memory_time)
+from simulator.compute import (DTYPE_BYTES, DeviceModel, attention_flops, attention_time, elementwise_time,
+                               flash_attention_bytes, gemm_bytes, gemm_flops, gemm_time, memory_time)
 from simulator.ops import Op
 from simulator.plan import ParallelPlan
 
@@ -127,7 +127,8 @@ def _attention(ctx: Context, phase: str) -> Op:
     direction = "bwd" if phase == "bwd" else "fwd"
     t = attention_time(ctx.dev, p.mbs * p.cp, heads, s, s, d, True, kv, backend, direction)
     flops = attention_flops(p.mbs * p.cp, heads, s, s, (qk_dim + v_dim) / 2, True) * (2.5 if phase == "bwd" else 1)
-    return Op("attention.core", "attention", phase, t, flops, shape=(p.mbs * p.cp, heads, s, d, backend))
+    nbytes = flash_attention_bytes(ctx.dev, p.mbs * p.cp, heads, kv, s, s, d, True) * (2.5 if phase == "bwd" else 1)
+    return Op("attention.core", "attention", phase, t, flops, nbytes, shape=(p.mbs * p.cp, heads, s, d, backend))
 
 
 def _attention_dims(m: ModelSpec) -> tuple[int, int]:

@@ -6,6 +6,7 @@ import argparse
 from meshcast.commands.common import (add_model_cluster, add_plan_options, emit_json, fmt_bytes, fmt_time,
                                       load_inputs, plan_from_args)
 from simulator import simulate
+from simulator.costing import train_cost
 from simulator.result import BOTTLENECK_NAMES, Result
 
 
@@ -16,6 +17,10 @@ def add_parser(sub) -> None:
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add_model_cluster(p)
     add_plan_options(p)
+    g = p.add_argument_group("cost to train")
+    g.add_argument("--tokens", type=float, help="token budget, e.g. 15e12: prints days, dollars and energy")
+    g.add_argument("--price", type=float, help="USD per GPU-hour (default: the accelerator's catalog price)")
+    g.add_argument("--pue", type=float, default=1.0, help="power usage effectiveness for facility energy")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("-o", "--output", help="write a self-contained HTML report (plotly)")
     p.add_argument("--trace", help="write a Chrome/Perfetto trace JSON of one step")
@@ -33,11 +38,24 @@ def run(args: argparse.Namespace) -> int:
     if args.trace:
         from simulator.trace import write_chrome_trace
         write_chrome_trace(result, args.trace)
+    cost = train_cost(result, args.tokens, args.price, args.pue, accelerator=hw.accelerator)
     if args.json:
-        emit_json(result.to_dict())
+        emit_json({**result.to_dict(), "cost": cost})
     else:
         print(format_result(result))
+        print(format_cost(cost))
     return 0
+
+
+def format_cost(c: dict) -> str:
+    """Cost lines: per million tokens always; days, dollars and energy with a token budget."""
+    price = f"${c['price_per_gpu_hour_usd']:.2f}/GPU-hour ({c['price_source']})" if c["price_per_gpu_hour_usd"] else "no price"
+    lines = [f"cost: {c['gpu_hours_per_million_tokens']:.2f} GPU-hours per million tokens; {price}"]
+    if c["days"] is not None:
+        usd = f", ${c['cost_usd']:,.0f}" if c["cost_usd"] is not None else ""
+        kwh = f", {c['gpu_energy_kwh'] / 1e3:,.0f} MWh GPU energy (TDP bound)" if c["gpu_energy_kwh"] else ""
+        lines.append(f"  {c['tokens']:.3g} tokens: {c['days']:.1f} days, {c['gpu_hours']:,.0f} GPU-hours{usd}{kwh}")
+    return "\n".join(lines)
 
 
 def format_result(r: Result) -> str:

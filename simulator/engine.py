@@ -8,7 +8,7 @@ are not hidden. See docs/cost_model.md for every formula.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 from hardware_specs.catalog import Hardware
 from models.schema import ModelSpec
@@ -17,7 +17,7 @@ from simulator.comm import Fabric, collective_time, fabric_from_hardware
 from simulator.compute import DeviceModel, memory_time
 from simulator.flops import step_hardware_flops, step_model_flops
 from simulator.lowering import Context, embedding_ops, head_ops, layer_ops, p2p_time
-from simulator.memory import (STATE_BYTES, MemoryBreakdown, layer_activation_bytes, moe_layers_in,
+from simulator.memory import (MemoryBreakdown, StageFootprint, layer_activation_bytes, moe_layers_in,
                               stage_footprint, stage_memory, stage_params)
 from simulator.ops import Op
 from simulator.plan import ParallelPlan, resolve_plan
@@ -130,9 +130,13 @@ def simulate(model: ModelSpec, hardware: Hardware, plan: ParallelPlan,
     plan = resolve_plan(model, plan, hardware.num_gpus)
     dev = device_model(hardware.accelerator, calibration)
     ctx = Context(model, plan, dev, _fabric(hardware, calibration))
-    dense_ops, moe_ops, norec_ops, emb, head = _lowered(ctx)
+    lowered = _lowered(ctx)
+    dense_ops, moe_ops, norec_ops, emb, head = lowered
     ranges = stage_layer_ranges(model, plan)
-    stages = _stage_costs(ctx, ranges, dense_ops, moe_ops, norec_ops, emb, head)
+    bundles = _stage_bundles(ctx, hardware, ranges, lowered)
+    stages = [b.cost if b.cost.index == i else
+              StageCost(i, b.cost.layers, b.cost.moe_layers, b.cost.forward_s, b.cost.backward_s, b.cost.groups,
+                        b.cost.flops) for i, b in enumerate(bundles)]
     p2p = p2p_time(ctx)
     overlap_p2p = plan.overlap_p2p if plan.overlap_p2p is not None else plan.pipeline_schedule == "interleaved"
     m = plan.microbatches()
@@ -140,8 +144,11 @@ def simulate(model: ModelSpec, hardware: Hardware, plan: ParallelPlan,
     bwd = [s.backward_s for s in stages]
     pipe = pipeline_time(fwd, bwd, m, plan.vp, p2p, overlap_p2p)
     caps = hardware.accelerator.hbm_capacity_bytes
-    mems = _stage_memories(ctx, ranges, caps)
-    dp_exposed, dp_total, opt = _data_parallel_and_optimizer(ctx, hardware, ranges, stages)
+    mems = [stage_memory(ctx, i, r, i == 0, i == len(ranges) - 1, caps, footprint=b.footprint)
+            for i, (r, b) in enumerate(zip(ranges, bundles))]
+    dp_exposed = [b.dp_exposed_s for b in bundles]
+    dp_total = [b.dp_total_s for b in bundles]
+    opt = [b.optimizer_s for b in bundles]
     step = pipe + max(dp_exposed) + max(opt)
     events = timeline(fwd, bwd, m, plan.vp, plan.pipeline_schedule, p2p) if with_timeline else None
     result = _result(model, hardware, plan, calibration, stages, mems, pipe, p2p, overlap_p2p,
@@ -154,38 +161,57 @@ def simulate(model: ModelSpec, hardware: Hardware, plan: ParallelPlan,
     return result
 
 
-def _stage_memories(ctx: Context, ranges: list[range], capacity: float) -> list[MemoryBreakdown]:
-    """Memory of every stage (stage index matters: in-flight micro-batches differ)."""
+@dataclass(frozen=True)
+class StageBundle:
+    """Everything about one stage that does not depend on the pipeline around it: its cost per
+    micro-batch, its memory footprint, its data-parallel communication and optimizer step."""
+
+    cost: StageCost
+    footprint: StageFootprint
+    dp_exposed_s: float
+    dp_total_s: float
+    optimizer_s: float
+
+
+_BUNDLES: dict = {}
+# Plan fields a stage's bundle does not depend on (they shape the pipeline around the stages).
+_PIPELINE_ONLY = {"pp", "vp", "gbs", "schedule", "layers_per_stage", "num_gpus", "overlap_p2p"}
+_STAGE_KEY_FIELDS = tuple(f.name for f in fields(ParallelPlan) if f.name not in _PIPELINE_ONLY)
+
+
+def _stage_bundles(ctx: Context, hw: Hardware, ranges: list[range], lowered) -> list[StageBundle]:
+    """The bundle of every stage. Bundles are shared between stages with the same layer mix and
+    position, and between plans that differ only in pipeline-level fields (a planner evaluates
+    thousands of such plans); the cache holds the objects it was built from and checks them."""
     p, model = ctx.plan, ctx.model
+    base = (id(model), id(ctx.dev), id(ctx.fabric), id(hw.node)) + tuple(getattr(p, f) for f in _STAGE_KEY_FIELDS)
     last = len(ranges) - 1
-    per_layer = (layer_activation_bytes(ctx, False), layer_activation_bytes(ctx, True) if model.moe else 0.0)
-    memo: dict = {}
     out = []
+    per_layer = None
     for i, r in enumerate(ranges):
-        key = (len(r), moe_layers_in(model, r.start, r.stop), i == 0, i == last)
-        if key not in memo:
-            memo[key] = stage_footprint(ctx, r, i == 0, i == last, per_layer)
-        out.append(stage_memory(ctx, i, r, i == 0, i == last, capacity, footprint=memo[key]))
+        key = base + (len(r), moe_layers_in(model, r.start, r.stop), i == 0, i == last)
+        hit = _BUNDLES.get(key)
+        if hit is None or hit[0] is not model or hit[1] is not ctx.dev or hit[2] is not ctx.fabric:
+            if per_layer is None:
+                per_layer = (layer_activation_bytes(ctx, False), layer_activation_bytes(ctx, True) if model.moe else 0.0)
+            if len(_BUNDLES) > 200_000:
+                _BUNDLES.clear()
+            hit = _BUNDLES[key] = (model, ctx.dev, ctx.fabric, _stage_bundle(ctx, hw, i, r, i == last, lowered, per_layer))
+        out.append(hit[3])
     return out
 
 
-def _stage_costs(ctx: Context, ranges: list[range], dense_ops, moe_ops, norec_ops, emb, head) -> list[StageCost]:
-    """Cost every stage; stages with the same layer mix and position are costed once."""
-    memo: dict = {}
-    out = []
-    last = len(ranges) - 1
-    for i, r in enumerate(ranges):
-        key = (len(r), moe_layers_in(ctx.model, r.start, r.stop), i == 0, i == last)
-        if key not in memo:
-            memo[key] = _stage_cost(ctx, i, r, dense_ops, moe_ops, norec_ops, emb, head, len(ranges))
-        c = memo[key]
-        out.append(c if c.index == i else StageCost(i, c.layers, c.moe_layers, c.forward_s, c.backward_s,
-                                                     c.groups, c.flops))
-    return out
+def _stage_bundle(ctx: Context, hw: Hardware, index: int, r: range, last: bool, lowered, per_layer) -> StageBundle:
+    dense_ops, moe_ops, norec_ops, emb, head = lowered
+    first = index == 0
+    cost = _stage_cost(ctx, index, r, dense_ops, moe_ops, norec_ops, emb, head, first, last)
+    footprint = stage_footprint(ctx, r, first, last, per_layer)
+    exposed, total, opt = _stage_data_parallel(ctx, hw, r, first, last, cost)
+    return StageBundle(cost, footprint, exposed, total, opt)
 
 
-def _stage_cost(ctx: Context, index: int, layers: range, dense_ops: list[Op], moe_ops: list[Op],
-                norec_ops: dict, emb: list[Op], head: list[Op], num_stages: int) -> StageCost:
+def _stage_cost(ctx: Context, index: int, layers: range, dense_ops, moe_ops, norec_ops: dict, emb, head,
+                first: bool, last: bool) -> StageCost:
     """Forward and backward seconds of one micro-batch on one stage, and where they go."""
     model, plan = ctx.model, ctx.plan
     n_moe = moe_layers_in(model, layers.start, layers.stop)
@@ -201,9 +227,9 @@ def _stage_cost(ctx: Context, index: int, layers: range, dense_ops: list[Op], mo
             parts = [(o, n) for o, n in parts if n > 0]
         else:
             parts.append((ops, count))
-    if index == 0:
+    if first:
         parts.append((emb, 1))
-    if index == num_stages - 1:
+    if last:
         parts.append((head, 1))
     f = sum(o.forward_s * n for o, n in parts)
     b = sum(o.backward_s * n for o, n in parts)
@@ -241,47 +267,34 @@ def _zero3_gather_exposed(ctx: Context, layers: range, f: float, b: float) -> tu
     return n * f_exp, n * b_exp
 
 
-def _data_parallel_and_optimizer(ctx: Context, hw: Hardware, ranges: list[range], stages: list[StageCost]):
-    """Per stage: exposed data-parallel communication, its total, and the optimizer step time."""
+def _stage_data_parallel(ctx: Context, hw: Hardware, r: range, first: bool, last: bool,
+                         cost: StageCost) -> tuple[float, float, float]:
+    """One stage's exposed data-parallel communication, its total, and its optimizer step."""
     p = ctx.plan
-    w_b, g_b, _ = STATE_BYTES[p.recipe]
     grad_bytes = 2 if p.recipe == "zero" else 4
     dp_group = p.dp * p.cp
-    exposed, totals, opt = [], [], []
-    memo: dict = {}
-    for i, r in enumerate(ranges):
-        key = (len(r), moe_layers_in(ctx.model, r.start, r.stop), i == 0, i == len(ranges) - 1)
-        if key in memo:
-            for lst, v in zip((exposed, totals, opt), memo[key]):
-                lst.append(v)
+    dense, expert = stage_params(ctx, r, first, last)
+    comm = 0.0
+    for params, n, stride in ((dense, dp_group, p.tp), (expert, max(1, dp_group * p.tp // (p.ep * p.expert_tp)),
+                                                        p.ep * p.expert_tp)):
+        if params <= 0 or n <= 1 or p.zero_stage == 3:   # ZeRO-3: per layer in _zero3_gather_exposed
             continue
-        dense, expert = stage_params(ctx, r, i == 0, i == len(ranges) - 1)
-        comm = 0.0
-        for params, n, stride in ((dense, dp_group, p.tp), (expert, max(1, dp_group * p.tp // (p.ep * p.expert_tp)),
-                                                            p.ep * p.expert_tp)):
-            if params <= 0 or n <= 1:
-                continue
-            if p.zero_stage == 3:
-                continue   # costed per layer in _zero3_gather_exposed
-            if p.zero_stage == 0:
-                comm += collective_time(ctx.fabric, "all_reduce", params * grad_bytes, n, stride)
-            else:
-                comm += collective_time(ctx.fabric, "reduce_scatter", params * grad_bytes, n, stride)
-                comm += collective_time(ctx.fabric, "all_gather", params * 2 / n, n, stride)
-        last_bucket = comm * min(1.0, BUCKET_PARAMS / max(dense + expert, 1.0))
-        if p.overlap_grad_reduce:
-            hidden = stages[i].backward_s + (stages[i].forward_s if p.overlap_param_gather else 0.0)
-            exp = max(last_bucket, comm - hidden)
-            exp += ctx.dev.cal.comm_overlap_slowdown * (comm - exp)
+        if p.zero_stage == 0:
+            comm += collective_time(ctx.fabric, "all_reduce", params * grad_bytes, n, stride)
         else:
-            exp = comm
-        if p.recipe == "torch_amp" and p.zero_stage == 0 and dp_group > 1:
-            # DDP copies each fp32 gradient into its bucket and back after the all-reduce
-            exp += memory_time(ctx.dev, 16 * (dense + expert), launches=2)
-        memo[key] = (exp, comm, _optimizer_time(ctx, hw, dense, expert))
-        for lst, v in zip((exposed, totals, opt), memo[key]):
-            lst.append(v)
-    return exposed, totals, opt
+            comm += collective_time(ctx.fabric, "reduce_scatter", params * grad_bytes, n, stride)
+            comm += collective_time(ctx.fabric, "all_gather", params * 2 / n, n, stride)
+    last_bucket = comm * min(1.0, BUCKET_PARAMS / max(dense + expert, 1.0))
+    if p.overlap_grad_reduce:
+        hidden = cost.backward_s + (cost.forward_s if p.overlap_param_gather else 0.0)
+        exposed = max(last_bucket, comm - hidden)
+        exposed += ctx.dev.cal.comm_overlap_slowdown * (comm - exposed)
+    else:
+        exposed = comm
+    if p.recipe == "torch_amp" and p.zero_stage == 0 and dp_group > 1:
+        # DDP copies each fp32 gradient into its bucket and back after the all-reduce
+        exposed += memory_time(ctx.dev, 16 * (dense + expert), launches=2)
+    return exposed, comm, _optimizer_time(ctx, hw, dense, expert)
 
 
 def _optimizer_time(ctx: Context, hw: Hardware, dense: float, expert: float) -> float:

@@ -8,8 +8,6 @@ MLP: 72·B·s·l·h²·(1 + s/(6h) + V/(12·l·h)). The same count is written he
 """
 from __future__ import annotations
 
-from functools import lru_cache
-
 from models.schema import ModelSpec
 
 
@@ -37,10 +35,16 @@ def layer_forward_flops_per_token(m: ModelSpec, index: int, seq: int) -> float:
     return 2 * (proj + ffn) + attn_core
 
 
-@lru_cache(maxsize=1024)
+_LAYER_FLOPS: dict = {}
+
+
 def layers_forward_flops_per_token(m: ModelSpec, seq: int) -> float:
-    """Forward FLOPs per token of all layers together."""
-    return sum(layer_forward_flops_per_token(m, i, seq) for i in range(m.num_layers))
+    """Forward FLOPs per token of all layers together (cached by model identity and seq)."""
+    hit = _LAYER_FLOPS.get((id(m), seq))
+    if hit is None or hit[0] is not m:
+        hit = _LAYER_FLOPS[(id(m), seq)] = (m, sum(layer_forward_flops_per_token(m, i, seq)
+                                                   for i in range(m.num_layers)))
+    return hit[1]
 
 
 def model_flops_per_token(m: ModelSpec, seq: int) -> float:

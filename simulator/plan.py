@@ -7,6 +7,7 @@ then data, then pipeline (outermost). Expert parallelism folds onto the tp x cp 
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Optional
@@ -145,11 +146,18 @@ def resolve_plan(model: ModelSpec, plan: ParallelPlan, num_gpus: int) -> Paralle
     if dp * model_par != gpus:
         raise PlanError("dp", f"dp*tp*pp*cp = {dp}*{plan.tp}*{plan.pp}*{plan.cp} = {dp * model_par} "
                               f"is not the GPU count {gpus}")
-    seq = plan.seq or model.seq_len
-    gbs = plan.gbs or dp * plan.mbs
-    plan = replace(plan, dp=dp, seq=seq, gbs=gbs, num_gpus=gpus)
+    plan = _with_derived(plan, dp=dp, seq=plan.seq or model.seq_len, gbs=plan.gbs or dp * plan.mbs, num_gpus=gpus)
     _check_model_fit(model, plan)
     return plan
+
+
+def _with_derived(plan: ParallelPlan, **values) -> ParallelPlan:
+    """A copy of ``plan`` with derived fields set (dataclasses.replace re-validates every field
+    and is the slowest step of a simulation; these values were checked above)."""
+    out = copy.copy(plan)
+    for k, v in values.items():
+        object.__setattr__(out, k, v)
+    return out
 
 
 def _choice(name: str, value, allowed, allow_none: bool = False) -> None:

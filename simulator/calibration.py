@@ -148,20 +148,28 @@ def save_calibration(cal: Calibration, path: Path, meta: dict) -> None:
 def calibration_for(accelerator, explicit: str | None = None) -> tuple[Calibration, str]:
     """The calibration to use for ``accelerator`` and a note saying where it came from:
     an explicit profile; the accelerator's own profile; else the profile of the nearest
-    calibrated accelerator of the same family (its fitted efficiencies, this accelerator's
-    datasheet); else the documented defaults."""
+    calibrated accelerator (same family first, else same vendor, nearest in dense bf16 peak):
+    its fitted efficiencies with this accelerator's datasheet; else the documented defaults."""
+    import math
+
     if explicit:
-        cal = load_calibration(explicit)
-        return cal, f"profile {explicit}"
+        return load_calibration(explicit), f"profile {explicit}"
     own = accelerator.calibration_profile
     if own and (PROFILE_DIR / f"{own}.yaml").exists():
         return load_calibration(own), f"profile {own} (fitted on measurements of this accelerator)"
     from hardware_specs.catalog import list_accelerators, load_accelerator
-    for name in list_accelerators():
-        other = load_accelerator(name)
-        prof = other.calibration_profile
-        if other.family == accelerator.family and prof and (PROFILE_DIR / f"{prof}.yaml").exists():
-            return load_calibration(prof), (f"profile {prof}: {accelerator.name} has never been measured; "
-                                            f"using the nearest calibrated {accelerator.family} profile with "
-                                            f"{accelerator.name}'s datasheet")
-    return DEFAULT, f"uncalibrated defaults: no measured {accelerator.family} accelerator"
+    calibrated = [a for a in map(load_accelerator, list_accelerators())
+                  if a.calibration_profile and (PROFILE_DIR / f"{a.calibration_profile}.yaml").exists()]
+
+    def distance(a) -> tuple:
+        peak = accelerator.peak_flops_dense.bf16 or 1.0
+        other = a.peak_flops_dense.bf16 or 1.0
+        return (a.family != accelerator.family, abs(math.log(other / peak)), a.name)
+
+    near = sorted((a for a in calibrated if a.vendor == accelerator.vendor), key=distance)
+    if near:
+        prof = near[0].calibration_profile
+        how = "same family" if near[0].family == accelerator.family else f"same vendor, {near[0].family}"
+        return load_calibration(prof), (f"profile {prof} ({how}): {accelerator.name} has never been measured; "
+                                        f"its datasheet with the nearest calibrated efficiencies")
+    return DEFAULT, f"uncalibrated defaults: no measured {accelerator.vendor} accelerator"

@@ -6,6 +6,7 @@ import argparse
 from meshcast.commands.common import (add_model_cluster, add_plan_options, emit_json, fmt_bytes, fmt_time,
                                       load_inputs, plan_from_args)
 from simulator import simulate
+from simulator.calibration import calibration_for
 from simulator.costing import train_cost
 from simulator.result import BOTTLENECK_NAMES, Result
 
@@ -29,6 +30,7 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     model, hw, cal = load_inputs(args)
+    _, cal_note = calibration_for(hw.accelerator, args.calibration)
     plan = plan_from_args(args)
     want_timeline = bool(args.output or args.trace)
     result = simulate(model, hw, plan, cal, with_timeline=want_timeline)
@@ -40,9 +42,10 @@ def run(args: argparse.Namespace) -> int:
         write_chrome_trace(result, args.trace)
     cost = train_cost(result, args.tokens, args.price, args.pue, accelerator=hw.accelerator)
     if args.json:
-        emit_json({**result.to_dict(), "cost": cost})
+        emit_json({**result.to_dict(), "calibration_note": cal_note, "cost": cost})
     else:
         print(format_result(result))
+        print(f"calibration: {cal_note}")
         print(format_cost(cost))
     return 0
 

@@ -46,6 +46,7 @@ class Calibration:
       gemm_small_tile_exponent   throughput of a smaller output tile: (area/largest)^exponent
       gemm_unaligned_fraction    throughput when a leading dimension is not 16-byte aligned
       kernel_launch_s            fixed per-kernel cost seen by CUDA events (launch + tail)
+      gemm_setup_s               extra fixed cost of a library GEMM (heuristic, larger kernel)
       hbm_fraction               achievable fraction of datasheet HBM bandwidth (streaming)
       attention_fwd_fraction     FlashAttention forward: fraction of bf16 peak at long sequences
       attention_bwd_fraction     FlashAttention backward: fraction of bf16 peak
@@ -67,7 +68,8 @@ class Calibration:
     gemm_tile_overhead_k: float = 128.0
     gemm_small_tile_exponent: float = 0.3
     gemm_unaligned_fraction: float = 0.25
-    kernel_launch_s: float = 6.0e-6
+    kernel_launch_s: float = 5.0e-6
+    gemm_setup_s: float = 1.0e-6
     hbm_fraction: float = 0.90
     attention_fwd_fraction: float = 0.65
     attention_bwd_fraction: float = 0.50

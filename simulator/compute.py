@@ -110,7 +110,7 @@ def _gemm_time(dev: DeviceModel, m: int, n: int, k: int, dtype: str, batch: int)
         # a partial last wave runs its tiles with the whole SM each: no gain beyond 1 tile/SM
         best = min(best, waves * 2.0 * tm * tn * k_eff / (per_sm * eff))
     memory = gemm_bytes(m, n, k, dtype, batch) / dev.hbm_Bps
-    return max(best, memory) + dev.cal.kernel_launch_s
+    return max(best, memory) + cal.kernel_launch_s + cal.gemm_setup_s
 
 
 def gemm_aligned(m: int, n: int, k: int, dtype: str) -> bool:

@@ -57,13 +57,9 @@ def test_softmax_ratchet(name, ratchet):
     assert stats(name)["softmax"].mape <= ratchet
 
 
-@pytest.mark.parametrize("name,target_met,ratchet", [("h100_kernels.json", False, 0.07),
-                                                     ("h200_kernels.json", False, 0.055)])
-def test_copy(name, target_met, ratchet):
-    mape = stats(name)["copy"].mape
-    assert mape <= ratchet
-    if target_met:
-        assert mape <= 0.05
+@pytest.mark.parametrize("name", ["h100_kernels.json", "h200_kernels.json"])
+def test_copy_within_5_percent(name):
+    assert stats(name)["copy"].mape <= 0.05
 
 
 @pytest.mark.parametrize("name", ["h100_kernels.json", "h200_kernels.json", "h200x2_train.json",
@@ -74,20 +70,20 @@ def test_train_step_memory_and_fit_verdict(name):
     assert s.fit_correct == s.fit_total
 
 
-@pytest.mark.parametrize("name", ["h100_kernels.json", "h200_kernels.json", "h200_train_extra.json"])
-def test_single_gpu_train_step_time_within_10_percent(name):
+@pytest.mark.parametrize("name", ["h100_kernels.json", "h200_kernels.json", "h200_train_extra.json",
+                                  "h200x2_train_large.json"])
+def test_train_step_time_within_10_percent(name):
     assert stats(name)["train_step"].mape <= 0.10
 
 
-@pytest.mark.parametrize("name,ratchet", [("h200x2_train.json", 0.17), ("h200x2_train_large.json", 0.115)])
-def test_train_step_time_ratchet(name, ratchet):
-    assert stats(name)["train_step"].mape <= ratchet
+def test_two_gpu_train_step_time_ratchet():
+    # the smallest FSDP2 step is host-bound (docs/validation.md); today's figure must not worsen
+    assert stats("h200x2_train.json")["train_step"].mape <= 0.16
 
 
-@pytest.mark.xfail(strict=True, reason="target 10% not met yet on 2xH200 DDP/FSDP (docs/validation.md)")
-@pytest.mark.parametrize("name", ["h200x2_train.json", "h200x2_train_large.json"])
-def test_two_gpu_train_step_time_target(name):
-    assert stats(name)["train_step"].mape <= 0.10
+@pytest.mark.xfail(strict=True, reason="target 10% not met yet on h200x2_train.json (docs/validation.md)")
+def test_two_gpu_train_step_time_target():
+    assert stats("h200x2_train.json")["train_step"].mape <= 0.10
 
 
 @pytest.mark.parametrize("kind", ["all_reduce", "all_gather", "all_to_all", "broadcast", "reduce_scatter",

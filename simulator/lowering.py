@@ -55,7 +55,8 @@ class Context:
         size, stride = {"tp": (p.tp, 1), "cp": (p.cp, p.tp), "dp": (p.dp, p.tp * p.cp),
                         "ep": (p.ep, p.expert_tp), "pp": (2, p.tp * p.cp * p.dp)}[group]
         t = collective_time(self.fabric, kind, nbytes, size, stride)
-        return Op(name, "collective", phase, t, bytes=nbytes, shape=(kind, size, stride), group=group,
+        tier = self.fabric.level_for_span(size * stride).name if size > 1 else "none"
+        return Op(name, "collective", phase, t, bytes=nbytes, shape=(kind, size, stride, tier), group=group,
                   overlap_s=min(t, overlap_with))
 
 

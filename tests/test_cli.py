@@ -97,3 +97,12 @@ def test_does_not_fit_is_reported(capsys):
     assert code == 0
     d = json.loads(out)
     assert d["fits"] is False and d["memory"]["total_bytes"] > d["memory"]["capacity_bytes"]
+
+
+def test_plan_writes_a_trace_of_the_best_plan(tmp_path, capsys):
+    trace = tmp_path / "t.json"
+    code, _, _ = run_cli(capsys, "plan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "16",
+                         "--gbs", "64", "--top", "1", "--max-tp", "2", "--trace", str(trace))
+    assert code == 0
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert any(e.get("ph") == "X" and e.get("cat") == "forward" for e in events)

@@ -83,6 +83,7 @@ def add_parser(subparsers) -> None:
     s.add_argument("--write-plan", metavar="FILE", help="write the best plan as YAML for meshcast simulate --plan")
     s.add_argument("--megatron-args", action="store_true", help="print the best plan as Megatron-LM arguments")
     s.add_argument("-o", "--output", help="write a self-contained HTML page: Pareto front throughput vs headroom")
+    s.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto trace JSON of one step of the best plan")
     s.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress counter on stderr (default: when stderr is a terminal)")
     p.set_defaults(run=run)
@@ -137,6 +138,11 @@ def run(args: argparse.Namespace) -> int:
     best = res.best
     if args.write_plan:
         write_plan_yaml(best, args.write_plan, args.model, args.cluster)
+    if args.trace:
+        from simulator import simulate
+        from simulator.trace import write_chrome_trace
+        hw = load_hardware(args.cluster, best.result.num_gpus)
+        write_chrome_trace(simulate(model, hw, best.result.plan, cal, with_timeline=True), args.trace)
     if args.output:
         write_html(res, res.explored, args.output,
                    f"meshcast plan: {model.name} on {gpus_text} x {hw0.accelerator.name}, gbs {args.gbs} x seq {c.seq}")

@@ -129,7 +129,7 @@ def simulate(model: ModelSpec, hardware: Hardware, plan: ParallelPlan,
     one micro-batch (each layer kind, embedding, head) for roofline plots."""
     plan = resolve_plan(model, plan, hardware.num_gpus)
     dev = device_model(hardware.accelerator, calibration)
-    ctx = Context(model, plan, dev, _fabric(hardware, calibration))
+    ctx = Context(model, plan, dev, _fabric(hardware, calibration), hardware.node.host_link.bandwidth_per_direction_Bps)
     lowered = _lowered(ctx)
     dense_ops, moe_ops, norec_ops, emb, head = lowered
     ranges = stage_layer_ranges(model, plan)
@@ -254,6 +254,8 @@ def _zero3_gather_exposed(ctx: Context, layers: range, f: float, b: float) -> tu
     block = (dense + expert) / max(1, len(layers))            # parameters of one layer
     grad_bytes = 4 if p.recipe == "torch_fsdp" else 2         # FSDP2 reduce_dtype fp32
     ag = collective_time(ctx.fabric, "all_gather", block * 2 / n_dp, n_dp, p.tp)
+    if p.offload_params:   # ZeRO-Infinity: each layer's shard comes over the host link first
+        ag += block * 2 / n_dp / ctx.host_link_Bps
     rs = collective_time(ctx.fabric, "reduce_scatter", block * grad_bytes, n_dp, p.tp)
     slow = ctx.dev.cal.comm_overlap_slowdown
     n = len(layers)

@@ -45,6 +45,8 @@ class Context:
         """Tokens in the sequence-parallel regions (norms, residuals)."""
         return self.tokens // self.plan.tp if self.plan.sp else self.tokens
 
+    host_link_Bps: float = 64e9    # per-GPU host link, per direction (node catalog)
+
     @property
     def gemm_dtype(self) -> str:
         return "fp8" if self.plan.precision == "fp8" else ("fp16" if self.plan.precision == "fp16" else "bf16")

@@ -12,6 +12,8 @@ optimizer state per parameter and N_d data-parallel shards, bytes/param are
               the root module (embedding, head) and of two blocks (current + prefetch), and one
               block's unsharded bf16 + fp32 gradients before their reduce-scatter
 ZeRO-1 divides the optimizer term by N_d, ZeRO-2 also the gradients, ZeRO-3 also the weights.
+Offload (ZeRO-Offload / ZeRO-Infinity) moves the optimizer states (and, from ZeRO-2, the
+gradient shards; with parameter offload, the weight shards) to host memory.
 
 Activations per layer and micro-batch (Korthikanti et al. 2022, §4; their sbh(34 + 5as/h)
 for GPT with dropout, unfused attention and no parallelism) are summed tensor by tensor from
@@ -141,8 +143,8 @@ def model_state_bytes(ctx: Context, dense: float, expert: float) -> tuple[float,
             return per_param * (dense / shard_dense + expert / shard_expert)
         return per_param * (dense + expert)
 
-    weights = sharded(w, 3)
-    grads = sharded(g, 2)
+    weights = 0.0 if p.offload_params else sharded(w, 3)
+    grads = 0.0 if p.offload_optimizer and p.zero_stage >= 2 else sharded(g, 2)   # streamed to the host
     opt = 0.0 if p.offload_optimizer else sharded(o, 1)
     if p.zero_stage == 3:
         weights, grads = _zero3_gathered(ctx, dense + expert, weights, grads)

@@ -38,6 +38,9 @@ class ParallelPlan:
     seq                sequence length (None: the model's)
     precision          bf16 | fp16 | fp8 (fp8 GEMMs, bf16 elsewhere, as Transformer Engine)
     schedule           gpipe | 1f1b | interleaved (None: interleaved when vp > 1, else 1f1b)
+    offload_optimizer  optimizer states and step on the host (ZeRO-Offload, Ren et al. 2021)
+    offload_params     parameters on the host too, fetched per layer (ZeRO-Infinity; needs
+                       zero_stage 3 and offload_optimizer)
     recipe             megatron (bf16 weights, fp32 main grads + Adam), zero (bf16 grads: the
                        ZeRO paper's 2+2+12 bytes/param), torch_amp (fp32 params under autocast,
                        PyTorch DDP when dp > 1), torch_fsdp (FSDP2 full shard: fp32 sharded params,
@@ -68,6 +71,7 @@ class ParallelPlan:
     tp_comm_overlap: bool = False
     overlap_p2p: Optional[bool] = None
     offload_optimizer: bool = False
+    offload_params: bool = False
     layers_per_stage: Optional[tuple[int, ...]] = None
     num_gpus: Optional[int] = None
 
@@ -202,6 +206,8 @@ def _check_model_fit(model: ModelSpec, plan: ParallelPlan) -> None:
             raise PlanError("ep", f"ep={plan.ep} does not divide the {model.moe.num_experts} experts")
         if (tp * cp * plan.dp) % (plan.ep * plan.expert_tp):
             raise PlanError("ep", f"ep*etp = {plan.ep}*{plan.expert_tp} does not divide tp*cp*dp = {tp * cp * plan.dp}")
+    if plan.offload_params and not (plan.zero_stage == 3 and plan.offload_optimizer):
+        raise PlanError("offload_params", "parameter offload (ZeRO-Infinity) needs zero_stage 3 and offload_optimizer")
     if plan.recipe == "torch_fsdp" and plan.zero_stage != 3:
         raise PlanError("recipe", "torch_fsdp is FSDP full sharding: set zero_stage 3")
     if plan.precision == "fp8" and plan.recipe.startswith("torch"):

@@ -93,3 +93,19 @@ def test_recipe_is_part_of_the_shared_layer_cost_key(gpt_22b, h100_cluster):
     engine._LOWERED.clear()
     simulate(gpt_22b, h100_cluster, ParallelPlan(tp=8, pp=1, mbs=1, gbs=8, zero_stage=0))
     assert simulate(gpt_22b, h100_cluster, amp).step_time_s == fresh
+
+
+def test_offload_moves_states_to_the_host_and_costs_host_link_time(h100_cluster):
+    from models import load_model
+    from simulator import ParallelPlan, simulate
+    from simulator.plan import PlanError
+    m = load_model("llama3-70b")
+    base = dict(tp=1, pp=1, mbs=1, gbs=64, seq=4096, zero_stage=3, recompute="full")
+    plain = simulate(m, h100_cluster, ParallelPlan(**base))
+    opt = simulate(m, h100_cluster, ParallelPlan(**base, offload_optimizer=True))
+    both = simulate(m, h100_cluster, ParallelPlan(**base, offload_optimizer=True, offload_params=True))
+    assert opt.memory.optimizer_bytes == 0 and plain.memory.optimizer_bytes > 0
+    assert both.memory.weights_bytes < opt.memory.weights_bytes
+    assert plain.step_time_s <= opt.step_time_s <= both.step_time_s
+    with pytest.raises(PlanError):
+        simulate(m, h100_cluster, ParallelPlan(**{**base, "zero_stage": 1}, offload_params=True))

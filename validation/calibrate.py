@@ -78,3 +78,34 @@ def profile_metadata(report: CalibrationReport, accelerator: str) -> dict:
         "fitted_error": stats(report.fitted),
         "held_out_error": stats(report.held_out),
     }
+
+
+def physical_violations(cal: Calibration) -> list[str]:
+    """Fitted values that would not be physical: an achieved fraction of a datasheet peak or
+    bandwidth above 1 (per dtype, kernel family, link and collective), a negative or
+    millisecond-scale fixed cost."""
+    out = []
+    for dtype, f in cal.gemm_peak_fraction.items():
+        if not 0 < f <= 1:
+            out.append(f"gemm_peak_fraction.{dtype} = {f:.3g} is not in (0, 1]")
+    for name in ("hbm_fraction", "attention_fwd_fraction", "attention_bwd_fraction", "attention_softmax_fraction"):
+        v = getattr(cal, name)
+        if not 0 < v <= 1:
+            out.append(f"{name} = {v:.3g} is not in (0, 1]")
+    for op, f in cal.memory_op_fraction.items():
+        if not 0 < f <= 1:
+            out.append(f"memory_op_fraction.{op} = {f:.3g} is not in (0, 1]")
+    for link, eff in cal.links.items():
+        for kind in ("all_reduce", *cal.collective_fraction):
+            achieved = eff.bandwidth_fraction * cal.collective_fraction.get(kind, 1.0)
+            if achieved > 1:
+                out.append(f"links.{link}: {kind} would reach {achieved:.2f} of the link bandwidth")
+        for name in ("alpha_s", "ll_alpha_s"):
+            v = getattr(eff, name)
+            if not 0 <= v <= 1e-3:
+                out.append(f"links.{link}.{name} = {v:.3g} s is not a microsecond-scale latency")
+    for name in ("kernel_launch_s", "gemm_setup_s"):
+        v = getattr(cal, name)
+        if not 0 <= v <= 1e-4:
+            out.append(f"{name} = {v:.3g} s is not a microsecond-scale cost")
+    return out

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from meshcast.commands.common import emit_json
 from simulator.calibration import DEFAULT, load_calibration, save_calibration
-from validation.calibrate import calibrate, profile_metadata
+from validation.calibrate import calibrate, physical_violations, profile_metadata
 from validation.hardware import hardware_for
 from validation.records import load_measurements
 
@@ -39,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
     report = calibrate(files, name, start=start, holdout_every=args.holdout_every)
     accelerator = files[0][1].accelerator.name
     meta = profile_metadata(report, accelerator)
+    meta["physical_checks"] = physical_violations(report.calibration) or "all fitted values physical"
     if args.start:
         meta["seeded_from"] = args.start
     save_calibration(report.calibration, Path(args.output), meta)
@@ -56,5 +57,7 @@ def run(args: argparse.Namespace) -> int:
         h = held.get(s.kind)
         print(f"{s.kind:<20}{s.mape:>12.1%}{(h.mape if h else float('nan')):>15.1%}"
               f"{(h.worst_abs_error if h else float('nan')):>16.1%}")
+    for v in physical_violations(report.calibration):
+        print(f"warning: not physical: {v}", file=sys.stderr)
     print(f"\nwrote {args.output}")
     return 0

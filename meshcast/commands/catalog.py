@@ -30,17 +30,15 @@ def run(args: argparse.Namespace) -> int:
         entry = loader(args.name).model_dump()
         if args.kind == "models":
             entry["total_params"] = total_params(loader(args.name))
-        if args.json:
-            emit_json(entry)
-        else:
-            for k, v in entry.items():
-                print(f"{k}: {v}")
+        _emit(args.json, entry, (f"{k}: {v}" for k, v in entry.items()))
         return 0
-    kinds = [args.kind] if args.kind else list(KINDS)
-    listing = {k: KINDS[k][0]() for k in kinds}
-    if args.json:
-        emit_json(listing)
-    else:
-        for k, names in listing.items():
-            print(f"{k} ({len(names)}): {', '.join(names)}")
+    listing = {k: KINDS[k][0]() for k in ([args.kind] if args.kind else KINDS)}
+    _emit(args.json, listing, (f"{k} ({len(v)}): {', '.join(v)}" for k, v in listing.items()))
     return 0
+
+
+def _emit(as_json: bool, obj, lines) -> None:
+    if as_json:
+        emit_json(obj)
+    else:
+        print("\n".join(lines))

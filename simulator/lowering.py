@@ -112,10 +112,15 @@ def _autocast_ops(ctx: Context, block: str, linear_params: float) -> list[Op]:
     Each cast reads 4 and writes 2 bytes per element (or the reverse)."""
     if ctx.plan.recipe != "torch_amp":
         return []
-    nbytes = 6 * (linear_params + ctx.tokens * ctx.model.hidden)
-    t = memory_time(ctx.dev, nbytes, launches=3)
-    return [Op(f"{block}.autocast_casts", "memory", "fwd", t, bytes=nbytes),
-            Op(f"{block}.autocast_casts", "memory", "bwd", t, bytes=nbytes)]
+    act = ctx.tokens * ctx.model.hidden
+    fwd_bytes = 6 * (linear_params + act)
+    # backward: weight gradients bf16 -> fp32, the norm-input gradient bf16 -> fp32, and the
+    # block output's gradient fp32 -> bf16 (it leaves the fp32 residual add for a bf16 GEMM)
+    bwd_bytes = 6 * (linear_params + 2 * act)
+    return [Op(f"{block}.autocast_casts", "memory", "fwd", memory_time(ctx.dev, fwd_bytes, launches=3),
+               bytes=fwd_bytes),
+            Op(f"{block}.autocast_casts", "memory", "bwd", memory_time(ctx.dev, bwd_bytes, launches=4),
+               bytes=bwd_bytes)]
 
 
 def _attention(ctx: Context, phase: str) -> Op:
@@ -158,6 +163,11 @@ def attention_block_fwd(ctx: Context) -> list[Op]:
         ops += _mla_projections(ctx, heads)
     core = _attention(ctx, "fwd")
     ops.append(core)
+    if m.mla is None:
+        # backward: dQ, dK, dV come out as three tensors and are copied into the fused QKV
+        # gradient (read + write, bf16)
+        qkv_grad = 4.0 * T * (heads + 2 * max(1, m.kv_heads // tp)) * m.dim_head
+        ops.append(Op("attention.qkv_grad_concat", "memory", "bwd", memory_time(ctx.dev, qkv_grad), bytes=qkv_grad))
     if p.cp > 1:
         kv_heads = max(1, m.kv_heads // tp) if m.mla is None else heads
         qk, vd = _attention_dims(m)

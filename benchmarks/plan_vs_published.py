@@ -20,6 +20,8 @@ from simulator.engine import simulate
 from validation.published import cluster_for, model_from_row, plan_from_row
 
 DEFAULT_CSV = Path(__file__).resolve().parents[2] / "shared" / "validation" / "published_runs.csv"
+if not DEFAULT_CSV.exists():
+    DEFAULT_CSV = Path(__file__).resolve().parents[1] / "validation" / "published" / "published_runs.csv"
 COMPARED = ("tp", "pp", "vp", "cp", "ep", "dp", "mbs", "zero_stage", "recompute", "recompute_layers",
             "layers_per_stage", "schedule")
 

@@ -107,3 +107,10 @@ def test_published_runs():
     assert sum(ptdp) / len(ptdp) <= 0.15
     # ratchet: DeepSpeed ZeRO-3 rows of Narayanan Table 2 are far off (docs/validation.md)
     assert sum(abs(c.error) for c in done) / len(done) <= 0.32
+
+
+def test_published_layer_times_within_10_percent():
+    from validation.published import compare_layer_times
+    rows = compare_layer_times(PUBLISHED.parent / "published_layer_times.csv")
+    assert len(rows) == 15
+    assert sum(abs(c.error) for c in rows) / len(rows) <= 0.10

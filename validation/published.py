@@ -181,3 +181,53 @@ def per_source(done: list[RunComparison]) -> dict[str, dict]:
     for c in done:
         out.setdefault(source_family(c.source), []).append(abs(c.error))
     return {k: {"count": len(v), "mape": sum(v) / len(v), "worst": max(v)} for k, v in sorted(out.items())}
+
+
+@dataclass
+class LayerComparison:
+    implementation: str
+    metric: str                  # forward_time, backward_time or combined_time
+    published_ms: float
+    predicted_ms: float
+    error: float
+
+
+LAYER_IMPLEMENTATIONS = {   # Korthikanti et al. 2022 Table 4 rows -> (sequence parallel, recompute)
+    "baseline no recompute": (False, "none"), "sequence parallelism": (True, "none"),
+    "baseline with recompute": (False, "full"), "selective recompute": (False, "selective"),
+    "selective + sequence": (True, "selective"),
+}
+
+
+def compare_layer_times(path: str | Path, calibration: str | None = None) -> list[LayerComparison]:
+    """One transformer layer's forward and backward times (Korthikanti et al. 2022, Table 4:
+    GPT-22B layer, TP=8 on 8 A100s) against the layer ops simulate() costs."""
+    from simulator.engine import _fabric, device_model
+    from simulator.lowering import Context, layer_ops
+    from simulator.plan import resolve_plan
+
+    out = []
+    rows = list(csv.DictReader(Path(path).open()))
+    for row in rows:
+        impl = row["implementation"].split(":", 1)[-1].strip().lower()
+        if impl not in LAYER_IMPLEMENTATIONS:
+            continue
+        sp, recompute = LAYER_IMPLEMENTATIONS[impl]
+        h, heads, s, b = int(row["hidden"]), int(row["num_heads"]), int(row["seq_len"]), int(row["batch_size"])
+        model = ModelSpec(name="gpt-22b-layer", num_layers=1, hidden=h, ffn_hidden=4 * h, num_heads=heads,
+                          vocab=51200, seq_len=s, activation="gelu", norm="layernorm", linear_bias=True,
+                          position="learned", tied_embeddings=True)
+        gpus = int(row["num_gpus"])
+        hw = load_hardware(cluster_for(row["gpu"]), gpus)
+        cal, _ = calibration_for(hw.accelerator, calibration)
+        plan = resolve_plan(model, ParallelPlan(tp=gpus, mbs=b, gbs=b, seq=s, sequence_parallel=sp,
+                                                recompute=recompute, attention="unfused", dropout=True,
+                                                zero_stage=0), gpus)
+        ctx = Context(model, plan, device_model(hw.accelerator, cal), _fabric(hw, cal))
+        ops = layer_ops(ctx, moe=False)
+        fwd = sum(op.exposed_s for op in ops if op.phase == "fwd")
+        bwd = sum(op.exposed_s for op in ops if op.phase in ("bwd", "recompute"))
+        pred = {"forward_time": fwd, "backward_time": bwd, "combined_time": fwd + bwd}[row["metric"]] * 1e3
+        pub = float(row["value"])
+        out.append(LayerComparison(impl, row["metric"], pub, pred, pred / pub - 1))
+    return out

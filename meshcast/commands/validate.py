@@ -19,6 +19,7 @@ def add_parser(sub) -> None:
                                    "With --published, simulate each complete published run and compare throughput.")
     p.add_argument("--measurements", nargs="*", default=[], help="measurement JSON files")
     p.add_argument("--published", help="published runs CSV (columns of shared/validation/published_runs.csv)")
+    p.add_argument("--published-layers", help="published per-layer times CSV (published_layer_times.csv)")
     p.add_argument("--hardware", help="accelerator or cluster the measurements ran on (default: from info.gpu)")
     p.add_argument("--calibration", help="calibration profile (default: the accelerator's own, or nearest)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -27,7 +28,7 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if not args.measurements and not args.published:
+    if not args.measurements and not args.published and not args.published_layers:
         from hardware_specs.errors import MeshcastError
         raise MeshcastError("measurements", "give --measurements FILE... and/or --published FILE.csv")
     out: dict = {"files": []}
@@ -50,6 +51,11 @@ def run(args: argparse.Namespace) -> int:
         out["published"] = {"per_source": per_source(done), "runs": [c.__dict__ for c in done],
                             "skipped": [s.__dict__ for s in skipped],
                             "mape": sum(abs(c.error) for c in done) / max(1, len(done))}
+    if args.published_layers:
+        from validation.published import compare_layer_times
+        layers = compare_layer_times(args.published_layers, args.calibration)
+        out["published_layers"] = {"rows": [c.__dict__ for c in layers],
+                                   "mape": sum(abs(c.error) for c in layers) / max(1, len(layers))}
     if args.output:
         from validation.report import accuracy_figure, published_table, write_report
         if all_results:
@@ -99,4 +105,10 @@ def format_text(out: dict) -> str:
                          f"published {c['published']:>9.4g}  predicted {c['predicted']:>9.4g}  {c['error']:+.1%}")
         for s in pub["skipped"]:
             lines.append(f"  not modelled #{s['row']} {s['model'][:40]}: {s['reason']}")
+    if "published_layers" in out:
+        pl = out["published_layers"]
+        lines.append(f"published per-layer times: {len(pl['rows'])} compared, MAPE {pl['mape']:.1%}")
+        for c in pl["rows"]:
+            lines.append(f"  {c['implementation']:<26} {c['metric']:<14} published {c['published_ms']:6.1f} ms  "
+                         f"predicted {c['predicted_ms']:6.1f} ms  {c['error']:+.1%}")
     return "\n".join(lines)

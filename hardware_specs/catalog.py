@@ -32,14 +32,17 @@ def load_cluster(name_or_path: str) -> Cluster:
 
 
 def list_accelerators() -> list[str]:
+    """Catalog names of the accelerators."""
     return catalog_names(CATALOG_DIR / "accelerators")
 
 
 def list_nodes() -> list[str]:
+    """Catalog names of the nodes."""
     return catalog_names(CATALOG_DIR / "nodes")
 
 
 def list_clusters() -> list[str]:
+    """Catalog names of the clusters."""
     return catalog_names(CATALOG_DIR / "clusters")
 
 

@@ -15,6 +15,7 @@ COMMANDS = ("simulate", "plan", "whatif", "calibrate", "validate", "catalog")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser with every available subcommand."""
     parser = argparse.ArgumentParser(
         prog="meshcast",
         description="Predict LLM training step time, memory and cost for a parallel plan on a cluster; "
@@ -35,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; MeshcastError becomes one line on stderr and exit status 2."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -33,6 +33,7 @@ def _label(c: Candidate) -> str:
 
 
 def switches(c: Candidate) -> str:
+    """The non-degree switches of a plan (ZeRO, recompute, schedule) as short text."""
     p = c.plan
     rec = p.recompute
     if p.recompute == "full":
@@ -83,6 +84,7 @@ def why_loses(best: Candidate, other: Candidate, name: str = "it") -> str:
 
 
 def candidate_dict(c: Candidate, rank: int, best: Candidate, model) -> dict:
+    """One ranked candidate as plain data (units in key names)."""
     args, notes = megatron_args(c.plan, model)
     d = {
         "rank": rank,
@@ -111,6 +113,7 @@ def candidate_dict(c: Candidate, rank: int, best: Candidate, model) -> dict:
 
 
 def result_dict(r: SearchResult, request: Optional[dict] = None) -> dict:
+    """The whole search result as plain data for --json."""
     best = r.best
     return {
         "request": request or {},
@@ -130,6 +133,7 @@ def _fmt_tokens(x: float) -> str:
 
 
 def format_text(r: SearchResult, request_line: str = "") -> str:
+    """The human-readable table of the top plans, why each loses, and the search statistics."""
     s = r.stats
     best = r.best
     lines = []
@@ -172,6 +176,7 @@ def format_text(r: SearchResult, request_line: str = "") -> str:
 
 
 def format_megatron(c: Candidate, model) -> str:
+    """The best plan as ready-to-paste Megatron-LM command-line arguments."""
     args, notes = megatron_args(c.plan, model)
     out = format_args(args)
     if notes:

@@ -91,6 +91,7 @@ class Candidate:
 
 @dataclass
 class SearchStats:
+    """Counters of one search: shapes bounded and expanded, pruning, simulate() calls, time."""
     shapes: int = 0
     shapes_expanded: int = 0
     shapes_memory_pruned: int = 0
@@ -110,6 +111,7 @@ class SearchStats:
 
 @dataclass
 class SearchResult:
+    """The ranked candidates, the search statistics and notes (e.g. bound violations)."""
     candidates: list[Candidate]
     stats: SearchStats
     objective: Objective

@@ -415,6 +415,7 @@ def recompute_layer_options(split: tuple[int, ...], mode: str, fixed: Optional[i
 
 
 def split_tuple(split: Optional[tuple[int, ...]], num_layers: int, pp: int) -> tuple[int, ...]:
+    """The layers of every stage for a split description (None: the even split)."""
     return split if split is not None else tuple([num_layers // pp] * pp)
 
 

@@ -110,6 +110,7 @@ class Level:
 
 @dataclass(frozen=True)
 class Axis:
+    """One swept variable: its name and the values it takes."""
     variable: Variable
     levels: tuple[Level, ...]
 
@@ -594,6 +595,7 @@ def _replan(base: Base, setting: dict, model, hw: Hardware, refs: tuple, variant
 # ---- the sweep -------------------------------------------------------------------------------
 @dataclass
 class Sweep:
+    """A what-if study: the base inputs, the axes (a grid when several) and the plan mode."""
     base: Base
     axes: list[Axis]
     points: list[Point]

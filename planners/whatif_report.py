@@ -52,6 +52,7 @@ def _energy(kwh) -> str:
 
 
 def headline(s: Sweep) -> str:
+    """One line naming the study: model, cluster, GPUs, swept variables and plan mode."""
     b = s.base
     mode = ("re-planned at each point (best plan, throughput)" if b.replan
             else f"fixed plan: {describe_plan_text(b)}")
@@ -61,6 +62,7 @@ def headline(s: Sweep) -> str:
 
 
 def describe_plan_text(b) -> str:
+    """A compact text form of a plan for the table."""
     p = b.plan
     parts = [f"tp={p.tp}", f"pp={p.pp}"]
     for name, default in (("vp", 1), ("cp", 1), ("ep", 1)):
@@ -159,6 +161,7 @@ def _x_and_groups(s: Sweep):
 
 
 def throughput_figure(s: Sweep):
+    """Throughput (tokens/s) and MFU against the swept variable."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -206,6 +209,7 @@ def _labelled(s: Sweep) -> list[Point]:
 
 
 def breakdown_figure(s: Sweep):
+    """Stacked exposed step-time breakdown (seconds) per point."""
     import plotly.graph_objects as go
 
     pts = _labelled(s)
@@ -228,6 +232,7 @@ def _xlabel(p: Point) -> str:
 
 
 def memory_figure(s: Sweep):
+    """Memory of the fullest device per point (GB) against HBM capacity."""
     import plotly.graph_objects as go
 
     pts = _labelled(s)
@@ -327,6 +332,7 @@ def roofline_figure(s: Sweep, max_panels: int = 6):
 
 
 def cost_figure(s: Sweep):
+    """Days, dollars and GPU energy (TDP upper bound) to train the token budget, per point."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 

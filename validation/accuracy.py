@@ -33,6 +33,7 @@ class RecordResult:
 
 @dataclass
 class KindStats:
+    """Accuracy of one record kind: count, MAPE, median and worst error, worst records."""
     kind: str
     count: int
     mape: float
@@ -49,6 +50,7 @@ class KindStats:
 
 
 def relative_error(predicted: float, measured: float) -> float:
+    """Signed relative error predicted / measured - 1."""
     return predicted / measured - 1.0
 
 

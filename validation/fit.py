@@ -54,6 +54,7 @@ def comm_params(link: str) -> list[Param]:
 
 
 def get_value(cal: Calibration, path: str) -> float:
+    """The current value of a calibration parameter named by its path ('links.nvlink.alpha_s')."""
     parts = path.split(".")
     if parts[0] == "links":
         return getattr(cal.links[parts[1]], parts[2])
@@ -88,6 +89,7 @@ def fit_records(kind: str) -> bool:
 
 @dataclass
 class FitResult:
+    """A fitted calibration with its parameters, values, residual RMS (log) and solver status."""
     calibration: Calibration
     params: list
     values: list
@@ -156,10 +158,3 @@ def split_holdout(n: int, every: int = 5) -> tuple[list[int], list[int]]:
     held = [i for i in range(n) if i % every == every - 1]
     return [i for i in range(n) if i % every != every - 1], held
 
-
-def link_kind(hw: Hardware) -> str:
-    return hw.node.intra_node.kind
-
-
-def default_link_efficiency() -> LinkEfficiency:
-    return DEFAULT.links["nvlink"]

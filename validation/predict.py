@@ -23,6 +23,7 @@ class Unsupported(Exception):
 
 @dataclass(frozen=True)
 class Prediction:
+    """A prediction for one record: seconds, and for training steps peak bytes and fit."""
     time_s: float | None
     peak_memory_bytes: float | None = None
     fits: bool | None = None

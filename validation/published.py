@@ -27,6 +27,7 @@ GPU_CLUSTERS = (("A100-80GB", "dgx-a100-superpod"), ("A100-40GB", "dgx-a100-40gb
 
 @dataclass
 class RunComparison:
+    """One published run: the metric compared, published and predicted values, relative error."""
     row: int
     source: str
     model: str
@@ -42,6 +43,7 @@ class RunComparison:
 
 @dataclass
 class Skipped:
+    """A published row that could not be modelled, with the reason."""
     row: int
     source: str
     model: str
@@ -62,6 +64,7 @@ def _int(row: dict, key: str) -> int | None:
 
 
 def source_family(source: str) -> str:
+    """A short name for the source of a row (narayanan2021, korthikanti2022, nemo, ...)."""
     s = source.lower()
     for key, name in (("narayanan", "narayanan2021"), ("korthikanti", "korthikanti2022"),
                       ("examples/llama", "megatron-llama"), ("megatron-lm readme", "megatron-readme"),
@@ -127,6 +130,7 @@ def source_flops(row: dict, model: ModelSpec, plan: ParallelPlan) -> float:
 
 
 def cluster_for(gpu: str) -> str:
+    """The catalog cluster for a row's GPU description (A100-80GB -> dgx-a100-superpod, ...)."""
     for key, cluster in GPU_CLUSTERS:
         if key.lower() in gpu.lower():
             return cluster
@@ -134,6 +138,7 @@ def cluster_for(gpu: str) -> str:
 
 
 def compare_row(i: int, row: dict, calibration: str | None) -> RunComparison:
+    """Simulate one published row's plan and compare with its published throughput or time."""
     model = model_from_row(row)
     plan = plan_from_row(row, model)
     hw = load_hardware(cluster_for(row["gpu"]), plan.num_gpus)
@@ -185,6 +190,7 @@ def per_source(done: list[RunComparison]) -> dict[str, dict]:
 
 @dataclass
 class LayerComparison:
+    """One published per-layer time (ms) against the predicted one."""
     implementation: str
     metric: str                  # forward_time, backward_time or combined_time
     published_ms: float

@@ -13,6 +13,7 @@ from validation.records import load_measurements
 
 
 def add_parser(sub) -> None:
+    """Register the calibrate subcommand."""
     p = sub.add_parser("calibrate", help="fit efficiency parameters to measurements, write a profile",
                        description="Fit the named efficiency parameters (achievable GEMM peak per dtype, tile "
                                    "and launch overheads, HBM and attention efficiency, NCCL α/β per link) to "
@@ -29,6 +30,7 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Fit, report fitted and held-out error, and write the profile."""
     files = []
     for path in args.measurements:
         mf = load_measurements(path)

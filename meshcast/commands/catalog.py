@@ -14,6 +14,7 @@ KINDS = {"models": (list_models, load_model), "accelerators": (list_accelerators
 
 
 def add_parser(sub) -> None:
+    """Register the catalog subcommand."""
     p = sub.add_parser("catalog", help="list or show catalog entries",
                        description="List the catalog (models, accelerators, nodes, clusters) or show one entry.")
     p.add_argument("kind", nargs="?", choices=list(KINDS), help="which catalog (default: all)")
@@ -23,6 +24,7 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """List the catalogs or show one entry."""
     if args.name:
         lister, loader = KINDS[args.kind]
         if args.name not in lister():

@@ -33,6 +33,7 @@ PLAN_OPTIONS = (  # (flag, plan field, type, help)
 
 
 def add_model_cluster(p: argparse.ArgumentParser, gpus_required: bool = False) -> None:
+    """Add --model, --cluster, --gpus and --calibration."""
     p.add_argument("--model", required=True, help="catalog model name, model YAML or HF config.json")
     p.add_argument("--cluster", required=True, help="catalog cluster name or cluster YAML")
     p.add_argument("--gpus", type=int, required=gpus_required, help="GPUs in use (default: whole cluster)")
@@ -40,6 +41,7 @@ def add_model_cluster(p: argparse.ArgumentParser, gpus_required: bool = False) -
 
 
 def add_plan_options(p: argparse.ArgumentParser) -> None:
+    """Add the parallel-plan flags (and --plan FILE)."""
     g = p.add_argument_group("parallel plan (or --plan FILE; flags override the file)")
     g.add_argument("--plan", help="plan YAML (fields of simulator.plan.ParallelPlan)")
     for flag, field, typ, help_ in PLAN_OPTIONS:
@@ -84,15 +86,18 @@ def load_inputs(args: argparse.Namespace):
 
 
 def emit_json(obj) -> None:
+    """Print one JSON object to stdout."""
     json.dump(obj, sys.stdout, indent=2, default=str)
     sys.stdout.write("\n")
 
 
 def fmt_bytes(b: float) -> str:
+    """Bytes as GB (1e9 bytes) with one decimal."""
     return f"{b / 1e9:.1f} GB"
 
 
 def fmt_time(s: float) -> str:
+    """Seconds as s, ms or us."""
     if s >= 1:
         return f"{s:.3f} s"
     if s >= 1e-3:

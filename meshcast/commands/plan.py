@@ -32,6 +32,7 @@ FIXED = (  # (flag, field, help)
 
 
 def add_parser(subparsers) -> None:
+    """Register the plan subcommand."""
     p = subparsers.add_parser(
         "plan", help="find the best parallel plans for a model, cluster and batch",
         description="Search parallel plans (tp/sp, cp, pp + schedule + vp, ep/etp, ZeRO, recompute, micro-batch, "
@@ -96,6 +97,7 @@ def _fixed(args) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Search the best plans and print, write or export them."""
     from planners.report import format_megatron, format_text, result_dict, write_html, write_plan_yaml
     from planners.search import Objective, search
     from planners.space import make_constraints

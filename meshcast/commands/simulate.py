@@ -12,6 +12,7 @@ from simulator.result import BOTTLENECK_NAMES, Result
 
 
 def add_parser(sub) -> None:
+    """Register the simulate subcommand."""
     p = sub.add_parser("simulate", help="predict step time, throughput, MFU and memory of one plan",
                        description="Predict one training step: step time, tokens/s, MFU/HFU, memory per "
                                    "device (fits or not), the time breakdown and the bottleneck.",
@@ -29,6 +30,7 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Simulate one plan and print (or write) the result."""
     model, hw, cal = load_inputs(args)
     _, cal_note = calibration_for(hw.accelerator, args.calibration)
     plan = plan_from_args(args)

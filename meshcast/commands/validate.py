@@ -12,6 +12,7 @@ from validation.records import load_measurements
 
 
 def add_parser(sub) -> None:
+    """Register the validate subcommand."""
     p = sub.add_parser("validate", help="accuracy against GPU measurements or published runs",
                        description="Predict every record of measurement files (MEASUREMENTS.md format) through "
                                    "the simulator's own per-op path and report per kind: count, MAPE, median and "
@@ -28,6 +29,7 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Compare predictions with measurement files and/or published runs."""
     if not args.measurements and not args.published and not args.published_layers:
         from hardware_specs.errors import MeshcastError
         raise MeshcastError("measurements", "give --measurements FILE... and/or --published FILE.csv")
@@ -75,6 +77,7 @@ def _pct(x) -> str:
 
 
 def format_text(out: dict) -> str:
+    """The text report of a validation (per file, per kind; published sources)."""
     lines = []
     for f in out["files"]:
         lines.append(f"{f['path']}: {f['records']} records on {f['gpu']} ({f['hardware']}); {f['calibration']}")

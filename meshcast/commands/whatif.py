@@ -26,6 +26,7 @@ example:
 
 
 def add_parser(sub) -> None:
+    """Register the whatif subcommand."""
     p = sub.add_parser("whatif", help="sweep hardware, model or batch inputs: throughput, memory, cost per point",
                        description="Answer comparative questions: sweep any input and, at each point, simulate "
                                    "the fixed plan (points where it cannot run or does not fit are reported with "
@@ -58,6 +59,7 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the sweep and print or write its report."""
     from hardware_specs.errors import MeshcastError
     from planners.whatif import DEGREES, Base, parse_price, parse_sweeps, run_sweep
     from planners.whatif_report import format_text, write_html

@@ -152,7 +152,8 @@ class ChainProfile:
       time   n·t_layer + r·t_recompute + [s=0]·t_first + [s=last]·t_last                (s)
       bytes  (states + in_flight[s]·act + [s=last]·logits)·frag + workspace
              states = n·states_layer + [s=0]·states_first + [s=last]·states_last
-             act    = (n-r)·act_layer + r·act_recomputed + [r>0]·act_rebuild + [s=0]·act_first
+             act    = (n-r)·act_layer + r·act_recomputed + [s=0]·act_first, plus [r>0]·act_rebuild
+                      once (the layer being rebuilt), not per in-flight micro-batch
     and the step's pipeline time is pipeline_time(stage times) (simulator.schedule).
     ``rebuild_always``: the simulator's full recompute keeps one rebuilt layer even at r = 0.
     """
@@ -192,8 +193,9 @@ class ChainProfile:
             + (self.states_last if s == self.pp - 1 else 0.0)
         rebuild = recomputed > 0 or (full_recompute and self.rebuild_always)
         act = (layers - recomputed) * self.act_layer + recomputed * self.act_recomputed \
-            + (self.act_rebuild if rebuild else 0.0) + (self.act_first if s == 0 else 0.0)
-        live = states + self.in_flight[s] * act + (self.logits_last if s == self.pp - 1 else 0.0)
+            + (self.act_first if s == 0 else 0.0)
+        live = states + self.in_flight[s] * act + (self.act_rebuild if rebuild else 0.0) \
+            + (self.logits_last if s == self.pp - 1 else 0.0)
         return live * self.frag + self.workspace
 
     def pipeline(self, times: Sequence[float]) -> float:
@@ -268,13 +270,14 @@ def profile_chain(model: ModelSpec, hardware: Hardware, plan: ParallelPlan,
             rows.append([n, s == 0, s == last])
             rhs.append(m.weights_bytes + m.gradients_bytes + m.optimizer_bytes)
     w, w0, w1 = _lstsq(np, rows, rhs, "model states")
-    # activations per in-flight micro-batch: (n-r)·a + r·x + rebuild·b + first·af
+    # activations: in_flight·((n-r)·a + r·x + first·af) + rebuild·b (one rebuilt layer, once)
     rows, rhs = [], []
     for res, split, rec in ((r_none, s1, False), (r_full1, s1, True), (r_full2, s2, True)):
         for s, n in enumerate(split):
             m = res.stage_memory[s]
-            rows.append([0 if rec else n, n if rec else 0, 1 if rec else 0, s == 0])
-            rhs.append(m.activations_bytes / m.in_flight_microbatches)
+            f = m.in_flight_microbatches
+            rows.append([0 if rec else f * n, f * n if rec else 0, 1 if rec else 0, f * (s == 0)])
+            rhs.append(m.activations_bytes)
     a, x, rb, af = _lstsq(np, rows, rhs, "activations")
     lg = r_none.stage_memory[last].logits_bytes
     m0 = r_none.stage_memory[0]
@@ -404,7 +407,7 @@ def solve_chain(profiles, usable, *, recompute: str = "uniform", counts: Optiona
             # live bytes on type g <= (usable - workspace) / frag, relaxed unless stage s runs on g
             f = p.in_flight[s]
             live = (p.states_layer * vp * B[s] + (p.states_first if first else 0) + (p.states_last if lst else 0)
-                    + f * (p.act_layer * (vp * B[s] - R[s]) + p.act_recomputed * R[s] + p.act_rebuild * U[s]
+                    + p.act_rebuild * U[s] + f * (p.act_layer * (vp * B[s] - R[s]) + p.act_recomputed * R[s]
                            + (p.act_first if first else 0)) + (p.logits_last if lst else 0))
             live_ub = (p.states_layer * L + abs(p.states_first) + abs(p.states_last) + p.logits_last
                        + f * (max(p.act_layer, p.act_recomputed, 0.0) * L + abs(p.act_rebuild) + abs(p.act_first)))

@@ -19,7 +19,7 @@ Activations per layer and micro-batch (Korthikanti et al. 2022, §4; their sbh(3
 for GPT with dropout, unfused attention and no parallelism) are summed tensor by tensor from
 what each op saves for backward, so GQA, SwiGLU, MoE, FlashAttention, SP, CP and TP fall out of
 the same count. Full recompute keeps only each layer's input; selective drops the attention
-core's s^2 tensors. Pipeline stage i of p holds min(m, p - i) micro-batches under 1F1B, m under
+core's s^2 tensors; the one layer being rebuilt for its backward is counted once. Pipeline stage i of p holds min(m, p - i) micro-batches under 1F1B, m under
 GPipe, and 2(p-i-1) + (v-1)p + 1 model chunks under interleaved 1F1B (Narayanan et al. 2021).
 """
 from __future__ import annotations
@@ -229,6 +229,7 @@ class StageFootprint:
     opt: float
     per_microbatch: float    # activation bytes of one micro-batch in flight
     logits: float
+    rebuild: float = 0.0     # full recompute: one layer's activations rebuilt at a time (once)
 
 
 def stage_footprint(ctx: Context, layers: range, first: bool, last: bool,
@@ -241,14 +242,16 @@ def stage_footprint(ctx: Context, layers: range, first: bool, last: bool,
     if per_layer is None:
         per_layer = (layer_activation_bytes(ctx, False), layer_activation_bytes(ctx, True) if n_moe else 0.0)
     stored = (len(layers) - n_moe) * per_layer[0] + n_moe * per_layer[1]
+    rebuild = 0.0
     if p.recompute == "full":
         full = len(layers) if p.recompute_layers is None else min(p.recompute_layers, len(layers))
         kept = stored * (len(layers) - full) / len(layers)
-        stored = kept + full * 2 * ctx.sp_tokens * m.hidden + max(per_layer)   # inputs + one layer rebuilt
+        stored = kept + full * 2 * ctx.sp_tokens * m.hidden     # recomputed layers keep their input
+        rebuild = max(per_layer)     # the one layer being rebuilt for its backward, whatever is in flight
     if first:
         stored += 2 * ctx.sp_tokens * m.hidden
     logits = ctx.tokens * math.ceil(m.vocab / p.tp) * LOSS_BYTES_PER_LOGIT[p.recipe] if last else 0.0
-    return StageFootprint(dense + expert, weights, grads, opt, stored, logits)
+    return StageFootprint(dense + expert, weights, grads, opt, stored, logits, rebuild)
 
 
 def stage_memory(ctx: Context, stage: int, layers: range, first: bool, last: bool,
@@ -259,7 +262,7 @@ def stage_memory(ctx: Context, stage: int, layers: range, first: bool, last: boo
     fp = footprint or stage_footprint(ctx, layers, first, last, per_layer)
     flight = in_flight(p.pipeline_schedule, p.pp, p.vp, p.microbatches(), stage)
     weights, grads, opt, logits = fp.weights, fp.grads, fp.opt, fp.logits
-    activations = fp.per_microbatch * flight
+    activations = fp.per_microbatch * flight + fp.rebuild
     if p.recipe == "torch_amp":
         # zero_grad(set_to_none=True): gradients are allocated during backward as activations
         # (and autocast's weight copies) are freed, so the peak is the larger of the two ends;

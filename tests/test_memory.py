@@ -109,3 +109,17 @@ def test_offload_moves_states_to_the_host_and_costs_host_link_time(h100_cluster)
     assert plain.step_time_s <= opt.step_time_s <= both.step_time_s
     with pytest.raises(PlanError):
         simulate(m, h100_cluster, ParallelPlan(**{**base, "zero_stage": 1}, offload_params=True))
+
+
+def test_rebuilt_layer_is_counted_once_not_per_microbatch_in_flight(gpt_22b, h100_cluster):
+    # full recompute: activations = in-flight x (stored inputs) + one rebuilt layer
+    from simulator import ParallelPlan, simulate
+    short = simulate(gpt_22b, h100_cluster, ParallelPlan(tp=8, pp=4, mbs=1, gbs=8, recompute="full", schedule="gpipe"))
+    long = simulate(gpt_22b, h100_cluster, ParallelPlan(tp=8, pp=4, mbs=1, gbs=16, recompute="full", schedule="gpipe"))
+    a1, f1 = short.memory.activations_bytes, short.memory.in_flight_microbatches
+    a2, f2 = long.memory.activations_bytes, long.memory.in_flight_microbatches
+    per_mb = (a2 - a1) / (f2 - f1)
+    rebuild = a1 - per_mb * f1
+    layer_input = 2 * 2048 * 6144 / 8 * (48 // 4)          # bf16 input of each layer, SP-sharded
+    assert per_mb == pytest.approx(layer_input + 2 * 2048 * 6144 / 8, rel=1e-6)   # + embedding output
+    assert rebuild > per_mb                                                     # one full layer, once

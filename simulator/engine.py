@@ -55,7 +55,8 @@ def _fabric(hw: Hardware, cal: Calibration) -> Fabric:
 _LOWERED: dict = {}
 # Plan fields that change the per-micro-batch ops of a layer (dp, pp, vp, zero, gbs do not).
 _LAYER_KEY_FIELDS = ("tp", "cp", "ep", "etp", "dp", "mbs", "seq", "sequence_parallel", "recompute",
-                     "recompute_layers", "precision", "attention", "dropout", "tp_comm_overlap", "recipe")
+                     "recompute_layers", "precision", "attention", "dropout", "tp_comm_overlap", "recipe",
+                     "ep_comm_overlap")
 
 
 def _lowered(ctx: Context):

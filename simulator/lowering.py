@@ -245,25 +245,31 @@ def _dense_ffn(ctx: Context, name: str, tokens: int, ffn_local: int, batch: int 
 
 
 def _moe_ffn(ctx: Context) -> list[Op]:
-    """Router, dispatch all-to-all, local experts as a grouped GEMM, combine all-to-all, shared experts."""
+    """Router, dispatch all-to-all, local experts as a grouped GEMM, combine all-to-all, shared
+    experts. With ``ep_comm_overlap`` (DualPipe-style scheduling of two micro-batch chunks, as
+    DeepSeek-V3 trains) the two all-to-alls hide under the expert and shared-expert compute."""
     m, p = ctx.model, ctx.plan
     e = m.moe
     etp = p.expert_tp
     T = ctx.tokens
-    ops = [_gemm(ctx, "moe.router", T, e.num_experts, m.hidden, "fwd", dtype="bf16")]
+    router = _gemm(ctx, "moe.router", T, e.num_experts, m.hidden, "fwd", dtype="bf16")
     routed = T * e.top_k * (e.capacity_factor or 1.0)
     local_experts = e.num_experts // p.ep
     tokens_per_expert = math.ceil(routed * p.ep / e.num_experts)
     a2a = routed * m.hidden * ACT_BYTES
-    if p.ep > 1:
-        ops.append(ctx.comm("moe.dispatch_all_to_all", "all_to_all", a2a, "ep", "fwd"))
-    ops += _dense_ffn(ctx, "moe.experts", tokens_per_expert, e.expert_ffn_hidden // etp, local_experts)
-    if p.ep > 1:
-        ops.append(ctx.comm("moe.combine_all_to_all", "all_to_all", a2a, "ep", "fwd"))
+    experts = _dense_ffn(ctx, "moe.experts", tokens_per_expert, e.expert_ffn_hidden // etp, local_experts)
+    shared = []
     if e.shared_experts:
-        shared = (e.shared_expert_ffn_hidden or e.expert_ffn_hidden) * e.shared_experts
-        ops += _dense_ffn(ctx, "moe.shared", T, shared // p.tp)
-    return ops
+        width = (e.shared_expert_ffn_hidden or e.expert_ffn_hidden) * e.shared_experts
+        shared = _dense_ffn(ctx, "moe.shared", T, width // p.tp)
+    hide = sum(op.time_s for op in experts + shared) / 2 if p.ep_comm_overlap else 0.0
+    ops = [router]
+    if p.ep > 1:
+        ops.append(ctx.comm("moe.dispatch_all_to_all", "all_to_all", a2a, "ep", "fwd", hide))
+    ops += experts
+    if p.ep > 1:
+        ops.append(ctx.comm("moe.combine_all_to_all", "all_to_all", a2a, "ep", "fwd", hide))
+    return ops + shared
 
 
 def backward_of(ctx: Context, fwd: list[Op]) -> list[Op]:

@@ -38,6 +38,8 @@ class ParallelPlan:
     seq                sequence length (None: the model's)
     precision          bf16 | fp16 | fp8 (fp8 GEMMs, bf16 elsewhere, as Transformer Engine)
     schedule           gpipe | 1f1b | interleaved (None: interleaved when vp > 1, else 1f1b)
+    tp_comm_overlap    hide TP collectives under the adjacent GEMMs (Megatron --tp-comm-overlap)
+    ep_comm_overlap    hide the MoE all-to-alls under expert compute (DualPipe-style chunk overlap)
     offload_optimizer  optimizer states and step on the host (ZeRO-Offload, Ren et al. 2021)
     offload_params     parameters on the host too, fetched per layer (ZeRO-Infinity; needs
                        zero_stage 3 and offload_optimizer)
@@ -69,6 +71,7 @@ class ParallelPlan:
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = True
     tp_comm_overlap: bool = False
+    ep_comm_overlap: bool = False
     overlap_p2p: Optional[bool] = None
     offload_optimizer: bool = False
     offload_params: bool = False

@@ -106,3 +106,15 @@ def test_plan_writes_a_trace_of_the_best_plan(tmp_path, capsys):
     assert code == 0
     events = json.loads(trace.read_text())["traceEvents"]
     assert any(e.get("ph") == "X" and e.get("cat") == "forward" for e in events)
+
+
+def test_ep_comm_overlap_hides_all_to_all(capsys):
+    base = ["simulate", "--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--gpus", "64", "--tp", "1",
+            "--ep", "8", "--gbs", "64", "--seq", "4096", "--json"]
+    code, out, _ = run_cli(capsys, *base)
+    plain = json.loads(out)
+    code2, out2, _ = run_cli(capsys, *base, "--ep-comm-overlap")
+    hidden = json.loads(out2)
+    assert code == code2 == 0
+    assert hidden["time_breakdown_s"]["ep"] < plain["time_breakdown_s"]["ep"]
+    assert hidden["step_time_s"] < plain["step_time_s"]

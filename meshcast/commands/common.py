@@ -49,6 +49,7 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--layers-per-stage", help="comma-separated layers per pipeline stage (uneven split)")
     g.add_argument("--no-sp", action="store_true", help="disable sequence parallelism")
     g.add_argument("--tp-comm-overlap", action="store_true", help="overlap TP communication with GEMMs")
+    g.add_argument("--ep-comm-overlap", action="store_true", help="overlap MoE all-to-alls with expert compute")
     g.add_argument("--no-overlap-grad-reduce", action="store_true", help="do not overlap DP gradient reduction")
     g.add_argument("--offload-optimizer", action="store_true", help="optimizer state and step on the host")
     g.add_argument("--offload-params", action="store_true", help="parameters on the host too (ZeRO-Infinity)")
@@ -69,6 +70,7 @@ def plan_from_args(args: argparse.Namespace) -> ParallelPlan:
         except ValueError:
             raise MeshcastError("layers-per-stage", f"expected comma-separated integers, got {args.layers_per_stage!r}")
     for flag, field, value in (("no_sp", "sequence_parallel", False), ("tp_comm_overlap", "tp_comm_overlap", True),
+                               ("ep_comm_overlap", "ep_comm_overlap", True),
                                ("no_overlap_grad_reduce", "overlap_grad_reduce", False),
                                ("offload_optimizer", "offload_optimizer", True),
                                ("offload_params", "offload_params", True), ("dropout", "dropout", True)):

@@ -55,6 +55,10 @@ class Calibration:
       comm_overlap_slowdown      compute time lost per second of communication hidden under it
                                  (NCCL kernels occupy SMs and HBM bandwidth: ~16-32 channels of
                                  132 SMs on Hopper); a planning value, not fitted
+      host_op_s                  host seconds per modelled op an eager framework dispatches
+      fsdp_unit_host_s           host seconds per FSDP2 unit per micro-batch (hooks, copies)
+                                 (both fitted on host-bound training steps of tiny models;
+                                 0 = the host never limits)
       memory_op_fraction[op]     achieved fraction of HBM bandwidth of one memory-bound kernel
                                  family (layernorm, softmax, ...); default hbm_fraction
       collective_fraction[kind]  NCCL's achieved bandwidth of a collective relative to all_reduce
@@ -76,6 +80,8 @@ class Calibration:
     attention_softmax_fraction: float = 0.50
     attention_tile_overhead: float = 1.0
     comm_overlap_slowdown: float = 0.2
+    host_op_s: float = 0.0
+    fsdp_unit_host_s: float = 0.0
     memory_op_fraction: dict = field(default_factory=dict)
     collective_fraction: dict = field(default_factory=dict)
     collective_alpha_fraction: dict = field(default_factory=dict)

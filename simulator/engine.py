@@ -92,12 +92,13 @@ class OpsSummary:
     backward_s: float
     groups: dict
     flops: float
+    count: int = 0           # ops the host dispatches (eager frameworks launch one by one)
 
 
 def _summary(ops: list[Op]) -> OpsSummary:
     return OpsSummary(tuple(ops), _sum_phase(ops, ("fwd",)), _sum_phase(ops, ("bwd", "recompute")),
                       _group_time(ops, ("fwd", "bwd", "recompute")),
-                      sum(op.flops for op in ops if op.phase in ("fwd", "bwd")))
+                      sum(op.flops for op in ops if op.phase in ("fwd", "bwd")), len(ops))
 
 
 def stage_layer_ranges(model: ModelSpec, plan: ParallelPlan) -> list[range]:
@@ -137,7 +138,7 @@ def simulate(model: ModelSpec, hardware: Hardware, plan: ParallelPlan,
     bundles = _stage_bundles(ctx, hardware, ranges, lowered)
     stages = [b.cost if b.cost.index == i else
               StageCost(i, b.cost.layers, b.cost.moe_layers, b.cost.forward_s, b.cost.backward_s, b.cost.groups,
-                        b.cost.flops) for i, b in enumerate(bundles)]
+                        b.cost.flops, b.cost.host_s) for i, b in enumerate(bundles)]
     p2p = p2p_time(ctx)
     overlap_p2p = plan.overlap_p2p if plan.overlap_p2p is not None else plan.pipeline_schedule == "interleaved"
     m = plan.microbatches()
@@ -151,9 +152,15 @@ def simulate(model: ModelSpec, hardware: Hardware, plan: ParallelPlan,
     dp_total = [b.dp_total_s for b in bundles]
     opt = [b.optimizer_s for b in bundles]
     step = pipe + max(dp_exposed) + max(opt)
+    # the GPU cannot run ahead of the host that issues its kernels (eager frameworks)
+    host = m * max(st.host_s for st in stages) + max(opt)
+    host_bound = max(0.0, host - step)
+    step += host_bound
     events = timeline(fwd, bwd, m, plan.vp, plan.pipeline_schedule, p2p) if with_timeline else None
     result = _result(model, hardware, plan, calibration, stages, mems, pipe, p2p, overlap_p2p,
                      max(dp_exposed), max(dp_total), max(opt), step, events)
+    if host_bound > 0:
+        result.breakdown["host"] = host_bound
     if with_ops:
         ops = {"dense_layer": list(dense_ops.ops), "embedding": list(emb.ops), "head": list(head.ops)}
         if moe_ops is not None:
@@ -243,7 +250,18 @@ def _stage_cost(ctx: Context, index: int, layers: range, dense_ops, moe_ops, nor
         f, b = f + f3, b + b3
         groups["dp"] = groups.get("dp", 0.0) + f3 + b3
     flops = sum(o.flops * n for o, n in parts)
-    return StageCost(index, len(layers), n_moe, f, b, groups, flops)
+    return StageCost(index, len(layers), n_moe, f, b, groups, flops, _host_seconds(ctx, parts, len(layers), first or last))
+
+
+def _host_seconds(ctx: Context, parts, layers: int, holds_root: bool) -> float:
+    """Host (CPU) seconds to issue one micro-batch of a stage: ``host_op_s`` per op the eager
+    framework dispatches, plus ``fsdp_unit_host_s`` per FSDP2 unit (one per block, and the root
+    module of embedding and head), whose hooks gather, copy and reshard in Python."""
+    cal, p = ctx.dev.cal, ctx.plan
+    t = cal.host_op_s * sum(o.count * n for o, n in parts)
+    if p.recipe == "torch_fsdp":
+        t += cal.fsdp_unit_host_s * (layers + (1 if holds_root else 0))
+    return t
 
 
 def _zero3_gather_exposed(ctx: Context, layers: range, f: float, b: float) -> tuple[float, float]:

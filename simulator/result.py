@@ -15,6 +15,7 @@ BOTTLENECK_NAMES = {
     "pp": "pipeline point-to-point transfers",
     "bubble": "pipeline bubble",
     "optimizer": "optimizer step",
+    "host": "host-bound: the CPU issuing kernels (eager dispatch, FSDP hooks)",
 }
 
 
@@ -29,6 +30,7 @@ class StageCost:
     backward_s: float
     groups: dict
     flops: float = 0.0      # GEMM + attention FLOPs of one micro-batch, forward + backward, no recompute
+    host_s: float = 0.0     # host seconds to dispatch one micro-batch of this stage
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from hardware_specs.catalog import Hardware
 from simulator.calibration import DEFAULT, Calibration
 from validation.accuracy import KindStats, evaluate, summarize
-from validation.fit import COLLECTIVE_KINDS, COMPUTE_PARAMS, FitResult, comm_params, comm_seeds, fit, split_holdout
+from validation.fit import (COLLECTIVE_KINDS, COMPUTE_PARAMS, HOST_PARAMS, FitResult, comm_params, comm_seeds, fit,
+                            host_bound, split_holdout)
 from validation.predict import KERNEL_KINDS
 from validation.records import MeasurementFile
 
@@ -53,6 +54,11 @@ def calibrate(files: list[tuple[MeasurementFile, Hardware]], name: str, start: C
             res = fit(train, comm_params(link), cal, name, seeds=comm_seeds(link))
             report.fits[f"comm:{link}"] = res
             cal = res.calibration
+    host = [(r, hw) for mf, hw in files for r in mf.records if host_bound(r)]
+    if host:
+        res = fit(host, HOST_PARAMS, cal, name, seeds=[{"host_op_s": 20e-6, "fsdp_unit_host_s": 2e-3}])
+        report.fits["host"] = res
+        cal = res.calibration
     report.calibration = cal
     _, held = _select(files, KERNEL_KINDS + COLLECTIVE_KINDS, holdout_every)
     fitted_results, held_results = [], []

@@ -44,6 +44,15 @@ COMPUTE_PARAMS = [Param(f"gemm_peak_fraction.{d}", 0.05, 1.0) for d in ("bf16", 
 ] + [Param(f"memory_op_fraction.{k}", 0.1, 1.0) for k in ELEMENTWISE_KINDS + ("copy",)]
 
 
+HOST_PARAMS = [Param("host_op_s", 0.0, 200e-6), Param("fsdp_unit_host_s", 0.0, 50e-3)]
+HOST_BOUND_MAX_HIDDEN = 512   # training steps this small are host-bound: their GPU work is negligible
+
+
+def host_bound(rec: dict) -> bool:
+    """A training step of a model so small that the host, not the GPU, sets its time."""
+    return rec.get("kind") == "train_step" and not rec.get("oom") and int(rec.get("hidden", 10 ** 9)) <= HOST_BOUND_MAX_HIDDEN
+
+
 def comm_params(link: str) -> list[Param]:
     """α and β of one link kind, and NCCL's per-collective bandwidth relative to all-reduce."""
     others = [k for k in COLLECTIVE_KINDS if k != "all_reduce"]
@@ -83,7 +92,8 @@ def set_values(cal: Calibration, params: list[Param], values) -> Calibration:
 
 
 def fit_records(kind: str) -> bool:
-    """Records that calibration fits (kernels and collectives; never training steps)."""
+    """Records that calibration fits: kernels and collectives (training steps only through
+    :func:`host_bound`, never the ones that validate the composed model)."""
     return kind in KERNEL_KINDS or kind in COLLECTIVE_KINDS
 
 

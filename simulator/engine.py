@@ -8,6 +8,7 @@ are not hidden. See docs/cost_model.md for every formula.
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass, fields, replace
 
 from hardware_specs.catalog import Hardware
@@ -57,6 +58,7 @@ _LOWERED: dict = {}
 _LAYER_KEY_FIELDS = ("tp", "cp", "ep", "etp", "dp", "mbs", "seq", "sequence_parallel", "recompute",
                      "recompute_layers", "precision", "attention", "dropout", "tp_comm_overlap", "recipe",
                      "ep_comm_overlap")
+_LAYER_KEY = operator.attrgetter(*_LAYER_KEY_FIELDS)
 
 
 def _lowered(ctx: Context):
@@ -64,7 +66,7 @@ def _lowered(ctx: Context):
     differ only in fields the per-layer ops do not depend on (a planner sweeps many such).
     dp is in the key only through the pp group's stride used by p2p; it is cheap to keep."""
     p = ctx.plan
-    key = (id(ctx.model), id(ctx.dev), id(ctx.fabric)) + tuple(getattr(p, f) for f in _LAYER_KEY_FIELDS)
+    key = (id(ctx.model), id(ctx.dev), id(ctx.fabric)) + _LAYER_KEY(p)
     hit = _LOWERED.get(key)
     if hit is not None and hit[0] is ctx.model and hit[1] is ctx.dev and hit[2] is ctx.fabric:
         return hit[3]
@@ -75,7 +77,7 @@ def _lowered(ctx: Context):
     if p.recompute_layers and model.moe:
         norec_ops[True] = layer_ops(ctx, True, recompute=False)
     value = (_summary(dense_ops), _summary(moe_ops) if moe_ops is not None else None, {k: _summary(v) for k, v in norec_ops.items()},
-             _summary(embedding_ops(ctx)), _summary(head_ops(ctx)))
+             _summary(embedding_ops(ctx)), _summary(head_ops(ctx)), _pipelined_p2p(ctx))
     if len(_LOWERED) > 4096:
         _LOWERED.clear()
     _LOWERED[key] = (ctx.model, ctx.dev, ctx.fabric, value)
@@ -99,6 +101,12 @@ def _summary(ops: list[Op]) -> OpsSummary:
     return OpsSummary(tuple(ops), _sum_phase(ops, ("fwd",)), _sum_phase(ops, ("bwd", "recompute")),
                       _group_time(ops, ("fwd", "bwd", "recompute")),
                       sum(op.flops for op in ops if op.phase in ("fwd", "bwd")), len(ops))
+
+
+def _pipelined_p2p(ctx: Context) -> float:
+    """One pipeline send of this plan's boundary activation, as if pp > 1 (0 is used when not)."""
+    p = ctx.plan
+    return p2p_time(Context(ctx.model, replace(p, pp=max(2, p.pp)), ctx.dev, ctx.fabric, ctx.host_link_Bps))
 
 
 def stage_layer_ranges(model: ModelSpec, plan: ParallelPlan) -> list[range]:
@@ -133,13 +141,13 @@ def simulate(model: ModelSpec, hardware: Hardware, plan: ParallelPlan,
     dev = device_model(hardware.accelerator, calibration)
     ctx = Context(model, plan, dev, _fabric(hardware, calibration), hardware.node.host_link.bandwidth_per_direction_Bps)
     lowered = _lowered(ctx)
-    dense_ops, moe_ops, norec_ops, emb, head = lowered
+    dense_ops, moe_ops, norec_ops, emb, head, p2p_pipelined = lowered
     ranges = stage_layer_ranges(model, plan)
     bundles = _stage_bundles(ctx, hardware, ranges, lowered)
     stages = [b.cost if b.cost.index == i else
               StageCost(i, b.cost.layers, b.cost.moe_layers, b.cost.forward_s, b.cost.backward_s, b.cost.groups,
                         b.cost.flops, b.cost.host_s) for i, b in enumerate(bundles)]
-    p2p = p2p_time(ctx)
+    p2p = p2p_pipelined if plan.pp > 1 else 0.0
     overlap_p2p = plan.overlap_p2p if plan.overlap_p2p is not None else plan.pipeline_schedule == "interleaved"
     m = plan.microbatches()
     fwd = [s.forward_s for s in stages]
@@ -185,6 +193,7 @@ _BUNDLES: dict = {}
 # Plan fields a stage's bundle does not depend on (they shape the pipeline around the stages).
 _PIPELINE_ONLY = {"pp", "vp", "gbs", "schedule", "layers_per_stage", "num_gpus", "overlap_p2p"}
 _STAGE_KEY_FIELDS = tuple(f.name for f in fields(ParallelPlan) if f.name not in _PIPELINE_ONLY)
+_STAGE_KEY = operator.attrgetter(*_STAGE_KEY_FIELDS)
 
 
 def _stage_bundles(ctx: Context, hw: Hardware, ranges: list[range], lowered) -> list[StageBundle]:
@@ -192,7 +201,7 @@ def _stage_bundles(ctx: Context, hw: Hardware, ranges: list[range], lowered) -> 
     position, and between plans that differ only in pipeline-level fields (a planner evaluates
     thousands of such plans); the cache holds the objects it was built from and checks them."""
     p, model = ctx.plan, ctx.model
-    base = (id(model), id(ctx.dev), id(ctx.fabric), id(hw.node)) + tuple(getattr(p, f) for f in _STAGE_KEY_FIELDS)
+    base = (id(model), id(ctx.dev), id(ctx.fabric), id(hw.node)) + _STAGE_KEY(p)
     last = len(ranges) - 1
     out = []
     per_layer = None
@@ -210,7 +219,7 @@ def _stage_bundles(ctx: Context, hw: Hardware, ranges: list[range], lowered) -> 
 
 
 def _stage_bundle(ctx: Context, hw: Hardware, index: int, r: range, last: bool, lowered, per_layer) -> StageBundle:
-    dense_ops, moe_ops, norec_ops, emb, head = lowered
+    dense_ops, moe_ops, norec_ops, emb, head, _ = lowered
     first = index == 0
     cost = _stage_cost(ctx, index, r, dense_ops, moe_ops, norec_ops, emb, head, first, last)
     footprint = stage_footprint(ctx, r, first, last, per_layer)

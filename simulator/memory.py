@@ -48,7 +48,7 @@ STATE_BYTES = {  # (weights, gradients, optimizer) bytes per parameter
 }
 
 
-@dataclass(frozen=True)
+@dataclass
 class MemoryBreakdown:
     """Bytes on the fullest device, by kind; ``peak_allocated_bytes`` is live tensors at the
     peak, ``total_bytes`` adds workspace and fragmentation and is compared with capacity."""

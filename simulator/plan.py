@@ -8,6 +8,7 @@ then data, then pipeline (outermost). Expert parallelism folds onto the tp x cp 
 from __future__ import annotations
 
 import copy
+import operator
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Optional
@@ -125,6 +126,10 @@ def load_plan(path: str | Path) -> ParallelPlan:
     return plan_from_dict(data.get("plan", data), str(path))
 
 
+_COUNT_FIELDS = ("tp", "pp", "vp", "cp", "ep", "etp", "dp", "mbs", "gbs", "seq", "recompute_layers")
+_COUNTS = operator.attrgetter(*_COUNT_FIELDS)
+
+
 def _positive(name: str, value) -> None:
     if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
         raise PlanError(name, f"must be a positive integer, got {value!r}")
@@ -134,8 +139,9 @@ def resolve_plan(model: ModelSpec, plan: ParallelPlan, num_gpus: int) -> Paralle
     """Fill derived fields (dp, gbs, seq, num_gpus) and check that the plan can run.
 
     Raises :class:`PlanError` naming the first offending field."""
-    for name in ("tp", "pp", "vp", "cp", "ep", "etp", "dp", "mbs", "gbs", "seq", "recompute_layers"):
-        _positive(name, getattr(plan, name))
+    for name, value in zip(_COUNT_FIELDS, _COUNTS(plan)):
+        if value is not None and (value.__class__ is not int or value <= 0):
+            _positive(name, value)
     _choice("schedule", plan.schedule, SCHEDULES, allow_none=True)
     _choice("recompute", plan.recompute, RECOMPUTE)
     _choice("recipe", plan.recipe, RECIPES)

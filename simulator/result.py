@@ -19,7 +19,7 @@ BOTTLENECK_NAMES = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass
 class StageCost:
     """One pipeline stage for one micro-batch: seconds forward/backward and by category."""
 
@@ -33,7 +33,7 @@ class StageCost:
     host_s: float = 0.0     # host seconds to dispatch one micro-batch of this stage
 
 
-@dataclass(frozen=True)
+@dataclass
 class Result:
     """Predicted step. Times in seconds, memory in bytes, throughput in tokens/s.
 

@@ -22,6 +22,7 @@ from simulator.memory import (MemoryBreakdown, StageFootprint, layer_activation_
                               stage_footprint, stage_memory, stage_params)
 from simulator.ops import Op
 from simulator.plan import ParallelPlan, resolve_plan
+from hardware_specs.errors import PlanError
 from simulator.result import Result, StageCost
 from simulator.schedule import pipeline_time, timeline
 
@@ -132,49 +133,107 @@ def _group_time(ops: list[Op], phases: tuple[str, ...]) -> dict[str, float]:
     return out
 
 
-def simulate(model: ModelSpec, hardware: Hardware, plan: ParallelPlan,
-             calibration: Calibration = DEFAULT, with_timeline: bool = False, with_ops: bool = False) -> Result:
-    """Predict one training step: time, throughput, MFU/HFU, memory, breakdown, bottleneck.
-    ``with_timeline`` adds the pipeline replay (reports, traces); ``with_ops`` the op lists of
-    one micro-batch (each layer kind, embedding, head) for roofline plots."""
+@dataclass
+class _Step:
+    """The core of one simulated step, shared by simulate() and evaluate_plans()."""
+
+    plan: ParallelPlan
+    ctx: Context
+    lowered: tuple
+    ranges: list
+    bundles: list
+    stages: list
+    p2p: float
+    overlap_p2p: bool
+    pipe: float
+    dp_exposed: float
+    dp_total: float
+    optimizer: float
+    host_bound: float
+    step: float
+
+
+def _step(model: ModelSpec, hardware: Hardware, plan: ParallelPlan, calibration: Calibration) -> _Step:
     plan = resolve_plan(model, plan, hardware.num_gpus)
     dev = device_model(hardware.accelerator, calibration)
     ctx = Context(model, plan, dev, _fabric(hardware, calibration), hardware.node.host_link.bandwidth_per_direction_Bps)
     lowered = _lowered(ctx)
-    dense_ops, moe_ops, norec_ops, emb, head, p2p_pipelined = lowered
     ranges = stage_layer_ranges(model, plan)
     bundles = _stage_bundles(ctx, hardware, ranges, lowered)
     stages = [b.cost if b.cost.index == i else
               StageCost(i, b.cost.layers, b.cost.moe_layers, b.cost.forward_s, b.cost.backward_s, b.cost.groups,
                         b.cost.flops, b.cost.host_s) for i, b in enumerate(bundles)]
-    p2p = p2p_pipelined if plan.pp > 1 else 0.0
+    p2p = lowered[5] if plan.pp > 1 else 0.0
     overlap_p2p = plan.overlap_p2p if plan.overlap_p2p is not None else plan.pipeline_schedule == "interleaved"
     m = plan.microbatches()
-    fwd = [s.forward_s for s in stages]
-    bwd = [s.backward_s for s in stages]
-    pipe = pipeline_time(fwd, bwd, m, plan.vp, p2p, overlap_p2p)
-    caps = hardware.accelerator.hbm_capacity_bytes
-    mems = [stage_memory(ctx, i, r, i == 0, i == len(ranges) - 1, caps, footprint=b.footprint)
-            for i, (r, b) in enumerate(zip(ranges, bundles))]
-    dp_exposed = [b.dp_exposed_s for b in bundles]
-    dp_total = [b.dp_total_s for b in bundles]
-    opt = [b.optimizer_s for b in bundles]
-    step = pipe + max(dp_exposed) + max(opt)
+    pipe = pipeline_time([s.forward_s for s in stages], [s.backward_s for s in stages], m, plan.vp, p2p, overlap_p2p)
+    dp_exposed = max(b.dp_exposed_s for b in bundles)
+    opt = max(b.optimizer_s for b in bundles)
+    step = pipe + dp_exposed + opt
     # the GPU cannot run ahead of the host that issues its kernels (eager frameworks)
-    host = m * max(st.host_s for st in stages) + max(opt)
-    host_bound = max(0.0, host - step)
-    step += host_bound
-    events = timeline(fwd, bwd, m, plan.vp, plan.pipeline_schedule, p2p) if with_timeline else None
-    result = _result(model, hardware, plan, calibration, stages, mems, pipe, p2p, overlap_p2p,
-                     max(dp_exposed), max(dp_total), max(opt), step, events)
-    if host_bound > 0:
-        result.breakdown["host"] = host_bound
+    host_bound = max(0.0, m * max(st.host_s for st in stages) + opt - step)
+    return _Step(plan, ctx, lowered, ranges, bundles, stages, p2p, overlap_p2p, pipe, dp_exposed,
+                 max(b.dp_total_s for b in bundles), opt, host_bound, step + host_bound)
+
+
+def simulate(model: ModelSpec, hardware: Hardware, plan: ParallelPlan,
+             calibration: Calibration = DEFAULT, with_timeline: bool = False, with_ops: bool = False) -> Result:
+    """Predict one training step: time, throughput, MFU/HFU, memory, breakdown, bottleneck.
+    ``with_timeline`` adds the pipeline replay (reports, traces); ``with_ops`` the op lists of
+    one micro-batch (each layer kind, embedding, head) for roofline plots."""
+    st = _step(model, hardware, plan, calibration)
+    plan, stages, ranges = st.plan, st.stages, st.ranges
+    caps = hardware.accelerator.hbm_capacity_bytes
+    mems = [stage_memory(st.ctx, i, r, i == 0, i == len(ranges) - 1, caps, footprint=b.footprint)
+            for i, (r, b) in enumerate(zip(ranges, st.bundles))]
+    events = None
+    if with_timeline:
+        events = timeline([s.forward_s for s in stages], [s.backward_s for s in stages], plan.microbatches(),
+                          plan.vp, plan.pipeline_schedule, st.p2p)
+    result = _result(model, hardware, plan, calibration, stages, mems, st.pipe, st.p2p, st.overlap_p2p,
+                     st.dp_exposed, st.dp_total, st.optimizer, st.step, events)
+    if st.host_bound > 0:
+        result.breakdown["host"] = st.host_bound
     if with_ops:
+        dense_ops, moe_ops, _, emb, head, _ = st.lowered
         ops = {"dense_layer": list(dense_ops.ops), "embedding": list(emb.ops), "head": list(head.ops)}
         if moe_ops is not None:
             ops["moe_layer"] = list(moe_ops.ops)
         result = replace(result, ops=ops)
     return result
+
+
+@dataclass
+class PlanEvaluation:
+    """A plan's step time (s), throughput (tokens/s) and fullest device (bytes) from the batch
+    path, or the reason the plan cannot run."""
+
+    plan: ParallelPlan
+    step_time_s: float = math.inf
+    tokens_per_s: float = 0.0
+    memory_total_bytes: float = math.inf
+    fits: bool = False
+    error: str = ""
+
+
+def evaluate_plans(model: ModelSpec, hardware: Hardware, plans, calibration: Calibration = DEFAULT) -> list:
+    """Step time, throughput and memory verdict of many plans through the same cost model as
+    simulate() (the same _step and memory functions), without building a full Result per plan:
+    the batch API for planners."""
+    from simulator.memory import stage_total_bytes
+
+    caps = hardware.accelerator.hbm_capacity_bytes
+    out = []
+    for plan in plans:
+        try:
+            st = _step(model, hardware, plan, calibration)
+        except PlanError as exc:
+            out.append(PlanEvaluation(plan, error=f"{exc.field}: {exc.reason}"))
+            continue
+        p = st.plan
+        total = max(stage_total_bytes(p, b.footprint, i) for i, b in enumerate(st.bundles))
+        out.append(PlanEvaluation(p, st.step, p.gbs * p.seq / st.step, total, total <= caps))
+    return out
 
 
 @dataclass(frozen=True)

@@ -261,6 +261,14 @@ def stage_memory(ctx: Context, stage: int, layers: range, first: bool, last: boo
     p = ctx.plan
     fp = footprint or stage_footprint(ctx, layers, first, last, per_layer)
     flight = in_flight(p.pipeline_schedule, p.pp, p.vp, p.microbatches(), stage)
+    activations, grads, live = peak_live_bytes(p, fp, flight)
+    total = live * (1 + FRAGMENTATION) + WORKSPACE_BYTES
+    return MemoryBreakdown(stage, fp.weights, grads, fp.opt, activations, fp.logits, WORKSPACE_BYTES, live, total,
+                           capacity, flight)
+
+
+def peak_live_bytes(p, fp: StageFootprint, flight: float) -> tuple[float, float, float]:
+    """(activations, gradients, live tensors) at a stage's peak with ``flight`` micro-batches held."""
     weights, grads, opt, logits = fp.weights, fp.grads, fp.opt, fp.logits
     activations = fp.per_microbatch * flight + fp.rebuild
     if p.recipe == "torch_amp":
@@ -274,6 +282,11 @@ def stage_memory(ctx: Context, stage: int, layers: range, first: bool, last: boo
         live = weights + opt + max(activations + logits, grads)   # gradients set to None between steps
     else:
         live = weights + grads + opt + activations + logits
-    total = live * (1 + FRAGMENTATION) + WORKSPACE_BYTES
-    return MemoryBreakdown(stage, weights, grads, opt, activations, logits, WORKSPACE_BYTES, live, total,
-                           capacity, flight)
+    return activations, grads, live
+
+
+def stage_total_bytes(p, fp: StageFootprint, stage: int) -> float:
+    """The fit-verdict bytes of one stage (live x fragmentation + workspace), without building a
+    MemoryBreakdown: the planner's batch path."""
+    flight = in_flight(p.pipeline_schedule, p.pp, p.vp, p.microbatches(), stage)
+    return peak_live_bytes(p, fp, flight)[2] * (1 + FRAGMENTATION) + WORKSPACE_BYTES

@@ -63,3 +63,19 @@ def test_more_in_flight_microbatches_never_reduce_memory(pp, mbs, extra):
     m_1f1b = simulate(MODEL, HW, one_f).memory.total_bytes
     assert m_large >= m_small
     assert m_large >= m_1f1b
+
+
+@settings(max_examples=40, deadline=None)
+@given(plans)
+def test_batch_evaluation_equals_simulate(plan):
+    from simulator import evaluate_plans
+    [ev] = evaluate_plans(MODEL, HW, [plan])
+    r = simulate(MODEL, HW, plan)
+    assert ev.step_time_s == r.step_time_s
+    assert ev.memory_total_bytes == r.memory.total_bytes and ev.fits == r.fits
+
+
+def test_batch_evaluation_reports_invalid_plans():
+    from simulator import evaluate_plans
+    [ev] = evaluate_plans(MODEL, HW, [ParallelPlan(tp=3)])
+    assert ev.error.startswith("tp") and ev.step_time_s == float("inf")

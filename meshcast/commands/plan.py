@@ -168,14 +168,31 @@ def run(args: argparse.Namespace) -> int:
 
 def run_heterogeneous(args: argparse.Namespace, model) -> int:
     """Stages of one fixed layout on several GPU types: layers, recompute and type per stage."""
-    import yaml
-
     from meshcast.commands.common import emit_json
-    from planners.ilp import plan_heterogeneous
-    from planners.space import parse_count_range
 
+    pools = _parse_pools(args.pool)
+    plan, modes = _heterogeneous_layout(args, model, pools)
+    cal, _ = calibration_for(pools[0][0].accelerator, args.calibration)
+    out, mode = _best_heterogeneous(args, model, pools, plan, modes, cal)
+    sol = out.solution
+    rows = [{"stage": s, "gpu_type": sol.types[s], "layers": sol.layers[s], "recomputed_layers": sol.recomputed[s],
+             "stage_time_s": sol.stage_times[s], "memory_bytes": sol.stage_bytes[s]} for s in range(len(sol.layers))]
+    if args.write_plan:
+        _write_heterogeneous_plan(args, model, out)
+    if args.json:
+        emit_json({"plan": out.plan.to_dict(), "stages": rows, "pipeline_s": sol.pipeline_s,
+                   "step_time_s": out.step_time_s, "gpus_by_type": out.gpus_by_type,
+                   "solver": {"name": sol.info.solver, "status": sol.info.status, "gap": sol.info.gap,
+                              "time_s": sol.info.time_s}})
+        return 0
+    _print_heterogeneous(args, model, plan, out, rows, mode)
+    return 0
+
+
+def _parse_pools(specs: list[str]) -> list:
+    """(Hardware, GPU count) for each ``CLUSTER:GPUS`` pool."""
     pools = []
-    for spec in args.pool:
+    for spec in specs:
         name, _, count = spec.rpartition(":")
         if not name or not count.isdigit() or int(count) <= 0:
             raise MeshcastError("pool", f"expected CLUSTER:GPUS, got {spec!r}")
@@ -183,6 +200,13 @@ def run_heterogeneous(args: argparse.Namespace, model) -> int:
         node = load_node(cl.node)
         total = cl.num_nodes * node.gpus_per_node
         pools.append((load_hardware(name, min(total, max(int(count), 1))), int(count)))
+    return pools
+
+
+def _heterogeneous_layout(args: argparse.Namespace, model, pools) -> tuple[ParallelPlan, list[str]]:
+    """The fixed layout (tp, pp, dp from the flags) and the recompute modes to try."""
+    from planners.space import parse_count_range
+
     fixed = _fixed(args)
     for need in ("tp", "pp", "dp"):
         if need not in fixed:
@@ -204,9 +228,14 @@ def run_heterogeneous(args: argparse.Namespace, model) -> int:
                         mbs=fixed.get("mbs", 1), gbs=hi, seq=args.seq or model.seq_len,
                         zero_stage=fixed.get("zero_stage", 1), precision=args.precision, recipe=args.recipe,
                         layers_per_stage=_even_blocks(model.num_layers, fixed["pp"], fixed.get("vp", 1)))
-    cal, _ = calibration_for(pools[0][0].accelerator, args.calibration)
-    from planners.ilp import ILPError
-    out, err = None, None
+    return plan, modes
+
+
+def _best_heterogeneous(args: argparse.Namespace, model, pools, plan: ParallelPlan, modes: list[str], cal):
+    """The faster of the recompute modes' ILP solutions; MeshcastError when none fits."""
+    from planners.ilp import ILPError, plan_heterogeneous
+
+    out, best_mode, err = None, None, None
     for mode in modes:    # without --recompute: the better of no recompute and full recompute
         try:
             o = plan_heterogeneous(model, pools, plan, recompute=mode, min_headroom_bytes=args.min_headroom_gb * 1e9,
@@ -221,23 +250,23 @@ def run_heterogeneous(args: argparse.Namespace, model) -> int:
     if out is None:
         raise MeshcastError("memory", f"no assignment of stages to {', '.join(args.pool)} fits memory and the "
                                       f"GPU counts ({err.reason if err else ''})")
-    mode = best_mode
+    return out, best_mode
+
+
+def _write_heterogeneous_plan(args: argparse.Namespace, model, out) -> None:
+    import yaml
+
     sol = out.solution
-    rows = [{"stage": s, "gpu_type": sol.types[s], "layers": sol.layers[s], "recomputed_layers": sol.recomputed[s],
-             "stage_time_s": sol.stage_times[s], "memory_bytes": sol.stage_bytes[s]} for s in range(len(sol.layers))]
-    if args.write_plan:
-        doc = {"plan": out.plan.to_dict(), "stage_gpu_types": list(sol.types),
-               "stage_recomputed_layers": list(sol.recomputed),
-               "meshcast_plan": {"model": model.name, "pools": args.pool, "predicted_step_time_s": out.step_time_s}}
-        with open(args.write_plan, "w") as fh:
-            fh.write("# written by meshcast plan --pool: stages on several GPU types (simulate() runs one type)\n")
-            yaml.safe_dump(doc, fh, sort_keys=False)
-    if args.json:
-        emit_json({"plan": out.plan.to_dict(), "stages": rows, "pipeline_s": sol.pipeline_s,
-                   "step_time_s": out.step_time_s, "gpus_by_type": out.gpus_by_type,
-                   "solver": {"name": sol.info.solver, "status": sol.info.status, "gap": sol.info.gap,
-                              "time_s": sol.info.time_s}})
-        return 0
+    doc = {"plan": out.plan.to_dict(), "stage_gpu_types": list(sol.types),
+           "stage_recomputed_layers": list(sol.recomputed),
+           "meshcast_plan": {"model": model.name, "pools": args.pool, "predicted_step_time_s": out.step_time_s}}
+    with open(args.write_plan, "w") as fh:
+        fh.write("# written by meshcast plan --pool: stages on several GPU types (simulate() runs one type)\n")
+        yaml.safe_dump(doc, fh, sort_keys=False)
+
+
+def _print_heterogeneous(args: argparse.Namespace, model, plan: ParallelPlan, out, rows: list, mode: str) -> None:
+    sol = out.solution
     print(f"{model.name}: tp={plan.tp} pp={plan.pp} dp={plan.dp} over {', '.join(args.pool)} "
           f"(stage costs from simulate() on each GPU type; {sol.info.solver} {sol.info.status}, gap "
           f"{sol.info.gap if sol.info.gap is not None else 'n/a'})")
@@ -250,7 +279,6 @@ def run_heterogeneous(args: argparse.Namespace, model) -> int:
           + ", ".join(f"{k} {v}" for k, v in out.gpus_by_type.items()))
     if mode == "per_stage" and len(set(sol.recomputed)) > 1:
         print("note: recompute differs per stage; Megatron-LM's --recompute-num-layers is one count for all stages")
-    return 0
 
 
 def _even_blocks(layers: int, pp: int, vp: int):

@@ -72,7 +72,8 @@ def why_loses(best: Candidate, other: Candidate, name: str = "it") -> str:
             return f"{d:+.3g} s per step"
         return f"{diffs[k] / best.score:+.1%}"
 
-    head = f"{name} ({_label(other)}) {verb} {pct:.1%}" + (" more" if verb == "costs" else "")
+    pct_text = f"{pct:.1%}" if pct >= 0.001 else f"{pct:.3%}"     # a near-tie still shows its size
+    head = f"{name} ({_label(other)}) {verb} {pct_text}" + (" more" if verb == "costs" else "")
     text = f"{head} to {_PHRASES.get(worse, (worse,))[0]} ({amount(worse)})"
     if diffs[better] < -0.2 * diffs[worse]:
         text += f", partly offset by {_PHRASES.get(better, (None, better))[1]} ({amount(better)})"

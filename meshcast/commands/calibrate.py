@@ -25,6 +25,9 @@ def add_parser(sub) -> None:
     p.add_argument("--start", help="profile whose values seed the fit and stand for parameters these "
                                    "measurements cannot fit (e.g. NVLink α/β from another machine)")
     p.add_argument("--holdout-every", type=int, default=5, help="hold out every N-th record (0: none)")
+    p.add_argument("--transfer", nargs="*", default=[],
+                   help="measurement files of another accelerator: predict them from its datasheet with the "
+                        "profile just fitted, and report that error (e.g. fit on H100, predict H200)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(run=run)
 
@@ -41,6 +44,8 @@ def run(args: argparse.Namespace) -> int:
     report = calibrate(files, name, start=start, holdout_every=args.holdout_every)
     accelerator = files[0][1].accelerator.name
     meta = profile_metadata(report, accelerator)
+    if args.transfer:
+        meta["transfer_error"] = _transfer(args.transfer, report.calibration)
     meta["physical_checks"] = physical_violations(report.calibration) or "all fitted values physical"
     if args.start:
         meta["seeded_from"] = args.start
@@ -59,7 +64,25 @@ def run(args: argparse.Namespace) -> int:
         h = held.get(s.kind)
         print(f"{s.kind:<20}{s.mape:>12.1%}{(h.mape if h else float('nan')):>15.1%}"
               f"{(h.worst_abs_error if h else float('nan')):>16.1%}")
+    for path, kinds in meta.get("transfer_error", {}).items():
+        print(f"\ntransfer to {path} (its datasheet, this profile's efficiencies):")
+        for kind, v in kinds.items():
+            print(f"  {kind:<20} MAPE {v['mape']:6.1%}  worst {v['worst']:6.1%}  ({v['count']} records)")
     for v in physical_violations(report.calibration):
         print(f"warning: not physical: {v}", file=sys.stderr)
     print(f"\nwrote {args.output}")
     return 0
+
+
+def _transfer(paths: list[str], cal) -> dict:
+    """Per file and kind: MAPE and worst error of records of another accelerator predicted with
+    ``cal`` (fitted elsewhere) and that accelerator's own datasheet."""
+    from validation.accuracy import evaluate, summarize
+
+    out = {}
+    for path in paths:
+        mf = load_measurements(path)
+        results, _ = evaluate(mf, hardware_for(mf), cal)
+        out[path] = {k.kind: {"count": k.count, "mape": round(k.mape, 4), "worst": round(k.worst_abs_error, 4)}
+                     for k in summarize(results)}
+    return out

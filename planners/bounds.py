@@ -26,7 +26,7 @@ from hardware_specs.catalog import Hardware, load_hardware
 from models.schema import ModelSpec
 from simulator.calibration import Calibration
 from simulator.comm import fabric_from_hardware
-from simulator.engine import device_model, stage_layer_ranges
+from simulator.engine import _optimizer_time, device_model, dp_comm_seconds, stage_layer_ranges
 from simulator.lowering import Context, embedding_ops, head_ops, layer_ops, p2p_time
 from simulator.memory import (FRAGMENTATION, WORKSPACE_BYTES, in_flight, model_state_bytes, stage_memory,
                               stage_params)
@@ -77,6 +77,7 @@ class Oracle:
         self.moe_prefix = prefix
         self.violations: list[str] = []
         self._mem: dict = {}
+        self._extras: dict = {}
         self._pieces: dict = {}
 
     # ---- simulator objects -------------------------------------------------------------------
@@ -175,6 +176,23 @@ class Oracle:
                 deltas.append(lt.moe_rec - lt.moe_norec)
             total += pp * max(0.0, min(deltas))
         return pipeline_time([total / pp] * pp, [0.0] * pp, m, vp, p2p, overlap)
+
+    def extras_bound(self, plan: ParallelPlan) -> float:
+        """Seconds the step spends beyond its pipeline, at least: the fullest stage holds at least
+        the average stage's parameters, its data-parallel communication (increasing in them) is
+        exposed at least ``comm_overlap_slowdown`` of the way when overlapped, and its optimizer
+        step (increasing in them) is never hidden."""
+        key = (plan.num_gpus, plan.tp, plan.cp, plan.dp, plan.ep, plan.expert_tp, plan.pp, plan.zero_stage,
+               plan.recipe, plan.overlap_grad_reduce, plan.offload_optimizer)
+        hit = self._extras.get(key)
+        if hit is None:
+            ctx = self.context(plan)
+            dense, expert = self.param_totals(plan)
+            dense, expert = dense / plan.pp, expert / plan.pp
+            comm = dp_comm_seconds(ctx, dense, expert)
+            exposed = comm * (self.cal.comm_overlap_slowdown if plan.overlap_grad_reduce else 1.0)
+            hit = self._extras[key] = exposed + _optimizer_time(ctx, self.hardware(plan.num_gpus), dense, expert)
+        return hit
 
     # ---- memory ----------------------------------------------------------------------------
     def param_totals(self, plan: ParallelPlan) -> tuple[float, float]:

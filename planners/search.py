@@ -235,7 +235,12 @@ class Search:
         return o if o is not None else shape.schedule == "interleaved"
 
     def _pipe(self, shape: Shape, costs: list[float], p2p: float) -> float:
-        return self.oracle.pipe_bound(costs, shape.microbatches, shape.vp, p2p, self._overlap(shape))
+        """Lower bound on the step of these stage costs: their pipeline plus the step's extras."""
+        return self.oracle.pipe_bound(costs, shape.microbatches, shape.vp, p2p, self._overlap(shape)) \
+            + self._extras(shape)
+
+    def _extras(self, shape: Shape) -> float:
+        return self.oracle.extras_bound(self._plan(shape))
 
     def _usable(self, gpus: int) -> float:
         return self.oracle.hardware(gpus).accelerator.hbm_capacity_bytes - self.c.min_headroom_bytes
@@ -261,6 +266,7 @@ class Search:
                 lb = bounds[key] = self.oracle.shape_time_bound(
                     self._layer_times(shape), shape.recompute, shape.pp, shape.microbatches, shape.vp, p2p,
                     self._overlap(shape))
+            lb += self._extras(shape)
             if lb > self.obj.deadline_step(shape.gbs * self.c.seq):
                 self.stats.shapes_deadline_pruned += 1
                 continue
@@ -307,7 +313,7 @@ class Search:
         if self.inner == "ilp" and shape.pp > 1:
             # the ILP's split, solved only if this node's bound still competes when it is popped
             lb = self.oracle.shape_time_bound(lt, shape.recompute, shape.pp, shape.microbatches, shape.vp, p2p,
-                                              self._overlap(shape))
+                                              self._overlap(shape)) + self._extras(shape)
             self._push(self._score(lb, shape), shape, _ILP, (splits, p2p))
 
     def _expand_ilp(self, shape: Shape, splits, p2p: float) -> None:

@@ -356,23 +356,33 @@ def _zero3_gather_exposed(ctx: Context, layers: range, f: float, b: float) -> tu
     return n * f_exp, n * b_exp
 
 
-def _stage_data_parallel(ctx: Context, hw: Hardware, r: range, first: bool, last: bool,
-                         cost: StageCost) -> tuple[float, float, float]:
-    """One stage's exposed data-parallel communication, its total, and its optimizer step."""
+def dp_comm_seconds(ctx: Context, dense: float, expert: float) -> float:
+    """Seconds of one device's data-parallel gradient reduction (and, from ZeRO-1, parameter
+    gather) for ``dense`` and ``expert`` parameters, before any overlap; increasing in both.
+    ZeRO-3 is costed per layer instead (_zero3_gather_exposed) and gives 0 here."""
     p = ctx.plan
     grad_bytes = 2 if p.recipe == "zero" else 4
     dp_group = p.dp * p.cp
-    dense, expert = stage_params(ctx, r, first, last)
     comm = 0.0
     for params, n, stride in ((dense, dp_group, p.tp), (expert, max(1, dp_group * p.tp // (p.ep * p.expert_tp)),
                                                         p.ep * p.expert_tp)):
-        if params <= 0 or n <= 1 or p.zero_stage == 3:   # ZeRO-3: per layer in _zero3_gather_exposed
+        if params <= 0 or n <= 1 or p.zero_stage == 3:
             continue
         if p.zero_stage == 0:
             comm += collective_time(ctx.fabric, "all_reduce", params * grad_bytes, n, stride)
         else:
             comm += collective_time(ctx.fabric, "reduce_scatter", params * grad_bytes, n, stride)
             comm += collective_time(ctx.fabric, "all_gather", params * 2 / n, n, stride)
+    return comm
+
+
+def _stage_data_parallel(ctx: Context, hw: Hardware, r: range, first: bool, last: bool,
+                         cost: StageCost) -> tuple[float, float, float]:
+    """One stage's exposed data-parallel communication, its total, and its optimizer step."""
+    p = ctx.plan
+    dp_group = p.dp * p.cp
+    dense, expert = stage_params(ctx, r, first, last)
+    comm = dp_comm_seconds(ctx, dense, expert)
     last_bucket = comm * min(1.0, BUCKET_PARAMS / max(dense + expert, 1.0))
     if p.overlap_grad_reduce:
         hidden = cost.backward_s + (cost.forward_s if p.overlap_param_gather else 0.0)

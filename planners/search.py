@@ -181,6 +181,7 @@ class Search:
         self._base_kw = dict(constraints.base.__dict__)
         self._lt: dict = {}
         self._p2ps: dict = {}
+        self._extras_cache: dict = {}
         self._kth_cache = math.inf
         self.explored: list[dict] = []      # every simulated plan that fits (for the Pareto plot)
         self.keep_explored = False
@@ -240,7 +241,11 @@ class Search:
             + self._extras(shape)
 
     def _extras(self, shape: Shape) -> float:
-        return self.oracle.extras_bound(self._plan(shape))
+        key = (shape.gpus, shape.tp, shape.cp, shape.dp, shape.ep, shape.etp, shape.pp, shape.zero)
+        hit = self._extras_cache.get(key)
+        if hit is None:
+            hit = self._extras_cache[key] = self.oracle.extras_bound(self._plan(shape))
+        return hit
 
     def _usable(self, gpus: int) -> float:
         return self.oracle.hardware(gpus).accelerator.hbm_capacity_bytes - self.c.min_headroom_bytes

@@ -26,17 +26,17 @@ from hardware_specs.catalog import Hardware, load_hardware
 from models.schema import ModelSpec
 from simulator.calibration import Calibration
 from simulator.comm import fabric_from_hardware
-from simulator.engine import _optimizer_time, device_model, dp_comm_seconds, stage_layer_ranges
+from simulator.engine import (LOWERING_FIELDS, _optimizer_time, device_model, dp_comm_seconds, stage_layer_ranges,
+                              summarize_ops)
 from simulator.lowering import Context, embedding_ops, head_ops, layer_ops, p2p_time
 from simulator.memory import (FRAGMENTATION, WORKSPACE_BYTES, in_flight, model_state_bytes, stage_memory,
                               stage_params)
 from simulator.plan import ParallelPlan
 from simulator.schedule import pipeline_time
 
-# Plan fields that change no single layer's ops (pipeline, batch and optimizer switches).
-_NOT_LOWERING = ("pp", "vp", "dp", "gbs", "num_gpus", "zero_stage", "layers_per_stage",
-                 "recompute_layers", "schedule", "overlap_grad_reduce", "overlap_param_gather",
-                 "overlap_p2p", "offload_optimizer")
+# The plan fields one layer's ops depend on (the simulator's own list), less recompute_layers:
+# the bounds cost layers with and without recompute separately.
+_LOWERING = tuple(f for f in LOWERING_FIELDS if f != "recompute_layers")
 
 
 @dataclass(frozen=True)
@@ -52,11 +52,10 @@ class LayerTimes:
     head: float
 
 
-_STAGE_PHASES = ("fwd", "bwd", "recompute")   # what the engine sums into a stage's time
-
-
 def _exposed(ops) -> float:
-    return sum(op.exposed_s for op in ops if op.phase in _STAGE_PHASES)
+    """A micro-batch's exposed seconds of these ops, summed exactly as the engine sums a stage."""
+    s = summarize_ops(ops)
+    return s.forward_s + s.backward_s
 
 
 class Oracle:
@@ -97,13 +96,13 @@ class Oracle:
 
     # ---- time ------------------------------------------------------------------------------
     def layer_times(self, plan: ParallelPlan) -> LayerTimes:
-        key = (plan.num_gpus,) + tuple(v for k, v in plan.__dict__.items() if k not in _NOT_LOWERING)
+        key = (plan.num_gpus,) + tuple(getattr(plan, k) for k in _LOWERING)
         hit = self._layers.get(key)
         if hit is None:
             # Pieces are shared between plans: dense layers, the embedding and the head do not
             # depend on expert parallelism, and the no-recompute ops not on the recompute mode.
-            base = (plan.num_gpus,) + tuple(v for k, v in plan.__dict__.items()
-                                            if k not in _NOT_LOWERING and k not in ("ep", "etp", "recompute"))
+            base = (plan.num_gpus,) + tuple(getattr(plan, k) for k in _LOWERING
+                                            if k not in ("ep", "etp", "recompute"))
             experts = (plan.ep, plan.expert_tp)
             moe = self.model.moe is not None
             d_norec = self._ops(("dense", base), plan, lambda c: layer_ops(c, False, recompute=False))

@@ -163,7 +163,7 @@ def format_text(r: SearchResult, request_line: str = "") -> str:
             bits.append(f"{r.objective.tokens:.3g} tokens in {best.train_days:.1f} days")
         if best.cost_usd is not None:
             bits.append(f"${best.cost_usd:,.0f} at ${r.objective.price_per_gpu_hour:g}/GPU-hour")
-        lines.append(f"best plan trains " + ", ".join(bits) + f" on {best.result.num_gpus} GPUs")
+        lines.append("best plan trains " + ", ".join(bits) + f" on {best.result.num_gpus} GPUs")
     mem = best.result.memory
     lines.append("")
     lines.append(f"best: {best.result.bottleneck_sentence()}; fullest device stage {mem.stage}: "

@@ -7,6 +7,7 @@ calibration profile fitted by ``meshcast calibrate`` from real measurements repl
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
+from functools import lru_cache
 from pathlib import Path
 
 import yaml
@@ -106,9 +107,6 @@ class Calibration:
         d["links"] = {k: asdict(v) for k, v in self.links.items()}
         return d
 
-    def with_updates(self, **kw) -> "Calibration":
-        return replace(self, **kw)
-
 
 DEFAULT = Calibration()
 
@@ -142,8 +140,15 @@ def load_calibration(name_or_path: str | None) -> Calibration:
         from hardware_specs.errors import UnknownNameError
         known = [p.stem for p in PROFILE_DIR.glob("*.yaml")]
         raise UnknownNameError("calibration", name_or_path, known)
-    cal = calibration_from_dict(read_yaml_mapping(path), str(path))
-    return replace(cal, name=path.stem)
+    return _read_profile(str(path.resolve()), path.stat().st_mtime_ns)
+
+
+@lru_cache(maxsize=64)
+def _read_profile(path: str, mtime_ns: int) -> Calibration:
+    """One profile file, parsed once per version of the file: every caller then shares the same
+    Calibration object, and with it the cost model's identity-keyed caches."""
+    cal = calibration_from_dict(read_yaml_mapping(Path(path)), path)
+    return replace(cal, name=Path(path).stem)
 
 
 def save_calibration(cal: Calibration, path: Path, meta: dict) -> None:

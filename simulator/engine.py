@@ -17,8 +17,9 @@ from simulator.calibration import DEFAULT, Calibration
 from simulator.comm import Fabric, collective_time, fabric_from_hardware
 from simulator.compute import DeviceModel, memory_time
 from simulator.flops import step_hardware_flops, step_model_flops
+from simulator.identity_cache import IdentityCache
 from simulator.lowering import Context, embedding_ops, head_ops, layer_ops, p2p_time
-from simulator.memory import (MemoryBreakdown, StageFootprint, layer_activation_bytes, moe_layers_in,
+from simulator.memory import (StageFootprint, layer_activation_bytes, moe_layers_in,
                               stage_footprint, stage_memory, stage_params)
 from simulator.ops import Op
 from simulator.plan import ParallelPlan, resolve_plan
@@ -32,57 +33,47 @@ OPTIMIZER_BYTES = {"megatron": 30, "zero": 28, "torch_amp": 28, "torch_fsdp": 72
 BUCKET_PARAMS = 40e6       # Megatron-LM DDP bucket size (elements); the last bucket is never hidden
 
 
-_DEVICES: dict = {}
-_FABRICS: dict = {}
+_DEVICES = IdentityCache()
+_FABRICS = IdentityCache()
 
 
 def device_model(accelerator, cal: Calibration) -> DeviceModel:
     """The cost-model view of an accelerator under a calibration, cached by identity so the
     per-op caches in simulator.compute are shared by every simulation on the same inputs."""
-    key = (id(accelerator), id(cal))
-    hit = _DEVICES.get(key)
-    if hit is None or hit[0] is not accelerator or hit[1] is not cal:
-        hit = _DEVICES[key] = (accelerator, cal, DeviceModel(accelerator, cal))
-    return hit[2]
+    return _DEVICES.get((accelerator, cal), (), lambda: DeviceModel(accelerator, cal))
 
 
 def _fabric(hw: Hardware, cal: Calibration) -> Fabric:
-    key = (id(hw.cluster), id(hw.node), hw.num_gpus, id(cal))
-    hit = _FABRICS.get(key)
-    if hit is None or hit[0] is not hw.cluster or hit[1] is not cal:
-        hit = _FABRICS[key] = (hw.cluster, cal, fabric_from_hardware(hw, cal))
-    return hit[2]
+    return _FABRICS.get((hw.cluster, hw.node, cal), (hw.num_gpus,), lambda: fabric_from_hardware(hw, cal))
 
 
-_LOWERED: dict = {}
-# Plan fields that change the per-micro-batch ops of a layer (dp, pp, vp, zero, gbs do not).
-_LAYER_KEY_FIELDS = ("tp", "cp", "ep", "etp", "dp", "mbs", "seq", "sequence_parallel", "recompute",
-                     "recompute_layers", "precision", "attention", "dropout", "tp_comm_overlap", "recipe",
-                     "ep_comm_overlap")
-_LAYER_KEY = operator.attrgetter(*_LAYER_KEY_FIELDS)
+_LOWERED = IdentityCache(limit=4096)
+# Plan fields that change the per-micro-batch ops of a layer (dp, pp, vp, zero, gbs do not);
+# planners.bounds keys its layer costs on the same list.
+LOWERING_FIELDS = ("tp", "cp", "ep", "etp", "mbs", "seq", "sequence_parallel", "recompute",
+                   "recompute_layers", "precision", "attention", "dropout", "tp_comm_overlap", "recipe",
+                   "ep_comm_overlap")
+_LAYER_KEY = operator.attrgetter(*LOWERING_FIELDS)
 
 
 def _lowered(ctx: Context):
     """Lowered ops of each layer kind, the embedding and the head, shared between plans that
     differ only in fields the per-layer ops do not depend on (a planner sweeps many such).
-    dp is in the key only through the pp group's stride used by p2p; it is cheap to keep."""
+    dp joins the key only for the pipeline send, whose group stride it sets."""
     p = ctx.plan
-    key = (id(ctx.model), id(ctx.dev), id(ctx.fabric)) + _LAYER_KEY(p)
-    hit = _LOWERED.get(key)
-    if hit is not None and hit[0] is ctx.model and hit[1] is ctx.dev and hit[2] is ctx.fabric:
-        return hit[3]
-    model = ctx.model
+    return _LOWERED.get((ctx.model, ctx.dev, ctx.fabric), _LAYER_KEY(p) + (p.dp,), lambda: _lower(ctx))
+
+
+def _lower(ctx: Context) -> tuple:
+    p, model = ctx.plan, ctx.model
     dense_ops = layer_ops(ctx, moe=False)
     moe_ops = layer_ops(ctx, moe=True) if model.moe else None
     norec_ops = {False: layer_ops(ctx, False, recompute=False)} if p.recompute_layers else {}
     if p.recompute_layers and model.moe:
         norec_ops[True] = layer_ops(ctx, True, recompute=False)
-    value = (_summary(dense_ops), _summary(moe_ops) if moe_ops is not None else None, {k: _summary(v) for k, v in norec_ops.items()},
-             _summary(embedding_ops(ctx)), _summary(head_ops(ctx)), _pipelined_p2p(ctx))
-    if len(_LOWERED) > 4096:
-        _LOWERED.clear()
-    _LOWERED[key] = (ctx.model, ctx.dev, ctx.fabric, value)
-    return value
+    return (summarize_ops(dense_ops), summarize_ops(moe_ops) if moe_ops is not None else None,
+            {k: summarize_ops(v) for k, v in norec_ops.items()},
+            summarize_ops(embedding_ops(ctx)), summarize_ops(head_ops(ctx)), p2p_time(ctx))
 
 
 @dataclass(frozen=True)
@@ -98,16 +89,12 @@ class OpsSummary:
     count: int = 0           # ops the host dispatches (eager frameworks launch one by one)
 
 
-def _summary(ops: list[Op]) -> OpsSummary:
+def summarize_ops(ops: list[Op]) -> OpsSummary:
+    """Reduce an op list the way a stage sums it: exposed forward and backward (with recompute)
+    seconds, exposed seconds per category, FLOPs and the op count."""
     return OpsSummary(tuple(ops), _sum_phase(ops, ("fwd",)), _sum_phase(ops, ("bwd", "recompute")),
                       _group_time(ops, ("fwd", "bwd", "recompute")),
                       sum(op.flops for op in ops if op.phase in ("fwd", "bwd")), len(ops))
-
-
-def _pipelined_p2p(ctx: Context) -> float:
-    """One pipeline send of this plan's boundary activation, as if pp > 1 (0 is used when not)."""
-    p = ctx.plan
-    return p2p_time(Context(ctx.model, replace(p, pp=max(2, p.pp)), ctx.dev, ctx.fabric, ctx.host_link_Bps))
 
 
 def stage_layer_ranges(model: ModelSpec, plan: ParallelPlan) -> list[range]:
@@ -248,7 +235,7 @@ class StageBundle:
     optimizer_s: float
 
 
-_BUNDLES: dict = {}
+_BUNDLES = IdentityCache(limit=200_000)
 # Plan fields a stage's bundle does not depend on (they shape the pipeline around the stages).
 _PIPELINE_ONLY = {"pp", "vp", "gbs", "schedule", "layers_per_stage", "num_gpus", "overlap_p2p"}
 _STAGE_KEY_FIELDS = tuple(f.name for f in fields(ParallelPlan) if f.name not in _PIPELINE_ONLY)
@@ -260,21 +247,19 @@ def _stage_bundles(ctx: Context, hw: Hardware, ranges: list[range], lowered) -> 
     position, and between plans that differ only in pipeline-level fields (a planner evaluates
     thousands of such plans); the cache holds the objects it was built from and checks them."""
     p, model = ctx.plan, ctx.model
-    base = (id(model), id(ctx.dev), id(ctx.fabric), id(hw.node)) + _STAGE_KEY(p)
+    base = _STAGE_KEY(p)
     last = len(ranges) - 1
-    out = []
-    per_layer = None
-    for i, r in enumerate(ranges):
-        key = base + (len(r), moe_layers_in(model, r.start, r.stop), i == 0, i == last)
-        hit = _BUNDLES.get(key)
-        if hit is None or hit[0] is not model or hit[1] is not ctx.dev or hit[2] is not ctx.fabric:
-            if per_layer is None:
-                per_layer = (layer_activation_bytes(ctx, False), layer_activation_bytes(ctx, True) if model.moe else 0.0)
-            if len(_BUNDLES) > 200_000:
-                _BUNDLES.clear()
-            hit = _BUNDLES[key] = (model, ctx.dev, ctx.fabric, _stage_bundle(ctx, hw, i, r, i == last, lowered, per_layer))
-        out.append(hit[3])
-    return out
+    per_layer: list = []
+
+    def build(i: int, r: range):
+        if not per_layer:   # computed once per call, only when some stage misses
+            per_layer.append((layer_activation_bytes(ctx, False), layer_activation_bytes(ctx, True) if model.moe else 0.0))
+        return _stage_bundle(ctx, hw, i, r, i == last, lowered, per_layer[0])
+
+    owners = (model, ctx.dev, ctx.fabric, hw.node)
+    return [_BUNDLES.get(owners, base + (len(r), moe_layers_in(model, r.start, r.stop), i == 0, i == last),
+                         lambda i=i, r=r: build(i, r))
+            for i, r in enumerate(ranges)]
 
 
 def _stage_bundle(ctx: Context, hw: Hardware, index: int, r: range, last: bool, lowered, per_layer) -> StageBundle:

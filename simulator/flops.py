@@ -9,6 +9,7 @@ MLP: 72·B·s·l·h²·(1 + s/(6h) + V/(12·l·h)). The same count is written he
 from __future__ import annotations
 
 from models.schema import ModelSpec
+from simulator.identity_cache import IdentityCache
 
 
 def layer_forward_flops_per_token(m: ModelSpec, index: int, seq: int) -> float:
@@ -35,16 +36,13 @@ def layer_forward_flops_per_token(m: ModelSpec, index: int, seq: int) -> float:
     return 2 * (proj + ffn) + attn_core
 
 
-_LAYER_FLOPS: dict = {}
+_LAYER_FLOPS = IdentityCache()
 
 
 def layers_forward_flops_per_token(m: ModelSpec, seq: int) -> float:
     """Forward FLOPs per token of all layers together (cached by model identity and seq)."""
-    hit = _LAYER_FLOPS.get((id(m), seq))
-    if hit is None or hit[0] is not m:
-        hit = _LAYER_FLOPS[(id(m), seq)] = (m, sum(layer_forward_flops_per_token(m, i, seq)
-                                                   for i in range(m.num_layers)))
-    return hit[1]
+    return _LAYER_FLOPS.get((m,), (seq,), lambda: sum(layer_forward_flops_per_token(m, i, seq)
+                                                     for i in range(m.num_layers)))
 
 
 def model_flops_per_token(m: ModelSpec, seq: int) -> float:

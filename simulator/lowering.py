@@ -62,36 +62,34 @@ class Context:
                   overlap_s=min(t, overlap_with))
 
 
-def _gemm(ctx: Context, name: str, m: int, n: int, k: int, phase: str, batch: int = 1, dtype: str | None = None) -> Op:
+def _gemm(ctx: Context, name: str, m: int, n: int, k: int, phase: str, batch: int = 1, dtype: str | None = None,
+          bias: bool = False) -> Op:
     """A GEMM op; in fp8 it includes Transformer Engine's quantisation of its activation input
-    (read bf16, write fp8 and an amax reduction: 3 bytes per element), weights cached in fp8."""
+    (read bf16, write fp8 and an amax reduction: 3 bytes per element), weights cached in fp8.
+    ``bias``: the linear layer has a bias (its gradient is reduced in backward)."""
     dtype = dtype or ctx.gemm_dtype
     t = gemm_time(ctx.dev, m, n, k, dtype, batch)
     if dtype == "fp8":
         t += memory_time(ctx.dev, 3.0 * m * k * batch)
     return Op(name, "gemm", phase, t, gemm_flops(m, n, k, batch), gemm_bytes(m, n, k, dtype, batch),
-              (m, n, k, batch, dtype))
+              (m, n, k, batch, dtype, bias))
 
 
 def _gemm_bwd(ctx: Context, fwd: Op) -> list[Op]:
     """Data-gradient dX = dY W^T (m, k, n) and weight-gradient dW = X^T dY (k, n, m); with a
     bias, its gradient is a reduction of dY over the tokens (one read of m x n)."""
-    m, n, k, batch, dtype = fwd.shape
+    m, n, k, batch, dtype, bias = fwd.shape
     ops = [_gemm(ctx, fwd.name + ".dgrad", m, k, n, "bwd", batch, dtype),
            _gemm(ctx, fwd.name + ".wgrad", k, n, m, "bwd", batch, dtype)]
-    if _has_bias(ctx.model, fwd.name):
+    if bias:
         nbytes = m * n * batch * ACT_BYTES
         ops.append(Op(fwd.name + ".bias_grad", "memory", "bwd", memory_time(ctx.dev, nbytes), bytes=nbytes))
     return ops
 
 
-def _has_bias(m: ModelSpec, name: str) -> bool:
-    """Whether the linear ``name`` has a bias (QKV may differ, as in Qwen2)."""
-    if name.startswith("head") or name.startswith("moe.router") or name.startswith("attention.kv_down"):
-        return False
-    if name == "attention.qkv" and m.qkv_bias is not None:
-        return m.qkv_bias
-    return m.linear_bias
+def _qkv_bias(m: ModelSpec) -> bool:
+    """Whether the fused QKV projection has a bias (it may differ from the others, as in Qwen2)."""
+    return m.qkv_bias if m.qkv_bias is not None else m.linear_bias
 
 
 def _elementwise(ctx: Context, name: str, op: str, tokens: int, width: int, phase: str,
@@ -158,7 +156,7 @@ def attention_block_fwd(ctx: Context) -> list[Op]:
     heads = m.num_heads // tp
     if m.mla is None:
         kv = max(1, m.kv_heads // tp)
-        ops.append(_gemm(ctx, "attention.qkv", T, (heads + 2 * kv) * m.dim_head, h, "fwd"))
+        ops.append(_gemm(ctx, "attention.qkv", T, (heads + 2 * kv) * m.dim_head, h, "fwd", bias=_qkv_bias(m)))
     else:
         ops += _mla_projections(ctx, heads)
     core = _attention(ctx, "fwd")
@@ -178,7 +176,7 @@ def attention_block_fwd(ctx: Context) -> list[Op]:
         ops.append(Op(ring.name, ring.kind, ring.phase, ring.time_s, bytes=ring.bytes, shape=ring.shape,
                       group="cp", overlap_s=min(ring.time_s, core.time_s)))
     _, vd = _attention_dims(m)
-    out = _gemm(ctx, "attention.out", T, h, heads * vd, "fwd")
+    out = _gemm(ctx, "attention.out", T, h, heads * vd, "fwd", bias=m.linear_bias)
     ops.append(out)
     ops += _tp_reduce(ctx, "attention", act, out.time_s)
     ops.append(_elementwise(ctx, "attention.residual", "add", ctx.sp_tokens, h, "fwd", rd))
@@ -192,12 +190,13 @@ def _mla_projections(ctx: Context, heads: int) -> list[Op]:
     qk = a.qk_nope_head_dim + a.qk_rope_head_dim
     ops = []
     if a.q_lora_rank:
-        ops.append(_gemm(ctx, "attention.q_down", T, a.q_lora_rank, h, "fwd"))
-        ops.append(_gemm(ctx, "attention.q_up", T, heads * qk, a.q_lora_rank, "fwd"))
+        ops.append(_gemm(ctx, "attention.q_down", T, a.q_lora_rank, h, "fwd", bias=m.linear_bias))
+        ops.append(_gemm(ctx, "attention.q_up", T, heads * qk, a.q_lora_rank, "fwd", bias=m.linear_bias))
     else:
-        ops.append(_gemm(ctx, "attention.q", T, heads * qk, h, "fwd"))
+        ops.append(_gemm(ctx, "attention.q", T, heads * qk, h, "fwd", bias=m.linear_bias))
     ops.append(_gemm(ctx, "attention.kv_down", T, a.kv_lora_rank + a.qk_rope_head_dim, h, "fwd"))
-    ops.append(_gemm(ctx, "attention.kv_up", T, heads * (a.qk_nope_head_dim + a.v_head_dim), a.kv_lora_rank, "fwd"))
+    ops.append(_gemm(ctx, "attention.kv_up", T, heads * (a.qk_nope_head_dim + a.v_head_dim), a.kv_lora_rank, "fwd",
+                     bias=m.linear_bias))
     return ops
 
 
@@ -239,9 +238,9 @@ def _dense_ffn(ctx: Context, name: str, tokens: int, ffn_local: int, batch: int 
         return []
     up_n = ffn_local * (2 if m.gated_mlp else 1)
     act_op = "silu_mul" if m.gated_mlp else "gelu"
-    return [_gemm(ctx, f"{name}.up", tokens, up_n, m.hidden, "fwd", batch),
+    return [_gemm(ctx, f"{name}.up", tokens, up_n, m.hidden, "fwd", batch, bias=m.linear_bias),
             _elementwise(ctx, f"{name}.act", act_op, tokens * batch, ffn_local, "fwd"),
-            _gemm(ctx, f"{name}.down", tokens, m.hidden, ffn_local, "fwd", batch)]
+            _gemm(ctx, f"{name}.down", tokens, m.hidden, ffn_local, "fwd", batch, bias=m.linear_bias)]
 
 
 def _moe_ffn(ctx: Context) -> list[Op]:
@@ -345,9 +344,8 @@ def head_ops(ctx: Context) -> list[Op]:
 
 
 def p2p_time(ctx: Context) -> float:
-    """One pipeline send of a micro-batch's boundary activation to the next stage, seconds."""
+    """One pipeline send of a micro-batch's boundary activation to the next stage, seconds
+    (what a send would cost; callers use it only when pp > 1)."""
     p = ctx.plan
-    if p.pp == 1:
-        return 0.0
     nbytes = ctx.sp_tokens * ctx.model.hidden * ACT_BYTES
     return collective_time(ctx.fabric, "send_recv", nbytes, 2, p.tp * p.cp * p.dp)

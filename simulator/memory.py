@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass
 
 from models.params import embedding_params, layer_params, norm_params
 from models.schema import ModelSpec
+from simulator.identity_cache import IdentityCache
 from simulator.lowering import Context, _attention_dims
 
 GIB = 1024 ** 3
@@ -80,33 +81,32 @@ class MemoryBreakdown:
         return d
 
 
-_KIND_PARAMS: dict = {}
-_MOE_PREFIX: dict = {}
+_KIND_PARAMS = IdentityCache()
+_MOE_PREFIX = IdentityCache()
 
 
 def layer_kind_params(m: ModelSpec) -> dict:
     """LayerParams of a dense layer and of a MoE layer (the only two kinds a model has);
     cached by model identity (hashing a pydantic model costs more than this lookup)."""
-    hit = _KIND_PARAMS.get(id(m))
-    if hit is None or hit[0] is not m:
+    def build() -> dict:
         out: dict = {}
         for i in range(m.num_layers):
             out.setdefault(m.is_moe_layer(i), layer_params(m, i))
-        hit = _KIND_PARAMS[id(m)] = (m, out)
-    return hit[1]
+        return out
+    return _KIND_PARAMS.get((m,), (), build)
 
 
 def moe_layers_in(m: ModelSpec, start: int, stop: int) -> int:
     """How many of layers [start, stop) are MoE layers (prefix sums cached per model)."""
     if m.moe is None:
         return 0
-    hit = _MOE_PREFIX.get(id(m))
-    if hit is None or hit[0] is not m:
+    def build() -> list:
         prefix = [0]
         for i in range(m.num_layers):
             prefix.append(prefix[-1] + m.is_moe_layer(i))
-        hit = _MOE_PREFIX[id(m)] = (m, prefix)
-    return hit[1][stop] - hit[1][start]
+        return prefix
+    prefix = _MOE_PREFIX.get((m,), (), build)
+    return prefix[stop] - prefix[start]
 
 
 def stage_params(ctx: Context, layers: range, first: bool, last: bool) -> tuple[float, float]:

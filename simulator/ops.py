@@ -3,10 +3,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Categories used in the time breakdown.
-COMPUTE = "compute"
-COMM_KINDS = ("tp", "cp", "ep", "dp", "pp")
-
 
 @dataclass(frozen=True, slots=True)
 class Op:
@@ -30,16 +26,3 @@ class Op:
         """Time this op adds to the critical path."""
         return self.time_s - self.overlap_s
 
-
-def total_time(ops: list[Op]) -> float:
-    """Critical-path seconds of a sequential op list (overlapped comm excluded)."""
-    return sum(op.time_s - op.overlap_s for op in ops)
-
-
-def breakdown(ops: list[Op]) -> dict[str, float]:
-    """Exposed seconds per category: compute, or the comm group (tp, cp, ep, dp, pp)."""
-    out: dict[str, float] = {}
-    for op in ops:
-        key = op.group if op.kind == "collective" else COMPUTE
-        out[key] = out.get(key, 0.0) + op.time_s - op.overlap_s
-    return out

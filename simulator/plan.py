@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import operator
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Optional
 

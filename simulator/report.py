@@ -42,7 +42,4 @@ def simulation_figure(r: Result) -> go.Figure:
 def write_simulation_report(r: Result, path: str | Path) -> None:
     """Write the report as one HTML file with plotly.js embedded (opens offline)."""
     fig = simulation_figure(r)
-    fig.update_layout(barmode="overlay")
-    # stacked panels 1-2, overlaid timeline bars: set per-trace offsets via barmode stack on 1-2
-    fig.update_layout(barmode="stack")
     Path(path).write_text(fig.to_html(include_plotlyjs=True, full_html=True))

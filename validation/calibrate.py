@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from hardware_specs.catalog import Hardware
 from simulator.calibration import DEFAULT, Calibration
 from validation.accuracy import KindStats, evaluate, summarize
-from validation.fit import (COLLECTIVE_KINDS, COMPUTE_PARAMS, HOST_PARAMS, FitResult, comm_params, comm_seeds, fit,
+from validation.fit import (COLLECTIVE_KINDS, COMPUTE_PARAMS, HOST_PARAMS, comm_params, comm_seeds, fit,
                             host_bound, split_holdout)
 from validation.predict import KERNEL_KINDS
 from validation.records import MeasurementFile

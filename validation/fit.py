@@ -15,10 +15,9 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from hardware_specs.catalog import Hardware
-from simulator.calibration import DEFAULT, Calibration, LinkEfficiency
-from validation.predict import ELEMENTWISE_KINDS, KERNEL_KINDS, Unsupported, predict_record
-
-COLLECTIVE_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv")
+from simulator.calibration import DEFAULT, Calibration
+from simulator.comm import COLLECTIVES as COLLECTIVE_KINDS
+from validation.predict import ELEMENTWISE_KINDS, Unsupported, predict_record
 
 
 @dataclass(frozen=True)
@@ -89,12 +88,6 @@ def set_values(cal: Calibration, params: list[Param], values) -> Calibration:
         else:
             updates[p.path] = float(v)
     return replace(cal, links=links, **dicts, **updates)
-
-
-def fit_records(kind: str) -> bool:
-    """Records that calibration fits: kernels and collectives (training steps only through
-    :func:`host_bound`, never the ones that validate the composed model)."""
-    return kind in KERNEL_KINDS or kind in COLLECTIVE_KINDS
 
 
 @dataclass

@@ -9,7 +9,6 @@ predicted/published is a ratio of step times whatever the formula.
 from __future__ import annotations
 
 import csv
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -208,7 +207,7 @@ LAYER_IMPLEMENTATIONS = {   # Korthikanti et al. 2022 Table 4 rows -> (sequence 
 def compare_layer_times(path: str | Path, calibration: str | None = None) -> list[LayerComparison]:
     """One transformer layer's forward and backward times (Korthikanti et al. 2022, Table 4:
     GPT-22B layer, TP=8 on 8 A100s) against the layer ops simulate() costs."""
-    from simulator.engine import _fabric, device_model
+    from simulator.engine import _fabric, device_model, summarize_ops
     from simulator.lowering import Context, layer_ops
     from simulator.plan import resolve_plan
 
@@ -230,9 +229,8 @@ def compare_layer_times(path: str | Path, calibration: str | None = None) -> lis
                                                 recompute=recompute, attention="unfused", dropout=True,
                                                 zero_stage=0), gpus)
         ctx = Context(model, plan, device_model(hw.accelerator, cal), _fabric(hw, cal))
-        ops = layer_ops(ctx, moe=False)
-        fwd = sum(op.exposed_s for op in ops if op.phase == "fwd")
-        bwd = sum(op.exposed_s for op in ops if op.phase in ("bwd", "recompute"))
+        layer = summarize_ops(layer_ops(ctx, moe=False))   # summed as a pipeline stage sums it
+        fwd, bwd = layer.forward_s, layer.backward_s
         pred = {"forward_time": fwd, "backward_time": bwd, "combined_time": fwd + bwd}[row["metric"]] * 1e3
         pub = float(row["value"])
         out.append(LayerComparison(impl, row["metric"], pub, pred, pred / pub - 1))

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hardware_specs.errors import SpecError
+from simulator.compute import TORCH_DTYPES
 
 
 @dataclass(frozen=True)
@@ -52,4 +53,4 @@ def record_dtype(rec: dict) -> str:
     dtype = rec.get("dtype") or "bfloat16"
     if dtype == "float32" and "_tf32" in str(rec.get("tag", "")):
         return "tf32"
-    return {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float8_e4m3fn": "fp8"}.get(dtype, dtype)
+    return TORCH_DTYPES.get(dtype, dtype)

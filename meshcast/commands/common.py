@@ -80,11 +80,11 @@ def plan_from_args(args: argparse.Namespace) -> ParallelPlan:
 
 
 def load_inputs(args: argparse.Namespace):
-    """(model, hardware, calibration) from the common options."""
+    """(model, hardware, calibration, where the calibration came from) from the common options."""
     model = load_model(args.model)
     hw = load_hardware(args.cluster, args.gpus)
-    cal, _ = calibration_for(hw.accelerator, args.calibration)
-    return model, hw, cal
+    cal, note = calibration_for(hw.accelerator, args.calibration)
+    return model, hw, cal, note
 
 
 def emit_json(obj) -> None:

@@ -6,7 +6,6 @@ import argparse
 from meshcast.commands.common import (add_model_cluster, add_plan_options, emit_json, fmt_bytes, fmt_time,
                                       load_inputs, plan_from_args)
 from simulator import simulate
-from simulator.calibration import calibration_for
 from simulator.costing import train_cost
 from simulator.result import BOTTLENECK_NAMES, Result
 
@@ -31,8 +30,7 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Simulate one plan and print (or write) the result."""
-    model, hw, cal = load_inputs(args)
-    _, cal_note = calibration_for(hw.accelerator, args.calibration)
+    model, hw, cal, cal_note = load_inputs(args)
     plan = plan_from_args(args)
     want_timeline = bool(args.output or args.trace)
     result = simulate(model, hw, plan, cal, with_timeline=want_timeline)

@@ -74,6 +74,42 @@ def layer_params(m: ModelSpec, index: int) -> LayerParams:
                        e.num_experts, e.shared_experts * mlp_params(m, shared_ffn))
 
 
+def layer_param_tensors(m: ModelSpec, index: int) -> int:
+    """Parameter tensors of layer ``index`` as Megatron-LM and the reference GPT hold them (fused
+    QKV, one tensor per weight and per bias, one per routed expert matrix): what an optimizer
+    step or a per-parameter hook visits, so its host time is per tensor, not per parameter."""
+    bias = 1 if m.linear_bias else 0
+    per_norm = 2 if m.norm == "layernorm" else 1
+    if m.mla is not None:
+        a = m.mla
+        attn = (3 if a.q_lora_rank else 1) + 3 + 1      # q (down, norm, up), kv (down, norm, up), out
+    else:
+        qkv_bias = m.qkv_bias if m.qkv_bias is not None else m.linear_bias
+        attn = 2 + (1 if qkv_bias else 0) + bias
+    mats = 3 if m.gated_mlp else 2
+    mlp = mats + bias * mats
+    if not m.is_moe_layer(index):
+        return attn + 2 * per_norm + mlp
+    e = m.moe
+    return attn + 2 * per_norm + 1 + e.num_experts * mats + e.shared_experts * mlp
+
+
+def embedding_param_tensors(m: ModelSpec) -> int:
+    """Parameter tensors of the first pipeline stage's extras: token (and learned position) embedding."""
+    return 1 + (1 if m.position == "learned" else 0)
+
+
+def head_param_tensors(m: ModelSpec) -> int:
+    """Parameter tensors of the last pipeline stage's extras: final norm and an untied head."""
+    return (2 if m.norm == "layernorm" else 1) + (0 if m.tied_embeddings else 1)
+
+
+def model_param_tensors(m: ModelSpec) -> int:
+    """Parameter tensors of the whole model: layers, embedding, final norm, untied head."""
+    layers = sum(layer_param_tensors(m, i) for i in range(m.num_layers))
+    return layers + embedding_param_tensors(m) + head_param_tensors(m)
+
+
 def embedding_params(m: ModelSpec) -> int:
     """Token embedding, plus the output head when untied, plus learned positions."""
     emb = m.vocab * m.hidden

@@ -58,8 +58,13 @@ class Calibration:
                                  132 SMs on Hopper); a planning value, not fitted
       host_op_s                  host seconds per modelled op an eager framework dispatches
       fsdp_unit_host_s           host seconds per FSDP2 unit per micro-batch (hooks, copies)
-                                 (both fitted on host-bound training steps of tiny models;
-                                 0 = the host never limits)
+      ddp_tensor_host_s          host seconds per parameter tensor per micro-batch under DDP
+                                 (the reducer's autograd hook)
+      optimizer_tensor_host_s    host seconds per parameter tensor of a fused optimizer step
+      fsdp_optimizer_tensor_host_s  the same for foreach AdamW over FSDP2's DTensor shards
+                                 (all five fitted on host-bound training steps of tiny models
+                                 and on their measured host time per phase; 0 = the host never
+                                 limits)
       memory_op_fraction[op]     achieved fraction of HBM bandwidth of one memory-bound kernel
                                  family (layernorm, softmax, ...); default hbm_fraction
       collective_fraction[kind]  NCCL's achieved bandwidth of a collective relative to all_reduce
@@ -83,6 +88,9 @@ class Calibration:
     comm_overlap_slowdown: float = 0.2
     host_op_s: float = 0.0
     fsdp_unit_host_s: float = 0.0
+    ddp_tensor_host_s: float = 0.0
+    optimizer_tensor_host_s: float = 0.0
+    fsdp_optimizer_tensor_host_s: float = 0.0
     memory_op_fraction: dict = field(default_factory=dict)
     collective_fraction: dict = field(default_factory=dict)
     collective_alpha_fraction: dict = field(default_factory=dict)

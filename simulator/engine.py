@@ -12,6 +12,7 @@ import operator
 from dataclasses import dataclass, fields, replace
 
 from hardware_specs.catalog import Hardware
+from models.params import embedding_param_tensors, head_param_tensors, layer_param_tensors
 from models.schema import ModelSpec
 from simulator.calibration import DEFAULT, Calibration
 from simulator.comm import Fabric, collective_time, fabric_from_hardware
@@ -138,6 +139,8 @@ class _Step:
     optimizer: float
     host_bound: float
     step: float
+    host_issue: float        # host seconds to issue forward and backward of every micro-batch
+    host_optimizer: float    # host seconds to issue the optimizer step
 
 
 def _step(model: ModelSpec, hardware: Hardware, plan: ParallelPlan, calibration: Calibration) -> _Step:
@@ -157,10 +160,13 @@ def _step(model: ModelSpec, hardware: Hardware, plan: ParallelPlan, calibration:
     dp_exposed = max(b.dp_exposed_s for b in bundles)
     opt = max(b.optimizer_s for b in bundles)
     step = pipe + dp_exposed + opt
-    # the GPU cannot run ahead of the host that issues its kernels (eager frameworks)
-    host_bound = max(0.0, m * max(st.host_s for st in stages) + opt - step)
+    # the GPU cannot run ahead of the host that issues its kernels (eager frameworks); with no
+    # synchronisation between steps the host issues the next forward while the GPU still runs
+    # this step's optimizer, so over a step the slower of the two sets the pace
+    host_issue, host_opt = max(((m * st.host_s, b.optimizer_host_s) for st, b in zip(stages, bundles)), key=sum)
+    host_bound = max(0.0, host_issue + host_opt - step)
     return _Step(plan, ctx, lowered, ranges, bundles, stages, p2p, overlap_p2p, pipe, dp_exposed,
-                 max(b.dp_total_s for b in bundles), opt, host_bound, step + host_bound)
+                 max(b.dp_total_s for b in bundles), opt, host_bound, step + host_bound, host_issue, host_opt)
 
 
 def simulate(model: ModelSpec, hardware: Hardware, plan: ParallelPlan,
@@ -179,6 +185,7 @@ def simulate(model: ModelSpec, hardware: Hardware, plan: ParallelPlan,
                           plan.vp, plan.pipeline_schedule, st.p2p)
     result = _result(model, hardware, plan, calibration, stages, mems, st.pipe, st.p2p, st.overlap_p2p,
                      st.dp_exposed, st.dp_total, st.optimizer, st.step, events)
+    result = replace(result, host_issue_s=st.host_issue, host_optimizer_s=st.host_optimizer)
     if st.host_bound > 0:
         result.breakdown["host"] = st.host_bound
     if with_ops:
@@ -233,6 +240,7 @@ class StageBundle:
     dp_exposed_s: float
     dp_total_s: float
     optimizer_s: float
+    optimizer_host_s: float = 0.0   # host seconds to issue the optimizer step (eager frameworks)
 
 
 _BUNDLES = IdentityCache(limit=200_000)
@@ -268,7 +276,7 @@ def _stage_bundle(ctx: Context, hw: Hardware, index: int, r: range, last: bool, 
     cost = _stage_cost(ctx, index, r, dense_ops, moe_ops, norec_ops, emb, head, first, last)
     footprint = stage_footprint(ctx, r, first, last, per_layer)
     exposed, total, opt = _stage_data_parallel(ctx, hw, r, first, last, cost)
-    return StageBundle(cost, footprint, exposed, total, opt)
+    return StageBundle(cost, footprint, exposed, total, opt, _optimizer_host_seconds(ctx, r, first, last))
 
 
 def _stage_cost(ctx: Context, index: int, layers: range, dense_ops, moe_ops, norec_ops: dict, emb, head,
@@ -303,18 +311,36 @@ def _stage_cost(ctx: Context, index: int, layers: range, dense_ops, moe_ops, nor
         f, b = f + f3, b + b3
         groups["dp"] = groups.get("dp", 0.0) + f3 + b3
     flops = sum(o.flops * n for o, n in parts)
-    return StageCost(index, len(layers), n_moe, f, b, groups, flops, _host_seconds(ctx, parts, len(layers), first or last))
+    return StageCost(index, len(layers), n_moe, f, b, groups, flops, _host_seconds(ctx, parts, layers, first, last))
 
 
-def _host_seconds(ctx: Context, parts, layers: int, holds_root: bool) -> float:
+def _stage_param_tensors(model: ModelSpec, layers: range, first: bool, last: bool) -> int:
+    """Parameter tensors one device of a stage holds (per-tensor hooks and optimizer bookkeeping)."""
+    tensors = sum(layer_param_tensors(model, i) for i in layers)
+    return tensors + (embedding_param_tensors(model) if first else 0) + (head_param_tensors(model) if last else 0)
+
+
+def _host_seconds(ctx: Context, parts, layers: range, first: bool, last: bool) -> float:
     """Host (CPU) seconds to issue one micro-batch of a stage: ``host_op_s`` per op the eager
-    framework dispatches, plus ``fsdp_unit_host_s`` per FSDP2 unit (one per block, and the root
-    module of embedding and head), whose hooks gather, copy and reshard in Python."""
+    framework dispatches; under FSDP2, ``fsdp_unit_host_s`` per unit (one per block, and the root
+    module of embedding and head), whose hooks gather, copy and reshard in Python; under DDP,
+    ``ddp_tensor_host_s`` per parameter tensor (the reducer's autograd hook marks each ready)."""
     cal, p = ctx.dev.cal, ctx.plan
     t = cal.host_op_s * sum(o.count * n for o, n in parts)
     if p.recipe == "torch_fsdp":
-        t += cal.fsdp_unit_host_s * (layers + (1 if holds_root else 0))
+        t += cal.fsdp_unit_host_s * (len(layers) + (1 if first or last else 0))
+    if p.recipe == "torch_amp" and p.zero_stage == 0 and p.dp * p.cp > 1:
+        t += cal.ddp_tensor_host_s * _stage_param_tensors(ctx.model, layers, first, last)
     return t
+
+
+def _optimizer_host_seconds(ctx: Context, layers: range, first: bool, last: bool) -> float:
+    """Host seconds to issue one optimizer step over a stage's parameter tensors: a fixed host
+    cost per tensor (fused AdamW's per-tensor bookkeeping; foreach AdamW over FSDP2's DTensor
+    shards dispatches every op through DTensor, which costs several times more)."""
+    cal, p = ctx.dev.cal, ctx.plan
+    per = cal.fsdp_optimizer_tensor_host_s if p.recipe == "torch_fsdp" else cal.optimizer_tensor_host_s
+    return per * _stage_param_tensors(ctx.model, layers, first, last) if per > 0 else 0.0
 
 
 def _zero3_gather_exposed(ctx: Context, layers: range, f: float, b: float) -> tuple[float, float]:

@@ -63,6 +63,8 @@ class Result:
     p2p_s: float
     timeline: list | None = field(default=None, repr=False)
     ops: dict | None = field(default=None, repr=False)   # op lists of one micro-batch (with_ops=True)
+    host_issue_s: float = 0.0       # host (CPU) seconds to issue every micro-batch's forward and backward
+    host_optimizer_s: float = 0.0   # host seconds to issue the optimizer step
 
     @property
     def fits(self) -> bool:
@@ -100,4 +102,5 @@ class Result:
             "stages": [{"index": s.index, "layers": s.layers, "moe_layers": s.moe_layers,
                         "forward_s": s.forward_s, "backward_s": s.backward_s} for s in self.stages],
             "pipeline_s": self.pipeline_s, "dp_comm_total_s": self.dp_comm_total_s, "p2p_s": self.p2p_s,
+            "host_issue_s": self.host_issue_s, "host_optimizer_s": self.host_optimizer_s,
         }

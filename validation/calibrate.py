@@ -8,7 +8,7 @@ from hardware_specs.catalog import Hardware
 from simulator.calibration import DEFAULT, Calibration
 from validation.accuracy import KindStats, evaluate, summarize
 from validation.fit import (COLLECTIVE_KINDS, COMPUTE_PARAMS, HOST_PARAMS, comm_params, comm_seeds, fit,
-                            host_bound, split_holdout)
+                            host_bound, host_targets, split_holdout)
 from validation.predict import KERNEL_KINDS
 from validation.records import MeasurementFile
 
@@ -54,9 +54,11 @@ def calibrate(files: list[tuple[MeasurementFile, Hardware]], name: str, start: C
             res = fit(train, comm_params(link), cal, name, seeds=comm_seeds(link))
             report.fits[f"comm:{link}"] = res
             cal = res.calibration
-    host = [(r, hw) for mf, hw in files for r in mf.records if host_bound(r)]
+    host = [(r, hw, what, v) for mf, hw in files for r in mf.records if host_bound(r) for what, v in host_targets(r)]
     if host:
-        res = fit(host, HOST_PARAMS, cal, name, seeds=[{"host_op_s": 20e-6, "fsdp_unit_host_s": 2e-3}])
+        res = fit(host, HOST_PARAMS, cal, name, seeds=[{"host_op_s": 20e-6, "fsdp_unit_host_s": 2e-3,
+                                                       "optimizer_tensor_host_s": 10e-6,
+                                                       "fsdp_optimizer_tensor_host_s": 40e-6}])
         report.fits["host"] = res
         cal = res.calibration
     report.calibration = cal

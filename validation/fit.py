@@ -43,13 +43,25 @@ COMPUTE_PARAMS = [Param(f"gemm_peak_fraction.{d}", 0.05, 1.0) for d in ("bf16", 
 ] + [Param(f"memory_op_fraction.{k}", 0.1, 1.0) for k in ELEMENTWISE_KINDS + ("copy",)]
 
 
-HOST_PARAMS = [Param("host_op_s", 0.0, 200e-6), Param("fsdp_unit_host_s", 0.0, 50e-3)]
+HOST_PARAMS = [Param("host_op_s", 0.0, 200e-6), Param("fsdp_unit_host_s", 0.0, 50e-3),
+               Param("ddp_tensor_host_s", 0.0, 1e-3), Param("optimizer_tensor_host_s", 0.0, 1e-3),
+               Param("fsdp_optimizer_tensor_host_s", 0.0, 1e-3)]
 HOST_BOUND_MAX_HIDDEN = 512   # training steps this small are host-bound: their GPU work is negligible
 
 
 def host_bound(rec: dict) -> bool:
     """A training step of a model so small that the host, not the GPU, sets its time."""
     return rec.get("kind") == "train_step" and not rec.get("oom") and int(rec.get("hidden", 10 ** 9)) <= HOST_BOUND_MAX_HIDDEN
+
+
+def host_targets(rec: dict) -> list[tuple[str, float]]:
+    """What a host-bound training step measured: its time, and where the record has them
+    (validation/harness/host_phases.py) the host's seconds to issue forward+backward and the
+    optimizer step, each a target of the host fit (names as in :class:`Prediction`)."""
+    out = [("time_s", rec["time_s"])]
+    if rec.get("host_opt_s") and rec.get("host_fwd_s") and rec.get("host_bwd_s"):
+        out += [("host_issue_s", rec["host_fwd_s"] + rec["host_bwd_s"]), ("host_optimizer_s", rec["host_opt_s"])]
+    return out
 
 
 def comm_params(link: str) -> list[Param]:
@@ -119,7 +131,10 @@ def fit(samples: list[tuple[dict, Hardware]], params: list[Param], start: Calibr
 
 
 def _fit_once(samples, params, first: Calibration, start: Calibration, name: str) -> "FitResult":
-    samples = [(r, hw) for r, hw in samples if r.get("time_s") and not r.get("oom")]
+    """Samples are (record, hardware) -- the target is the record's time -- or (record,
+    hardware, prediction field, measured value) for other measured quantities."""
+    samples = [s if len(s) == 4 else (s[0], s[1], "time_s", s[0].get("time_s")) for s in samples]
+    samples = [s for s in samples if s[3] and not s[0].get("oom")]
     x0 = np.array([min(max(get_value(first, p.path), p.lower), p.upper) for p in params])
     lo = np.array([p.lower for p in params])
     hi = np.array([p.upper for p in params])
@@ -128,12 +143,12 @@ def _fit_once(samples, params, first: Calibration, start: Calibration, name: str
     def residuals(z):
         cal = set_values(start, params, z * scale)
         out = np.empty(len(samples))
-        for i, (rec, hw) in enumerate(samples):
+        for i, (rec, hw, what, measured) in enumerate(samples):
             try:
-                pred = predict_record(rec, hw, cal).time_s
+                pred = getattr(predict_record(rec, hw, cal), what)
             except Unsupported:
-                pred = rec["time_s"]
-            out[i] = math.log(max(pred, 1e-12) / rec["time_s"])
+                pred = measured
+            out[i] = math.log(max(pred, 1e-12) / measured)
         return out
 
     sol = least_squares(residuals, x0 / scale, bounds=(lo / scale, hi / scale), loss="soft_l1", f_scale=0.1,

@@ -23,10 +23,13 @@ class Unsupported(Exception):
 
 @dataclass(frozen=True)
 class Prediction:
-    """A prediction for one record: seconds, and for training steps peak bytes and fit."""
+    """A prediction for one record: seconds, and for training steps peak bytes, fit and the
+    host's seconds to issue forward+backward and the optimizer step."""
     time_s: float | None
     peak_memory_bytes: float | None = None
     fits: bool | None = None
+    host_issue_s: float | None = None
+    host_optimizer_s: float | None = None
 
 
 def predict_record(rec: dict, hw: Hardware, cal: Calibration) -> Prediction:
@@ -89,4 +92,4 @@ def train_step_prediction(rec: dict, hw: Hardware, cal: Calibration) -> Predicti
     world = int(rec.get("world", 1))
     hw = Hardware(hw.cluster, hw.node, hw.accelerator, world)
     r = simulate(reference_gpt(rec), hw, reference_plan(rec), cal)
-    return Prediction(r.step_time_s, r.memory.peak_allocated_bytes, r.fits)
+    return Prediction(r.step_time_s, r.memory.peak_allocated_bytes, r.fits, r.host_issue_s, r.host_optimizer_s)

@@ -74,24 +74,44 @@ def layer_params(m: ModelSpec, index: int) -> LayerParams:
                        e.num_experts, e.shared_experts * mlp_params(m, shared_ffn))
 
 
-def layer_param_tensors(m: ModelSpec, index: int) -> int:
+def layer_param_tensors(m: ModelSpec, index: int, biases: bool = True) -> int:
     """Parameter tensors of layer ``index`` as Megatron-LM and the reference GPT hold them (fused
     QKV, one tensor per weight and per bias, one per routed expert matrix): what an optimizer
-    step or a per-parameter hook visits, so its host time is per tensor, not per parameter."""
-    bias = 1 if m.linear_bias else 0
-    per_norm = 2 if m.norm == "layernorm" else 1
+    step or a per-parameter hook visits, so its host time is per tensor, not per parameter.
+    ``biases=False`` counts weights only: one per module (linear or norm) holding parameters."""
+    bias = 1 if m.linear_bias and biases else 0
+    per_norm = 2 if m.norm == "layernorm" and biases else 1
     if m.mla is not None:
         a = m.mla
         attn = (3 if a.q_lora_rank else 1) + 3 + 1      # q (down, norm, up), kv (down, norm, up), out
     else:
         qkv_bias = m.qkv_bias if m.qkv_bias is not None else m.linear_bias
-        attn = 2 + (1 if qkv_bias else 0) + bias
+        attn = 2 + (1 if qkv_bias and biases else 0) + bias
     mats = 3 if m.gated_mlp else 2
     mlp = mats + bias * mats
     if not m.is_moe_layer(index):
         return attn + 2 * per_norm + mlp
     e = m.moe
     return attn + 2 * per_norm + 1 + e.num_experts * mats + e.shared_experts * mlp
+
+
+def largest_layer_matrix(m: ModelSpec, index: int) -> int:
+    """Parameters of the largest single weight matrix of layer ``index`` (fused QKV, one MLP
+    matrix, one routed expert's matrix, an MLA projection): the unit a per-module gather holds."""
+    h, d = m.hidden, m.dim_head
+    if m.mla is not None:
+        a = m.mla
+        qk = a.qk_nope_head_dim + a.qk_rope_head_dim
+        attn = max((a.q_lora_rank or h) * m.num_heads * qk, a.kv_lora_rank * m.num_heads * (a.qk_nope_head_dim + a.v_head_dim),
+                   m.num_heads * a.v_head_dim * h)
+    else:
+        attn = h * (m.num_heads + 2 * m.kv_heads) * d
+    if m.is_moe_layer(index):
+        e = m.moe
+        ffn = max(e.expert_ffn_hidden, (e.shared_expert_ffn_hidden or e.expert_ffn_hidden) if e.shared_experts else 0)
+    else:
+        ffn = m.ffn_hidden
+    return max(attn, h * ffn)
 
 
 def embedding_param_tensors(m: ModelSpec) -> int:

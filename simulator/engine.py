@@ -345,20 +345,30 @@ def _optimizer_host_seconds(ctx: Context, layers: range, first: bool, last: bool
 
 def _zero3_gather_exposed(ctx: Context, layers: range, f: float, b: float) -> tuple[float, float]:
     """ZeRO-3 per-layer parameter all-gather (fwd, bwd) and gradient reduce-scatter (bwd),
-    prefetched under the layer's compute: only the excess over compute is exposed."""
+    prefetched under the layer's compute: only the excess over compute is exposed, or all of it
+    where the plan turns the overlap off (overlap_param_gather, overlap_grad_reduce). FSDP and
+    Megatron gather a layer in one call; DeepSpeed (recipe ``zero``) gathers module by module,
+    so each layer pays one call's fixed cost and ring latency per module."""
     p = ctx.plan
     n_dp = p.dp * p.cp
     dense, expert = stage_params(ctx, layers, False, False)
     block = (dense + expert) / max(1, len(layers))            # parameters of one layer
     grad_bytes = 4 if p.recipe == "torch_fsdp" else 2         # FSDP2 reduce_dtype fp32
-    ag = collective_time(ctx.fabric, "all_gather", block * 2 / n_dp, n_dp, p.tp)
+    calls = layer_param_tensors(ctx.model, layers.stop - 1, biases=False) if p.recipe == "zero" else 1
+    ag = calls * collective_time(ctx.fabric, "all_gather", block * 2 / n_dp / calls, n_dp, p.tp)
     if p.offload_params:   # ZeRO-Infinity: each layer's shard comes over the host link first
         ag += block * 2 / n_dp / ctx.host_link_Bps
-    rs = collective_time(ctx.fabric, "reduce_scatter", block * grad_bytes, n_dp, p.tp)
+    rs = calls * collective_time(ctx.fabric, "reduce_scatter", block * grad_bytes / calls, n_dp, p.tp)
     slow = ctx.dev.cal.comm_overlap_slowdown
     n = len(layers)
-    f_exp = max(0.0, ag - f / n) + slow * min(ag, f / n)
-    b_exp = max(0.0, ag + rs - b / n) + slow * min(ag + rs, b / n)
+
+    def exposed(hideable: float, serial: float, compute: float) -> float:
+        return serial + max(0.0, hideable - compute) + slow * min(hideable, compute)
+
+    ag_hidden = ag if p.overlap_param_gather else 0.0
+    rs_hidden = rs if p.overlap_grad_reduce else 0.0
+    f_exp = exposed(ag_hidden, ag - ag_hidden, f / n)
+    b_exp = exposed(ag_hidden + rs_hidden, ag + rs - ag_hidden - rs_hidden, b / n)
     if p.recipe == "torch_fsdp":
         # FSDP2 copies: shard cast fp32->bf16 and all-gather copy-out per pass; in backward the
         # bf16 gradients cast to fp32 and copied into the reduce-scatter buffer

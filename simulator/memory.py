@@ -11,6 +11,9 @@ optimizer state per parameter and N_d data-parallel shards, bytes/param are
   torch_fsdp: 4 + 4 + 8, all sharded (FSDP2 full shard), plus the gathered bf16 parameters of
               the root module (embedding, head) and of two blocks (current + prefetch), and one
               block's unsharded bf16 + fp32 gradients before their reduce-scatter
+ZeRO-3 under the zero recipe (DeepSpeed) gathers module by module instead of block by block: it
+holds its live-parameter and prefetch budgets (1e9 + 5e8 parameters by default, at least the
+largest matrix) and one module's gradients plus a 5e8-element reduce bucket.
 ZeRO-1 divides the optimizer term by N_d, ZeRO-2 also the gradients, ZeRO-3 also the weights.
 Offload (ZeRO-Offload / ZeRO-Infinity) moves the optimizer states (and, from ZeRO-2, the
 gradient shards; with parameter offload, the weight shards) to host memory.
@@ -27,7 +30,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from models.params import embedding_params, layer_params, norm_params
+from models.params import embedding_params, largest_layer_matrix, layer_params, norm_params
 from models.schema import ModelSpec
 from simulator.identity_cache import IdentityCache
 from simulator.lowering import Context, _attention_dims
@@ -151,15 +154,30 @@ def model_state_bytes(ctx: Context, dense: float, expert: float) -> tuple[float,
     return weights, grads, opt
 
 
+# DeepSpeed ZeRO-3 defaults (DeepSpeed configuration docs, "zero_optimization"): parameters kept
+# gathered before release, prefetched ahead, and the gradient reduce bucket (elements)
+DS_MAX_LIVE_PARAMS = 1e9
+DS_PREFETCH_PARAMS = 5e8
+DS_REDUCE_BUCKET = 5e8
+
+
 def _zero3_gathered(ctx: Context, params: float, weights: float, grads: float) -> tuple[float, float]:
-    """Add what ZeRO-3/FSDP holds unsharded: two blocks of bf16 weights (current + prefetch) and
-    one block's bf16 + fp32 gradients; FSDP2 also keeps the root module (embedding, head) gathered."""
-    m = ctx.model
+    """Add what ZeRO-3/FSDP holds unsharded. FSDP-style (whole blocks): two blocks of bf16
+    weights (current + prefetch) and one block's bf16 + fp32 gradients; FSDP2 also keeps the root
+    module (embedding, head) gathered. DeepSpeed (recipe ``zero``) gathers module by module: it
+    keeps at most its live-parameter and prefetch budgets gathered (never less than the largest
+    matrix), and holds one module's bf16 gradients plus one reduce bucket."""
+    m, p = ctx.model, ctx.plan
     root = m.vocab * m.hidden * (1 if m.tied_embeddings else 2) + norm_params(m)
     block = max(0.0, params - root) / max(1, m.num_layers)
+    if p.recipe == "zero":
+        big = largest_layer_matrix(m, m.num_layers - 1) / p.tp
+        weights += 2 * max(big, min(2 * block, DS_MAX_LIVE_PARAMS + DS_PREFETCH_PARAMS))
+        grads += 2 * (big + min(block, DS_REDUCE_BUCKET))
+        return weights, grads
     weights += 2 * 2 * block
     grads += (2 + 4) * block
-    if ctx.plan.recipe == "torch_fsdp":
+    if p.recipe == "torch_fsdp":
         weights += 2 * root
         grads += (2 + 4) * root
     return weights, grads

@@ -55,15 +55,33 @@ def test_zero_stages_shrink_model_states_as_the_zero_paper_says(gpt_22b, h100_cl
     ctx = _ctx(gpt_22b, h100_cluster, tp=1, dp=64, zero_stage=stage, recipe="zero", mbs=1, gbs=64)
     psi = 1e9
     w, g, o = model_state_bytes(ctx, psi, 0.0)
-    if stage == 3:   # plus two gathered blocks of bf16 weights and one block's bf16+fp32 grads
+    if stage == 3:   # plus DeepSpeed's gathered working set (DeepSpeed config defaults)
         m = gpt_22b
         root = m.vocab * m.hidden * (1 if m.tied_embeddings else 2) + 2 * m.hidden
         block = (psi - root) / m.num_layers
-        w -= 4 * block
-        g -= 6 * block
+        big = m.hidden * m.ffn_hidden                      # the largest matrix: one MLP weight
+        w -= 2 * max(big, min(2 * block, 1e9 + 5e8))       # stage3_max_live_parameters + prefetch
+        g -= 2 * (big + min(block, 5e8))                   # one module's grads + reduce_bucket_size
     if stage == 1:
         expect = 4 + 12 / 64
     assert (w + g + o) / psi == pytest.approx(expect, rel=1e-6)
+
+
+def test_fsdp_holds_whole_blocks_and_deepspeed_its_live_budget(gpt_22b, h100_cluster):
+    # FSDP gathers a block at a time (current + prefetch); DeepSpeed module by module up to
+    # stage3_max_live_parameters + prefetch: for a model whose blocks exceed that budget,
+    # DeepSpeed's gathered working set is the smaller one
+    m = gpt_22b
+    psi = m.num_layers * 4e9                              # 4e9-parameter blocks: 2 blocks > 1.5e9
+    root = m.vocab * m.hidden * (1 if m.tied_embeddings else 2) + 2 * m.hidden
+    block = (psi - root) / m.num_layers
+    fsdp = _ctx(m, h100_cluster, tp=1, dp=64, zero_stage=3, recipe="torch_fsdp", mbs=1, gbs=64)
+    ds = _ctx(m, h100_cluster, tp=1, dp=64, zero_stage=3, recipe="zero", mbs=1, gbs=64)
+    wf, gf, _ = model_state_bytes(fsdp, psi, 0.0)
+    wd, gd, _ = model_state_bytes(ds, psi, 0.0)
+    assert wf - 4 * psi / 64 == pytest.approx(2 * 2 * block + 2 * root)
+    assert wd - 2 * psi / 64 == pytest.approx(2 * 1.5e9)
+    assert gd < gf
 
 
 def test_in_flight_microbatches():

@@ -117,7 +117,8 @@ def plan_from_row(row: dict, model: ModelSpec) -> ParallelPlan:
                         zero_stage=zero, recompute=recompute, sequence_parallel=sp, precision=precision,
                         dropout=fam in ("narayanan2021", "korthikanti2022"), layers_per_stage=layers_per_stage,
                         attention="unfused" if fam in ("narayanan2021", "korthikanti2022") else "flash",
-                        num_gpus=gpus, overlap_grad_reduce="no grad-allreduce overlap" not in row.get("notes", ""))
+                        num_gpus=gpus, overlap_grad_reduce="no grad-allreduce overlap" not in row.get("notes", ""),
+                        recipe="zero" if "deepspeed" in (row.get("notes") or "").lower() else "megatron")
 
 
 def source_flops(row: dict, model: ModelSpec, plan: ParallelPlan) -> float:

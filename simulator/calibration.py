@@ -65,6 +65,9 @@ class Calibration:
                                  (all five fitted on host-bound training steps of tiny models
                                  and on their measured host time per phase; 0 = the host never
                                  limits)
+      softmax_row_latency_s      seconds one thread block spends on one row of PyTorch's
+                                 block softmax (rows longer than 2048): with few rows in flight
+                                 per SM, Little's law caps its bandwidth below HBM's
       memory_op_fraction[op]     achieved fraction of HBM bandwidth of one memory-bound kernel
                                  family (layernorm, softmax, ...); default hbm_fraction
       collective_fraction[kind]  NCCL's achieved bandwidth of a collective relative to all_reduce
@@ -86,6 +89,7 @@ class Calibration:
     attention_softmax_fraction: float = 0.50
     attention_tile_overhead: float = 1.0
     comm_overlap_slowdown: float = 0.2
+    softmax_row_latency_s: float = 5.0e-6
     host_op_s: float = 0.0
     fsdp_unit_host_s: float = 0.0
     ddp_tensor_host_s: float = 0.0
@@ -119,6 +123,9 @@ class Calibration:
 DEFAULT = Calibration()
 
 
+DICT_PARAMETERS = ("gemm_peak_fraction", "memory_op_fraction", "collective_fraction", "collective_alpha_fraction")
+
+
 def calibration_from_dict(data: dict, origin: str = "profile") -> Calibration:
     """Build a :class:`Calibration` from a profile mapping; unknown keys raise SpecError."""
     base = DEFAULT.to_dict()
@@ -127,7 +134,7 @@ def calibration_from_dict(data: dict, origin: str = "profile") -> Calibration:
     if unknown:
         raise SpecError(f"{origin}: parameters", f"unknown parameter(s) {sorted(unknown)}")
     merged = {**base, **params}
-    for key in ("gemm_peak_fraction", "memory_op_fraction", "collective_fraction", "collective_alpha_fraction"):
+    for key in DICT_PARAMETERS:
         merged[key] = {**base[key], **(params.get(key) or {})}
     links = {**base["links"], **params.get("links", {})}
     try:

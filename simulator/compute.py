@@ -246,8 +246,33 @@ def memory_time(dev: DeviceModel, nbytes: float, launches: int = 1, op: str | No
     return nbytes / (dev.accelerator.hbm_bandwidth_Bps * frac) + launches * dev.cal.kernel_launch_s
 
 
+# PyTorch's softmax (aten/src/ATen/native/cuda/SoftMax.cu): rows of up to 2048 elements run one
+# warp per row from registers; longer rows one thread block per row, each thread loading 16-byte
+# vectors, so a block of min(1024, row / elements-per-vector) threads
+WARP_SOFTMAX_MAX_ROW = 2048
+THREADS_PER_SM = 2048      # resident threads per SM on NVIDIA data-centre GPUs since Volta
+
+
+def block_softmax_rate(dev: DeviceModel, row: int, dtype: str) -> float:
+    """Bytes/s PyTorch's block-per-row softmax sustains when latency-bound (Little's law): the
+    rows resident on all SMs times each row's bytes (read + write) over the time one block spends
+    on a row (``softmax_row_latency_s``); inf for warp-per-row rows or when not calibrated."""
+    latency = dev.cal.softmax_row_latency_s
+    if row <= WARP_SOFTMAX_MAX_ROW or latency <= 0:
+        return math.inf
+    size = DTYPE_BYTES[dtype]
+    threads = min(1024, max(32, row * size // 16))
+    rows_per_sm = max(1, THREADS_PER_SM // threads)
+    return dev.accelerator.sm_count * rows_per_sm * row * size * ELEMENTWISE_PASSES["softmax"] / latency
+
+
 def elementwise_time(dev: DeviceModel, op: str, tokens: int, hidden: int, dtype: str = "bf16",
                      backward: bool = False) -> float:
-    """Time of a memory-bound op over a [tokens, hidden] tensor; backward moves ~1.5x the bytes."""
+    """Time of a memory-bound op over a [tokens, hidden] tensor; backward moves ~1.5x the bytes.
+    Softmax over long rows is the slower of HBM and its latency-bound rate (block_softmax_rate)."""
     passes = ELEMENTWISE_PASSES[op] * (1.5 if backward else 1.0)
-    return memory_time(dev, tokens * hidden * DTYPE_BYTES[dtype] * passes, op=op)
+    nbytes = tokens * hidden * DTYPE_BYTES[dtype] * passes
+    t = memory_time(dev, nbytes, op=op)
+    if op == "softmax":
+        t = max(t, nbytes / block_softmax_rate(dev, hidden, dtype) + dev.cal.kernel_launch_s)
+    return t

@@ -55,10 +55,18 @@ def test_meshcast_beats_plain_roofline_by_far(name):
         assert ours[kind].mape < base[kind].mape / 2
 
 
-@pytest.mark.parametrize("name,ratchet", [("h100_kernels.json", 0.22), ("h200_kernels.json", 0.22)])
-def test_softmax_ratchet(name, ratchet):
-    # PyTorch switches softmax kernels with the row length; not modelled (docs/validation.md)
-    assert stats(name)["softmax"].mape <= ratchet
+@pytest.mark.parametrize("name", ["h100_kernels.json", "h200_kernels.json"])
+@pytest.mark.parametrize("kind", ["layernorm", "gelu", "add", "silu_mul"])
+def test_memory_bound_kinds_within_10_percent_each(name, kind):
+    assert stats(name)[kind].mape <= 0.10
+
+
+@pytest.mark.parametrize("name,kind,ratchet", [("h100_kernels.json", "softmax", 0.12), ("h200_kernels.json", "softmax", 0.11),
+                                               ("h100_kernels.json", "rmsnorm", 0.15), ("h200_kernels.json", "rmsnorm", 0.12)])
+def test_memory_bound_ratchets(name, kind, ratchet):
+    # softmax and rmsnorm alone are above 10% (pooled they are within it; docs/validation.md):
+    # today's figure must not get worse
+    assert stats(name)[kind].mape <= ratchet
 
 
 @pytest.mark.parametrize("name", ["h100_kernels.json", "h200_kernels.json"])

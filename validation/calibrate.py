@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from hardware_specs.catalog import Hardware
 from simulator.calibration import DEFAULT, Calibration
 from validation.accuracy import KindStats, evaluate, summarize
-from validation.fit import (COLLECTIVE_KINDS, COMPUTE_PARAMS, HOST_PARAMS, comm_params, comm_seeds, fit,
+from validation.fit import (COLLECTIVE_KINDS, COMPUTE_PARAMS, COMPUTE_SEEDS, HOST_PARAMS, comm_params, comm_seeds, fit,
                             host_bound, host_targets, split_holdout)
 from validation.predict import KERNEL_KINDS
 from validation.records import MeasurementFile
@@ -42,7 +42,7 @@ def calibrate(files: list[tuple[MeasurementFile, Hardware]], name: str, start: C
     report = CalibrationReport(cal, files=[mf.path for mf, _ in files])
     train, _ = _select(files, KERNEL_KINDS, holdout_every)
     if train:
-        res = fit(train, COMPUTE_PARAMS, cal, name)
+        res = fit(train, COMPUTE_PARAMS, cal, name, seeds=COMPUTE_SEEDS)
         report.fits["compute"] = res
         cal = res.calibration
     links = sorted({hw.node.intra_node.kind for mf, hw in files

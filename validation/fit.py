@@ -15,7 +15,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from hardware_specs.catalog import Hardware
-from simulator.calibration import DEFAULT, Calibration
+from simulator.calibration import DEFAULT, DICT_PARAMETERS, Calibration
 from simulator.comm import COLLECTIVES as COLLECTIVE_KINDS
 from validation.predict import ELEMENTWISE_KINDS, Unsupported, predict_record
 
@@ -40,7 +40,13 @@ COMPUTE_PARAMS = [Param(f"gemm_peak_fraction.{d}", 0.05, 1.0) for d in ("bf16", 
     Param("attention_bwd_fraction", 0.1, 1.0),
     Param("attention_softmax_fraction", 0.05, 1.0),
     Param("attention_tile_overhead", 0.0, 16.0),
+    Param("softmax_row_latency_s", 0.0, 50e-6),
 ] + [Param(f"memory_op_fraction.{k}", 0.1, 1.0) for k in ELEMENTWISE_KINDS + ("copy",)]
+
+
+# extra starting points of the compute fit: the GEMM tile model has a second basin where smaller
+# tiles lose little throughput (the lower-cost one on the H100 and H200 records)
+COMPUTE_SEEDS = [{"gemm_small_tile_exponent": 0.02, "gemm_unaligned_fraction": 0.2}]
 
 
 HOST_PARAMS = [Param("host_op_s", 0.0, 200e-6), Param("fsdp_unit_host_s", 0.0, 50e-3),
@@ -89,8 +95,7 @@ def set_values(cal: Calibration, params: list[Param], values) -> Calibration:
     """A copy of ``cal`` with each parameter set to its value."""
     updates: dict = {}
     links = dict(cal.links)
-    dicts = {k: dict(getattr(cal, k)) for k in ("gemm_peak_fraction", "memory_op_fraction", "collective_fraction",
-                                                 "collective_alpha_fraction")}
+    dicts = {k: dict(getattr(cal, k)) for k in DICT_PARAMETERS}
     for p, v in zip(params, values):
         parts = p.path.split(".")
         if parts[0] == "links":

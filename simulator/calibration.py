@@ -166,6 +166,15 @@ def _read_profile(path: str, mtime_ns: int) -> Calibration:
     return replace(cal, name=Path(path).stem)
 
 
+def profile_fitted_on(name: str) -> list[str]:
+    """The measurement files a shipped profile was fitted on (its ``fitted_on`` provenance);
+    empty for the defaults or a profile without provenance."""
+    path = PROFILE_DIR / f"{name}.yaml"
+    if not path.exists():
+        return []
+    return [str(f) for f in read_yaml_mapping(path).get("fitted_on") or []]
+
+
 def save_calibration(cal: Calibration, path: Path, meta: dict) -> None:
     """Write ``cal`` with provenance ``meta`` (fitted_on, residuals, ...) as a profile YAML."""
     doc = {**meta, "parameters": cal.to_dict()}

@@ -118,3 +118,13 @@ def test_ep_comm_overlap_hides_all_to_all(capsys):
     assert code == code2 == 0
     assert hidden["time_breakdown_s"]["ep"] < plain["time_breakdown_s"]["ep"]
     assert hidden["step_time_s"] < plain["step_time_s"]
+
+
+def test_validate_says_which_files_the_profile_was_fitted_on(capsys):
+    meas = "validation/measurements/"
+    code, out, _ = run_cli(capsys, "validate", "--measurements", meas + "h200x2_host_phases.json",
+                           meas + "h200x2_train.json", "--json")
+    assert code == 0
+    files = {f["path"].split("/")[-1]: f for f in json.loads(out)["files"]}
+    assert files["h200x2_host_phases.json"]["in_profile_fit"] is True     # its tiny steps fit host parameters
+    assert files["h200x2_train.json"]["in_profile_fit"] is False          # a pure test file

@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import argparse
 import math
+from pathlib import Path
 
 from meshcast.commands.common import emit_json
-from simulator.calibration import calibration_for
+from simulator.calibration import calibration_for, profile_fitted_on
 from validation.accuracy import PLAIN_ROOFLINE, evaluate, summarize
 from validation.hardware import hardware_for
 from validation.records import load_measurements
@@ -44,9 +45,10 @@ def run(args: argparse.Namespace) -> int:
         baseline, _ = evaluate(mf, hw, PLAIN_ROOFLINE)
         kinds = summarize(results, baseline)
         all_results += results
+        in_fit = Path(path).name in {Path(f).name for f in profile_fitted_on(cal.name)}
         out["files"].append({"path": path, "gpu": mf.gpu, "hardware": hw.cluster.name, "calibration": note,
-                             "records": len(mf.records), "kinds": [k.to_dict() for k in kinds],
-                             "unsupported": unsupported})
+                             "records": len(mf.records), "in_profile_fit": in_fit,
+                             "kinds": [k.to_dict() for k in kinds], "unsupported": unsupported})
     if args.published:
         from validation.published import compare_published, per_source
         done, skipped = compare_published(args.published, args.calibration)
@@ -81,6 +83,9 @@ def format_text(out: dict) -> str:
     lines = []
     for f in out["files"]:
         lines.append(f"{f['path']}: {f['records']} records on {f['gpu']} ({f['hardware']}); {f['calibration']}")
+        if f.get("in_profile_fit"):
+            lines.append("  (this file is among the profile's fit data: 4 in 5 of its kernel and collective records "
+                         "and all its host-bound tiny training steps were fitted; the rest are held out)")
         lines.append(f"  {'kind':<20}{'n':>5}{'MAPE':>8}{'median':>8}{'worst':>8}{'roofline':>10}  memory / fits")
         for k in f["kinds"]:
             extra = ""

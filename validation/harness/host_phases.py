@@ -161,7 +161,8 @@ def run(args):
                               **({"nccl": common.nccl_version_str()} if args.dist else {}))
     rec = common.Recorder(args.out, info, enabled=(rank == 0))
     profiles = {}
-    for t in CONFIGS:
+    configs = train_step.parse_configs(args.configs) if args.configs else CONFIGS
+    for t in configs:
         for st in strategies:
             cfg = train_step.cfg_dict(t)
             r, prof = measure(cfg, st, world, dev, local_rank, profile=t in PROFILED)
@@ -186,6 +187,8 @@ def main():
     ap.add_argument("--out", default=None)
     ap.add_argument("--dist", action="store_true", help="one process per GPU under torch.distributed.run")
     ap.add_argument("--strategies", default="ddp,fsdp_full_shard")
+    ap.add_argument("--configs", default=None,
+                    help="explicit configs 'layers,hidden,heads,vocab,seq,micro_batch;...' instead of the built-in list")
     run(ap.parse_args())
 
 

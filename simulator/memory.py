@@ -9,8 +9,9 @@ optimizer state per parameter and N_d data-parallel shards, bytes/param are
               makes of every weight during forward and keeps for backward (2Ψ); under DDP
               (dp > 1) a second fp32 gradient copy in the communication buckets (4Ψ)
   torch_fsdp: 4 + 4 + 8, all sharded (FSDP2 full shard), plus the gathered bf16 parameters of
-              the root module (embedding, head) and of two blocks (current + prefetch), and one
-              block's unsharded bf16 + fp32 gradients before their reduce-scatter
+              the root module (embedding, head) and of two blocks (current + prefetch), and the
+              larger of one block's unsharded bf16 + fp32 gradients (with the head's bf16
+              gradient) and the root's, reduced last
 ZeRO-3 under the zero recipe (DeepSpeed) gathers module by module instead of block by block: it
 holds its live-parameter and prefetch budgets (1e9 + 5e8 parameters by default, at least the
 largest matrix) and one module's gradients plus a 5e8-element reduce bucket.
@@ -162,11 +163,11 @@ DS_REDUCE_BUCKET = 5e8
 
 
 def _zero3_gathered(ctx: Context, params: float, weights: float, grads: float) -> tuple[float, float]:
-    """Add what ZeRO-3/FSDP holds unsharded. FSDP-style (whole blocks): two blocks of bf16
-    weights (current + prefetch) and one block's bf16 + fp32 gradients; FSDP2 also keeps the root
-    module (embedding, head) gathered. DeepSpeed (recipe ``zero``) gathers module by module: it
-    keeps at most its live-parameter and prefetch budgets gathered (never less than the largest
-    matrix), and holds one module's bf16 gradients plus one reduce bucket."""
+    """Add what ZeRO-3 holds unsharded. Block by block: two blocks of bf16 weights (current +
+    prefetch) and one block's bf16 + fp32 gradients. DeepSpeed (recipe ``zero``) gathers module
+    by module: it keeps at most its live-parameter and prefetch budgets gathered (never less than
+    the largest matrix), and holds one module's bf16 gradients plus one reduce bucket. FSDP2's
+    (``torch_fsdp``) depend on the moment of the step: fsdp_transients and fsdp_peak."""
     m, p = ctx.model, ctx.plan
     root = m.vocab * m.hidden * (1 if m.tied_embeddings else 2) + norm_params(m)
     block = max(0.0, params - root) / max(1, m.num_layers)
@@ -175,12 +176,47 @@ def _zero3_gathered(ctx: Context, params: float, weights: float, grads: float) -
         weights += 2 * max(big, min(2 * block, DS_MAX_LIVE_PARAMS + DS_PREFETCH_PARAMS))
         grads += 2 * (big + min(block, DS_REDUCE_BUCKET))
         return weights, grads
-    weights += 2 * 2 * block
-    grads += (2 + 4) * block
     if p.recipe == "torch_fsdp":
-        weights += 2 * root
-        grads += (2 + 4) * root
-    return weights, grads
+        return weights, grads            # shards only: the rest is in fsdp_transients
+    return weights + 2 * 2 * block, grads + (2 + 4) * block
+
+
+@dataclass(frozen=True)
+class FsdpTransients:
+    """What FSDP2 holds beyond its shards at the moments its memory peaks, bytes on one device."""
+
+    block_weights: float    # two blocks' gathered bf16 weights (current + prefetch)
+    root_weights: float     # the root module's gathered bf16 weights (embedding, head, final norm)
+    block_grads: float      # one block's unsharded bf16 + fp32 gradients, and the head's bf16 one
+    root_grads: float       # the root's unsharded bf16 + fp32 gradients, reduced last
+    root_grad_shard: float  # the root's fp32 gradient shard (exists only after that reduction)
+    optimizer_temp: float   # foreach AdamW: one fp32 temporary the size of the shard (sqrt of v)
+
+
+def fsdp_transients(ctx: Context, params: float) -> FsdpTransients:
+    """FSDP2's gathered weights, unsharded gradients and optimizer temporary for ``params``
+    parameters on one device (torch.distributed.fsdp.fully_shard per block and on the root)."""
+    m, p = ctx.model, ctx.plan
+    n = p.dp * p.cp
+    root = m.vocab * m.hidden * (1 if m.tied_embeddings else 2) + norm_params(m)
+    block = max(0.0, params - root) / max(1, m.num_layers)
+    return FsdpTransients(2 * 2 * block, 2 * root, (2 + 4) * block + 2 * m.vocab * m.hidden, (2 + 4) * root,
+                          4 * root / n, 4 * params / n)
+
+
+def fsdp_peak(weights: float, grads: float, opt: float, activations: float, f: FsdpTransients) -> float:
+    """FSDP2's peak live bytes: the largest of four moments of a step. ``weights`` and ``grads``
+    are the fp32 shards; gradients are set to None between steps.
+      start of backward   every activation, gathered weights, one block's unsharded gradients
+      last block          gathered weights, every block's gradient shard, one block's gradients
+      end of backward     blocks resharded; the root's unsharded gradients being reduced
+      optimizer step      shards, optimizer states and foreach AdamW's temporary"""
+    gathered = f.block_weights + f.root_weights
+    block_shards = grads - f.root_grad_shard
+    return weights + opt + max(gathered + activations + f.block_grads,
+                               gathered + block_shards + f.block_grads,
+                               f.root_weights + block_shards + f.root_grads,
+                               grads + f.optimizer_temp)
 
 
 def layer_activation_bytes(ctx: Context, moe: bool) -> float:
@@ -248,6 +284,7 @@ class StageFootprint:
     per_microbatch: float    # activation bytes of one micro-batch in flight
     logits: float
     rebuild: float = 0.0     # full recompute: one layer's activations rebuilt at a time (once)
+    fsdp: "FsdpTransients | None" = None   # FSDP2: gathered weights, unsharded gradients, temporaries
 
 
 def stage_footprint(ctx: Context, layers: range, first: bool, last: bool,
@@ -269,7 +306,8 @@ def stage_footprint(ctx: Context, layers: range, first: bool, last: bool,
     if first:
         stored += 2 * ctx.sp_tokens * m.hidden
     logits = ctx.tokens * math.ceil(m.vocab / p.tp) * LOSS_BYTES_PER_LOGIT[p.recipe] if last else 0.0
-    return StageFootprint(dense + expert, weights, grads, opt, stored, logits, rebuild)
+    fsdp = fsdp_transients(ctx, dense + expert) if p.recipe == "torch_fsdp" else None
+    return StageFootprint(dense + expert, weights, grads, opt, stored, logits, rebuild, fsdp)
 
 
 def stage_memory(ctx: Context, stage: int, layers: range, first: bool, last: bool,
@@ -297,7 +335,10 @@ def peak_live_bytes(p, fp: StageFootprint, flight: float) -> tuple[float, float,
         grads += buckets
         live = weights + opt + buckets + max(activations + logits, grads - buckets - 2 * fp.params)
     elif p.recipe == "torch_fsdp":
-        live = weights + opt + max(activations + logits, grads)   # gradients set to None between steps
+        f = fp.fsdp
+        live = fsdp_peak(weights, grads, opt, activations + logits, f)
+        weights += f.block_weights + f.root_weights
+        grads += max(f.block_grads, f.root_grads)
     else:
         live = weights + grads + opt + activations + logits
     return activations, grads, live

@@ -25,14 +25,19 @@ MEMORY_BOUND = ("add", "gelu", "layernorm", "rmsnorm", "silu_mul", "softmax")
 
 
 @lru_cache(maxsize=None)
-def stats(name: str, baseline: bool = False) -> dict:
+def results(name: str, baseline: bool = False) -> tuple:
     mf = load_measurements(MEAS / name)
     hw = hardware_for(mf)
     cal = PLAIN_ROOFLINE if baseline else calibration_for(hw.accelerator)[0]
     # the host-bound tiny-model steps fit the host parameters: they are not a test of them
-    results, unsupported = evaluate(mf, hw, cal, [i for i, r in enumerate(mf.records) if not host_bound(r)])
+    res, unsupported = evaluate(mf, hw, cal, [i for i, r in enumerate(mf.records) if not host_bound(r)])
     assert not unsupported
-    return {k.kind: k for k in summarize(results)}
+    return tuple(res)
+
+
+@lru_cache(maxsize=None)
+def stats(name: str, baseline: bool = False) -> dict:
+    return {k.kind: k for k in summarize(list(results(name, baseline)))}
 
 
 @pytest.mark.parametrize("name", ["h100_kernels.json", "h200_kernels.json"])
@@ -76,9 +81,13 @@ def test_copy_within_5_percent(name):
 
 TRAIN_FILES = ["h100_kernels.json", "h200_kernels.json", "h200_train_extra.json", "h200_host_phases.json",
                "h200x2_train.json", "h200x2_train_large.json", "h200x2_host_phases.json"]
+# held-out steps where host and GPU take similar time, predicted before they were measured
+# (validation/measurements/logs/prereg_train_transition.txt), on two machines
+TRANSITION_FILES = {"h200_train_transition.json": 0.15, "h200x2_train_transition.json": 0.12,
+                    "h200_host_phases_transition.json": 0.05, "h200x2_host_phases_transition.json": 0.18}
 
 
-@pytest.mark.parametrize("name", TRAIN_FILES)
+@pytest.mark.parametrize("name", TRAIN_FILES + list(TRANSITION_FILES))
 def test_train_step_memory_and_fit_verdict(name):
     s = stats(name)["train_step"]
     assert s.memory_mape <= 0.05
@@ -88,6 +97,32 @@ def test_train_step_memory_and_fit_verdict(name):
 @pytest.mark.parametrize("name", TRAIN_FILES)
 def test_train_step_time_within_10_percent(name):
     assert stats(name)["train_step"].mape <= 0.10
+
+
+@pytest.mark.parametrize("name,ratchet", TRANSITION_FILES.items())
+def test_transition_train_step_ratchet(name, ratchet):
+    # host-GPU transition steps move by up to 37% between two machines (docs/validation.md)
+    assert stats(name)["train_step"].mape <= ratchet
+
+
+def _pooled_time_mape(world: int) -> float:
+    errs = [abs(r.time_error) for name in TRAIN_FILES + list(TRANSITION_FILES)
+            if load_measurements(MEAS / name).world == world
+            for r in results(name) if r.record["kind"] == "train_step" and r.time_error is not None]
+    return sum(errs) / len(errs)
+
+
+def test_one_gpu_train_steps_pooled_within_10_percent():
+    assert _pooled_time_mape(1) <= 0.10
+
+
+def test_two_gpu_train_steps_pooled_ratchet():
+    assert _pooled_time_mape(2) <= 0.115
+
+
+@pytest.mark.xfail(strict=True, reason="two-GPU steps pooled over all held-out files: 11.1% (docs/validation.md)")
+def test_two_gpu_train_steps_pooled_target():
+    assert _pooled_time_mape(2) <= 0.10
 
 
 @pytest.mark.parametrize("kind", ["all_reduce", "all_gather", "all_to_all", "broadcast", "reduce_scatter",

@@ -4,7 +4,8 @@ import pytest
 from simulator import DEFAULT_CALIBRATION, ParallelPlan
 from simulator.engine import _fabric, device_model
 from simulator.lowering import Context
-from simulator.memory import in_flight, layer_activation_bytes, model_state_bytes
+from simulator.memory import (FsdpTransients, fsdp_peak, fsdp_transients, in_flight, layer_activation_bytes,
+                              model_state_bytes)
 from simulator.plan import resolve_plan
 
 S, B, H, A = 2048, 4, 6144, 64      # the 22B model's setting in Korthikanti et al. Table 3/4
@@ -68,20 +69,34 @@ def test_zero_stages_shrink_model_states_as_the_zero_paper_says(gpt_22b, h100_cl
 
 
 def test_fsdp_holds_whole_blocks_and_deepspeed_its_live_budget(gpt_22b, h100_cluster):
-    # FSDP gathers a block at a time (current + prefetch); DeepSpeed module by module up to
-    # stage3_max_live_parameters + prefetch: for a model whose blocks exceed that budget,
-    # DeepSpeed's gathered working set is the smaller one
+    # FSDP gathers a block at a time (current + prefetch) and keeps the root gathered;
+    # DeepSpeed gathers module by module up to stage3_max_live_parameters + prefetch: for a model
+    # whose blocks exceed that budget, DeepSpeed's gathered working set is the smaller one
     m = gpt_22b
     psi = m.num_layers * 4e9                              # 4e9-parameter blocks: 2 blocks > 1.5e9
     root = m.vocab * m.hidden * (1 if m.tied_embeddings else 2) + 2 * m.hidden
     block = (psi - root) / m.num_layers
     fsdp = _ctx(m, h100_cluster, tp=1, dp=64, zero_stage=3, recipe="torch_fsdp", mbs=1, gbs=64)
     ds = _ctx(m, h100_cluster, tp=1, dp=64, zero_stage=3, recipe="zero", mbs=1, gbs=64)
-    wf, gf, _ = model_state_bytes(fsdp, psi, 0.0)
-    wd, gd, _ = model_state_bytes(ds, psi, 0.0)
-    assert wf - 4 * psi / 64 == pytest.approx(2 * 2 * block + 2 * root)
+    wf, _, _ = model_state_bytes(fsdp, psi, 0.0)
+    f = fsdp_transients(fsdp, psi)
+    wd, _, _ = model_state_bytes(ds, psi, 0.0)
+    assert wf == pytest.approx(4 * psi / 64)                               # fp32 shards only
+    assert f.block_weights + f.root_weights == pytest.approx(2 * 2 * block + 2 * root)
     assert wd - 2 * psi / 64 == pytest.approx(2 * 1.5e9)
-    assert gd < gf
+    assert wd - 2 * psi / 64 < f.block_weights + f.root_weights
+
+
+def test_fsdp_peak_is_the_largest_moment_of_the_step():
+    # FSDP2 with foreach AdamW: with few activations the optimizer step (shards, states and one
+    # fp32 temporary the size of the shard) is the peak; with many, the start of backward is
+    f = FsdpTransients(block_weights=1.0, root_weights=1.0, block_grads=2.0, root_grads=3.0,
+                       root_grad_shard=0.5, optimizer_temp=4.0)
+    w, g, o = 4.0, 4.0, 8.0
+    assert fsdp_peak(w, g, o, 0.0, f) == pytest.approx(w + o + g + 4.0)          # optimizer step
+    assert fsdp_peak(w, g, o, 20.0, f) == pytest.approx(w + o + 2.0 + 20.0 + 2.0)  # start of backward
+    f_big_root = FsdpTransients(1.0, 1.0, 2.0, 30.0, 0.5, 4.0)
+    assert fsdp_peak(w, g, o, 0.0, f_big_root) == pytest.approx(w + o + 1.0 + (g - 0.5) + 30.0)  # root reduced last
 
 
 def test_in_flight_microbatches():

@@ -69,9 +69,35 @@ def device_info(**extra) -> dict:
         cuda=torch.version.cuda,
         harness_version=HARNESS_VERSION,
         date=utc_now(),
+        **host_info(),
     )
     info.update(extra)
     return info
+
+
+def host_info() -> dict:
+    """The host CPU (model, cores) and how fast it dispatches: the median host seconds per
+    eager op of 400 one-element adds on the GPU (no synchronisation inside the loop, so the time
+    is the framework's dispatch and launch cost, not the GPU's). Host-bound steps scale with it."""
+    out = {"cpu": "unknown", "cpu_count": os.cpu_count()}
+    try:
+        with open("/proc/cpuinfo") as f:
+            out["cpu"] = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "unknown")
+    except OSError:
+        pass
+    if on_cuda():
+        a = torch.ones(1, device="cuda")
+        c = torch.empty_like(a)
+        trials = []
+        for _ in range(7):
+            torch.cuda.synchronize()
+            t = time.perf_counter()
+            for _ in range(400):
+                torch.add(a, a, out=c)
+            trials.append((time.perf_counter() - t) / 400)
+        torch.cuda.synchronize()
+        out["host_dispatch_s"] = statistics.median(trials)
+    return out
 
 
 class Recorder:

@@ -110,7 +110,10 @@ def cpu_profile(fwd, bwd, optim, batches, steps=3, top=25):
 
 
 def measure(cfg, strategy, world, dev, local_rank, profile):
-    """One config: the train_step record with the phase fields, and the CPU profile or None."""
+    """One config: the train_step record with the phase fields, and the CPU profile or None.
+    ``allocated_before_bytes``: what the process held before the model was built (0 when the
+    previous configuration was freed; the caller frees once this frame and its closures die)."""
+    before = torch.cuda.memory_allocated()
     model, opt, _ = train_step.setup_strategy(cfg, strategy, dev, local_rank)
     fwd, bwd, optim = phase_functions(strategy, model, opt, dev)
     batches = train_step._make_batches(cfg, dev, seed=local_rank or 0)
@@ -124,11 +127,9 @@ def measure(cfg, strategy, world, dev, local_rank, profile):
     rec = dict(kind="train_step", **cfg, world=world, strategy=strategy, dtype="bfloat16",
                params=train_step.param_count(cfg["layers"], cfg["hidden"], cfg["vocab"]),
                time_s=statistics.median(times), time_min_s=min(times), time_max_s=max(times), reps=len(times),
-               peak_memory_bytes=peak, oom=False, tag="host_phases")
+               peak_memory_bytes=peak, oom=False, tag="host_phases", allocated_before_bytes=before)
     rec.update(synced_phases(fwd, bwd, optim, batches, steps))
     prof = cpu_profile(fwd, bwd, optim, batches) if profile else None
-    del model, opt
-    common.free_memory()
     return rec, prof
 
 
@@ -166,6 +167,7 @@ def run(args):
         for st in strategies:
             cfg = train_step.cfg_dict(t)
             r, prof = measure(cfg, st, world, dev, local_rank, profile=t in PROFILED)
+            common.free_memory()     # here, once measure's frame and the step closures are gone
             if args.dist:
                 r = slowest(r, dev)
             if rank == 0:

@@ -148,6 +148,9 @@ def run(args):
     world, rank, local_rank = 1, 0, None
     dev = torch.device("cuda", 0)
     strategies = ["single"]
+    if args.pin_cpus:      # rank r on cores [r*k, (r+1)*k): no two ranks' threads share a core
+        r = int(os.environ.get("LOCAL_RANK", 0))
+        os.sched_setaffinity(0, range(r * args.pin_cpus, (r + 1) * args.pin_cpus))
     if args.dist:
         import torch.distributed as dist
         local_rank = int(os.environ.get("LOCAL_RANK", 0))
@@ -158,7 +161,7 @@ def run(args):
         strategies = args.strategies.split(",")
     else:
         torch.cuda.set_device(0)
-    info = common.device_info(world=world, suite="host_phases",
+    info = common.device_info(world=world, suite="host_phases", pinned_cpus_per_rank=args.pin_cpus,
                               **({"nccl": common.nccl_version_str()} if args.dist else {}))
     rec = common.Recorder(args.out, info, enabled=(rank == 0))
     profiles = {}
@@ -191,6 +194,7 @@ def main():
     ap.add_argument("--strategies", default="ddp,fsdp_full_shard")
     ap.add_argument("--configs", default=None,
                     help="explicit configs 'layers,hidden,heads,vocab,seq,micro_batch;...' instead of the built-in list")
+    ap.add_argument("--pin-cpus", type=int, default=0, help="pin each rank to this many cores of its own")
     run(ap.parse_args())
 
 

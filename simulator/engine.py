@@ -20,7 +20,7 @@ from simulator.compute import DeviceModel, memory_time
 from simulator.flops import step_hardware_flops, step_model_flops
 from simulator.identity_cache import IdentityCache
 from simulator.lowering import Context, embedding_ops, head_ops, layer_ops, p2p_time
-from simulator.memory import (StageFootprint, layer_activation_bytes, moe_layers_in,
+from simulator.memory import (DS_REDUCE_BUCKET, StageFootprint, layer_activation_bytes, moe_layers_in,
                               stage_footprint, stage_memory, stage_params)
 from simulator.ops import Op
 from simulator.plan import ParallelPlan, resolve_plan
@@ -348,17 +348,21 @@ def _zero3_gather_exposed(ctx: Context, layers: range, f: float, b: float) -> tu
     prefetched under the layer's compute: only the excess over compute is exposed, or all of it
     where the plan turns the overlap off (overlap_param_gather, overlap_grad_reduce). FSDP and
     Megatron gather a layer in one call; DeepSpeed (recipe ``zero``) gathers module by module,
-    so each layer pays one call's fixed cost and ring latency per module."""
+    so each layer pays one call's fixed cost and ring latency per module (its gradients go out
+    in reduce_bucket_size buckets)."""
     p = ctx.plan
     n_dp = p.dp * p.cp
     dense, expert = stage_params(ctx, layers, False, False)
     block = (dense + expert) / max(1, len(layers))            # parameters of one layer
     grad_bytes = 4 if p.recipe == "torch_fsdp" else 2         # FSDP2 reduce_dtype fp32
-    calls = layer_param_tensors(ctx.model, layers.stop - 1, biases=False) if p.recipe == "zero" else 1
+    calls = rs_calls = 1
+    if p.recipe == "zero":   # a gather per module; gradients reduced in reduce_bucket_size buckets
+        calls = layer_param_tensors(ctx.model, layers.stop - 1, biases=False)
+        rs_calls = max(1, math.ceil(block / DS_REDUCE_BUCKET))
     ag = calls * collective_time(ctx.fabric, "all_gather", block * 2 / n_dp / calls, n_dp, p.tp)
     if p.offload_params:   # ZeRO-Infinity: each layer's shard comes over the host link first
         ag += block * 2 / n_dp / ctx.host_link_Bps
-    rs = calls * collective_time(ctx.fabric, "reduce_scatter", block * grad_bytes / calls, n_dp, p.tp)
+    rs = rs_calls * collective_time(ctx.fabric, "reduce_scatter", block * grad_bytes / rs_calls, n_dp, p.tp)
     slow = ctx.dev.cal.comm_overlap_slowdown
     n = len(layers)
 

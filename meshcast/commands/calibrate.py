@@ -16,8 +16,12 @@ def add_parser(sub) -> None:
     """Register the calibrate subcommand."""
     p = sub.add_parser("calibrate", help="fit efficiency parameters to measurements, write a profile",
                        description="Fit the named efficiency parameters (achievable GEMM peak per dtype, tile "
-                                   "and launch overheads, HBM and attention efficiency, NCCL α/β per link) to "
-                                   "measurement files; every 5th record is held out and its error reported.")
+                                   "and launch overheads, HBM, softmax and attention efficiency, NCCL α/β per "
+                                   "link) to kernel and collective records, and the host's per-op, per-FSDP-unit "
+                                   "and per-tensor costs to training steps of tiny models (hidden <= 512; with "
+                                   "their per-phase host times where validation/harness/host_phases.py recorded "
+                                   "them); every 5th kernel or collective record is held out and its error "
+                                   "reported. Larger training steps are never fitted: they test the whole model.")
     p.add_argument("--measurements", nargs="+", required=True, help="measurement JSON files (MEASUREMENTS.md)")
     p.add_argument("--hardware", help="accelerator or cluster name (default: from each file's info.gpu)")
     p.add_argument("-o", "--output", required=True, help="profile YAML to write")

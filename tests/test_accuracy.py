@@ -139,6 +139,23 @@ def test_two_gpu_train_steps_pooled_ratchet():
     assert _pooled_time_mape(2) <= 0.135
 
 
+REPEAT_FILES = ["repeat/h200x2_transition_repeat_pass1.json", "repeat/h200x2_transition_repeat_pass2.json",
+                "repeat/h200x2_transition_repeat_pinned.json"]
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_train_steps_against_the_mean_of_repeated_runs(world):
+    # a case measured several times (other machines, other runs) is judged against its mean:
+    # host-influenced steps spread by up to 26% (coefficient of variation) from run to run
+    from validation.accuracy import repeat_stats
+    names = [n for n in TRAIN_FILES + list(TRANSITION_FILES) + REPEAT_FILES
+             if load_measurements(MEAS / n).world == world and "H200" in load_measurements(MEAS / n).gpu]
+    rs = [r for n in names for r in results(n) if r.record["kind"] == "train_step"]
+    [s] = repeat_stats(rs)
+    assert s.cases >= (9 if world == 1 else 18)
+    assert s.mape_vs_mean <= 0.10
+
+
 @pytest.mark.xfail(strict=True, reason="two-GPU steps pooled over all held-out files: 13.2% (docs/validation.md)")
 def test_two_gpu_train_steps_pooled_target():
     assert _pooled_time_mape(2) <= 0.10

@@ -109,6 +109,60 @@ def summarize(results: list[RecordResult], baseline: list[RecordResult] | None =
     return out
 
 
+# What a record measured (or says about its run), as opposed to the case it measured
+MEASURED_FIELDS = {"time_s", "time_min_s", "time_max_s", "reps", "peak_memory_bytes", "tokens_per_s", "oom",
+                   "error", "tag", "allocated_before_bytes", "synced_step_s", "time_batched_s", "flops",
+                   "bytes_min", "buffer_mb", "params"}
+
+
+def case_key(rec: dict) -> tuple:
+    """The case a record measured (kind and configuration, without what was measured), so runs
+    of the same case in several files can be grouped."""
+    return tuple(sorted((k, v) for k, v in rec.items()
+                        if k not in MEASURED_FIELDS and not k.startswith(("host_", "gpu_"))))
+
+
+@dataclass
+class RepeatStats:
+    """Cases measured more than once (in several files or runs): the prediction against the
+    mean of the runs, and how much the runs themselves spread (coefficient of variation)."""
+    kind: str
+    cases: int
+    runs: int
+    mape_vs_mean: float
+    mean_cv: float
+    max_cv: float
+    per_run_mape: float
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def repeat_stats(results: list[RecordResult]) -> list[RepeatStats]:
+    """Per kind, over cases with two or more timed runs: MAPE of the prediction against each
+    case's mean measured time, the runs' coefficient of variation, and the per-run MAPE of the
+    same records for comparison. A noisy quantity's prediction is judged against its mean."""
+    groups: dict[tuple, list[RecordResult]] = {}
+    for r in results:
+        if r.time_error is not None:
+            groups.setdefault(case_key(r.record), []).append(r)
+    kinds: dict[str, list[list[RecordResult]]] = {}
+    for rs in groups.values():
+        if len(rs) >= 2:
+            kinds.setdefault(rs[0].record["kind"], []).append(rs)
+    out = []
+    for kind, cases in sorted(kinds.items()):
+        vs_mean, cvs, per_run = [], [], []
+        for rs in cases:
+            times = [r.record["time_s"] for r in rs]
+            mean = statistics.fmean(times)
+            vs_mean.append(abs(relative_error(rs[0].prediction.time_s, mean)))
+            cvs.append(statistics.pstdev(times) / mean)
+            per_run += [abs(r.time_error) for r in rs]
+        out.append(RepeatStats(kind, len(cases), len(per_run), _mean(vs_mean), _mean(cvs), max(cvs), _mean(per_run)))
+    return out
+
+
 def _mean(xs: list[float]) -> float:
     return statistics.fmean(xs) if xs else float("nan")
 

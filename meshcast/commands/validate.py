@@ -7,7 +7,7 @@ from pathlib import Path
 
 from meshcast.commands.common import emit_json
 from simulator.calibration import calibration_for, profile_fitted_on
-from validation.accuracy import PLAIN_ROOFLINE, evaluate, summarize
+from validation.accuracy import PLAIN_ROOFLINE, evaluate, repeat_stats, summarize
 from validation.hardware import hardware_for
 from validation.records import load_measurements
 
@@ -49,6 +49,9 @@ def run(args: argparse.Namespace) -> int:
         out["files"].append({"path": path, "gpu": mf.gpu, "hardware": hw.cluster.name, "calibration": note,
                              "records": len(mf.records), "in_profile_fit": in_fit,
                              "kinds": [k.to_dict() for k in kinds], "unsupported": unsupported})
+    repeats = repeat_stats(all_results)
+    if repeats:
+        out["repeats"] = [r.to_dict() for r in repeats]
     if args.published:
         from validation.published import compare_published, per_source
         done, skipped = compare_published(args.published, args.calibration)
@@ -102,6 +105,13 @@ def format_text(out: dict) -> str:
             lines.append(f"  {len(f['unsupported'])} records not predicted:")
             for u in f["unsupported"][:10]:
                 lines.append(f"    #{u['index']} {u['kind']}: {u['reason']}")
+        lines.append("")
+    if out.get("repeats"):
+        lines.append("cases measured more than once (across the files given): prediction vs the runs' mean")
+        for r in out["repeats"]:
+            lines.append(f"  {r['kind']:<20}{r['cases']:>4} cases, {r['runs']:>3} runs  MAPE vs mean {_pct(r['mape_vs_mean'])}"
+                         f"  (per run {_pct(r['per_run_mape'])}; runs spread {_pct(r['mean_cv'])} on average, "
+                         f"up to {_pct(r['max_cv'])})")
         lines.append("")
     if "published" in out:
         pub = out["published"]

@@ -79,6 +79,11 @@ def layer_param_tensors(m: ModelSpec, index: int, biases: bool = True) -> int:
     QKV, one tensor per weight and per bias, one per routed expert matrix): what an optimizer
     step or a per-parameter hook visits, so its host time is per tensor, not per parameter.
     ``biases=False`` counts weights only: one per module (linear or norm) holding parameters."""
+    return kind_param_tensors(m, m.is_moe_layer(index), biases)
+
+
+def kind_param_tensors(m: ModelSpec, moe: bool, biases: bool = True) -> int:
+    """Parameter tensors of one dense (``moe`` False) or MoE layer (layer_param_tensors)."""
     bias = 1 if m.linear_bias and biases else 0
     per_norm = 2 if m.norm == "layernorm" and biases else 1
     if m.mla is not None:
@@ -89,7 +94,7 @@ def layer_param_tensors(m: ModelSpec, index: int, biases: bool = True) -> int:
         attn = 2 + (1 if qkv_bias and biases else 0) + bias
     mats = 3 if m.gated_mlp else 2
     mlp = mats + bias * mats
-    if not m.is_moe_layer(index):
+    if not moe:
         return attn + 2 * per_norm + mlp
     e = m.moe
     return attn + 2 * per_norm + 1 + e.num_experts * mats + e.shared_experts * mlp

@@ -12,7 +12,7 @@ import operator
 from dataclasses import dataclass, fields, replace
 
 from hardware_specs.catalog import Hardware
-from models.params import embedding_param_tensors, head_param_tensors, layer_param_tensors
+from models.params import embedding_param_tensors, head_param_tensors, kind_param_tensors, layer_param_tensors
 from models.schema import ModelSpec
 from simulator.calibration import DEFAULT, Calibration
 from simulator.comm import Fabric, collective_time, fabric_from_hardware
@@ -183,11 +183,7 @@ def simulate(model: ModelSpec, hardware: Hardware, plan: ParallelPlan,
     if with_timeline:
         events = timeline([s.forward_s for s in stages], [s.backward_s for s in stages], plan.microbatches(),
                           plan.vp, plan.pipeline_schedule, st.p2p)
-    result = _result(model, hardware, plan, calibration, stages, mems, st.pipe, st.p2p, st.overlap_p2p,
-                     st.dp_exposed, st.dp_total, st.optimizer, st.step, events)
-    result = replace(result, host_issue_s=st.host_issue, host_optimizer_s=st.host_optimizer)
-    if st.host_bound > 0:
-        result.breakdown["host"] = st.host_bound
+    result = _result(model, hardware, plan, calibration, stages, mems, st, events)
     if with_ops:
         dense_ops, moe_ops, _, emb, head, _ = st.lowered
         ops = {"dense_layer": list(dense_ops.ops), "embedding": list(emb.ops), "head": list(head.ops)}
@@ -316,7 +312,9 @@ def _stage_cost(ctx: Context, index: int, layers: range, dense_ops, moe_ops, nor
 
 def _stage_param_tensors(model: ModelSpec, layers: range, first: bool, last: bool) -> int:
     """Parameter tensors one device of a stage holds (per-tensor hooks and optimizer bookkeeping)."""
-    tensors = sum(layer_param_tensors(model, i) for i in layers)
+    n_moe = moe_layers_in(model, layers.start, layers.stop)
+    tensors = (len(layers) - n_moe) * kind_param_tensors(model, False)
+    tensors += n_moe * kind_param_tensors(model, True) if n_moe else 0
     return tensors + (embedding_param_tensors(model) if first else 0) + (head_param_tensors(model) if last else 0)
 
 
@@ -433,8 +431,8 @@ def _optimizer_time(ctx: Context, hw: Hardware, dense: float, expert: float) -> 
     return memory_time(ctx.dev, params * OPTIMIZER_BYTES[p.recipe], launches=2)
 
 
-def _result(model, hardware, plan, cal, stages, mems, pipe, p2p, overlap_p2p, dp_exposed, dp_total,
-            opt, step, events) -> Result:
+def _result(model, hardware, plan, cal, stages, mems, st: _Step, events) -> Result:
+    pipe, p2p, overlap_p2p, dp_exposed, opt, step = st.pipe, st.p2p, st.overlap_p2p, st.dp_exposed, st.optimizer, st.step
     m = plan.microbatches()
     worst = max(stages, key=lambda s: s.forward_s + s.backward_s)
     per_mb = worst.forward_s + worst.backward_s
@@ -447,6 +445,8 @@ def _result(model, hardware, plan, cal, stages, mems, pipe, p2p, overlap_p2p, dp
     breakdown["bubble"] = max(0.0, pipe - busy - p2p_exposed)
     breakdown["dp"] = breakdown.get("dp", 0.0) + dp_exposed
     breakdown["optimizer"] = opt
+    if st.host_bound > 0:
+        breakdown["host"] = st.host_bound
     tokens = plan.gbs * plan.seq
     peak = hardware.accelerator.peak_flops("fp8" if plan.precision == "fp8" else "bf16")
     bf16_peak = hardware.accelerator.peak_flops("bf16")
@@ -462,4 +462,5 @@ def _result(model, hardware, plan, cal, stages, mems, pipe, p2p, overlap_p2p, dp
         hfu=hw_flops / (step * hardware.num_gpus * bf16_peak),
         mfu_precision_peak=model_flops / (step * hardware.num_gpus * peak),
         memory=mem, stage_memory=mems, stages=stages, breakdown=breakdown, pipeline_s=pipe,
-        dp_comm_total_s=dp_total, p2p_s=p2p, timeline=events)
+        dp_comm_total_s=st.dp_total, p2p_s=p2p, timeline=events, host_issue_s=st.host_issue,
+        host_optimizer_s=st.host_optimizer)

@@ -169,16 +169,22 @@ def _zero3_gathered(ctx: Context, params: float, weights: float, grads: float) -
     the largest matrix), and holds one module's bf16 gradients plus one reduce bucket. FSDP2's
     (``torch_fsdp``) depend on the moment of the step: fsdp_transients and fsdp_peak."""
     m, p = ctx.model, ctx.plan
-    root = m.vocab * m.hidden * (1 if m.tied_embeddings else 2) + norm_params(m)
-    block = max(0.0, params - root) / max(1, m.num_layers)
+    if p.recipe == "torch_fsdp":
+        return weights, grads            # shards only: the rest is in fsdp_transients
+    root, block = _root_and_block(m, params)
     if p.recipe == "zero":
         big = largest_layer_matrix(m, m.num_layers - 1) / p.tp
         weights += 2 * max(big, min(2 * block, DS_MAX_LIVE_PARAMS + DS_PREFETCH_PARAMS))
         grads += 2 * (big + min(block, DS_REDUCE_BUCKET))
         return weights, grads
-    if p.recipe == "torch_fsdp":
-        return weights, grads            # shards only: the rest is in fsdp_transients
     return weights + 2 * 2 * block, grads + (2 + 4) * block
+
+
+def _root_and_block(m: ModelSpec, params: float) -> tuple[float, float]:
+    """Parameters of the root module (embedding, untied head, final norm) and of one block, for
+    a device holding ``params`` (ZeRO-3 gathers them separately)."""
+    root = m.vocab * m.hidden * (1 if m.tied_embeddings else 2) + norm_params(m)
+    return root, max(0.0, params - root) / max(1, m.num_layers)
 
 
 @dataclass(frozen=True)
@@ -198,8 +204,7 @@ def fsdp_transients(ctx: Context, params: float) -> FsdpTransients:
     parameters on one device (torch.distributed.fsdp.fully_shard per block and on the root)."""
     m, p = ctx.model, ctx.plan
     n = p.dp * p.cp
-    root = m.vocab * m.hidden * (1 if m.tied_embeddings else 2) + norm_params(m)
-    block = max(0.0, params - root) / max(1, m.num_layers)
+    root, block = _root_and_block(m, params)
     return FsdpTransients(2 * 2 * block, 2 * root, (2 + 4) * block + 2 * m.vocab * m.hidden, (2 + 4) * root,
                           4 * root / n, 4 * params / n)
 

@@ -182,7 +182,7 @@ class Oracle:
         exposed at least ``comm_overlap_slowdown`` of the way when overlapped, and its optimizer
         step (increasing in them) is never hidden."""
         key = (plan.num_gpus, plan.tp, plan.cp, plan.dp, plan.ep, plan.expert_tp, plan.pp, plan.zero_stage,
-               plan.recipe, plan.overlap_grad_reduce, plan.offload_optimizer)
+               plan.recipe, plan.framework, plan.overlap_grad_reduce, plan.offload_optimizer)
         hit = self._extras.get(key)
         if hit is None:
             ctx = self.context(plan)

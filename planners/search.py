@@ -24,6 +24,7 @@ from hardware_specs.errors import MeshcastError, PlanError
 from models.schema import ModelSpec
 from simulator.calibration import DEFAULT, Calibration
 from simulator.engine import simulate
+from simulator.frameworks import get_framework
 from simulator.plan import ParallelPlan
 from simulator.result import Result
 
@@ -179,6 +180,7 @@ class Search:
         self._count = 0
         self._progress = _Progress(progress)
         self._base_kw = dict(constraints.base.__dict__)
+        self._fw = get_framework(constraints.base.framework)
         self._lt: dict = {}
         self._p2ps: dict = {}
         self._extras_cache: dict = {}
@@ -211,6 +213,8 @@ class Search:
         return ParallelPlan(**{**self._base_kw, "tp": shape.tp, "pp": shape.pp, "dp": shape.dp,
                                "vp": shape.vp, "cp": shape.cp, "ep": shape.ep, "etp": shape.etp,
                                "zero_stage": shape.zero, "recompute": shape.recompute,
+                               "recipe": self._fw.recipe(shape.zero),
+                               "attention": self.c.base.attention or self._fw.default_attention,
                                "recompute_layers": n, "mbs": shape.mbs, "gbs": shape.gbs,
                                "seq": self.c.seq, "schedule": shape.schedule,
                                "layers_per_stage": split, "num_gpus": shape.gpus})

@@ -33,6 +33,7 @@ from typing import Iterator, Optional
 
 from hardware_specs.errors import MeshcastError
 from models.schema import ModelSpec
+from simulator.frameworks import framework_violation, get_framework
 from simulator.plan import SCHEDULES, ParallelPlan
 
 RECOMPUTE_MODES = ("none", "selective", "full")
@@ -173,7 +174,9 @@ class Shape:
                 self.mbs, self.vp)
 
     def to_plan(self, base: ParallelPlan, seq: int, layers_per_stage=None, recompute_layers=None) -> ParallelPlan:
-        return replace(base, tp=self.tp, pp=self.pp, dp=self.dp, vp=self.vp, cp=self.cp, ep=self.ep,
+        """The plan of this shape on ``base`` (its framework fills the recipe and attention kernel)."""
+        fw = get_framework(base.framework)
+        return replace(base, recipe=fw.recipe(self.zero), attention=base.attention or fw.default_attention, tp=self.tp, pp=self.pp, dp=self.dp, vp=self.vp, cp=self.cp, ep=self.ep,
                        etp=self.etp, zero_stage=self.zero, recompute=self.recompute,
                        recompute_layers=recompute_layers, mbs=self.mbs, gbs=self.gbs, seq=seq,
                        schedule=self.schedule, layers_per_stage=layers_per_stage, num_gpus=self.gpus)
@@ -318,6 +321,8 @@ def _expert_options(model: ModelSpec, c: Constraints, tp: int, cp: int, dp: int,
 def _inner_shapes(model, c: Constraints, gpus, tp, cp, pp, dp, domain, rej) -> Iterator[Shape]:
     L = model.num_layers
     gb_lo, gb_hi = c.gbs
+    fw = get_framework(c.base.framework)
+    seq = c.seq
     experts = _expert_options(model, c, tp, cp, dp, domain, rej)
     if not experts:
         return
@@ -353,10 +358,18 @@ def _inner_shapes(model, c: Constraints, gpus, tp, cp, pp, dp, domain, rej) -> I
                             continue
                         if zero == 3 and pp > 1:
                             continue
+                        if zero not in fw.zero:
+                            rej.add("zero_stage", f"{fw.name} has no ZeRO-{zero}")
+                            continue
                         for rec in c.recompute:
                             if c.fix("recompute") is not None and rec != c.fix("recompute"):
                                 continue
-                            yield Shape(gpus, tp, cp, pp, dp, ep, etp, mbs, gbs, vp, schedule, zero, rec)
+                            shape = Shape(gpus, tp, cp, pp, dp, ep, etp, mbs, gbs, vp, schedule, zero, rec)
+                            broken = framework_violation(fw, model, shape.to_plan(c.base, seq))
+                            if broken:
+                                rej.add(*broken)
+                                continue
+                            yield shape
 
 
 def _vp_possible(L: int, pp: int, vp: int, uneven: bool) -> bool:

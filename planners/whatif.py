@@ -82,7 +82,8 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in (
     Variable("precision", "choice", "plan", "GEMM precision", choices=("bf16", "fp16", "fp8")),
     Variable("schedule", "choice", "plan", "pipeline schedule", choices=("gpipe", "1f1b", "interleaved")),
     Variable("attention", "choice", "plan", "attention kernel", choices=("flash", "unfused", "math")),
-    Variable("recipe", "choice", "plan", "model-state recipe", choices=("megatron", "zero", "torch_amp", "torch_fsdp")),
+    Variable("framework", "choice", "plan", "framework that runs the plan",
+             choices=("megatron-core", "megatron-core-local", "torchtitan", "deepspeed", "pytorch")),
 )}
 
 ALIASES = {"num_gpus": "gpus", "gpu": "gpus", "accel": "accelerator", "gpu_type": "accelerator",

@@ -16,6 +16,7 @@ from typing import Optional
 from hardware_specs.errors import PlanError, SpecError
 from hardware_specs.yamlio import read_yaml_mapping
 from models.schema import ModelSpec
+from simulator.frameworks import default_split, framework_violation, get_framework
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
@@ -44,10 +45,14 @@ class ParallelPlan:
     offload_optimizer  optimizer states and step on the host (ZeRO-Offload, Ren et al. 2021)
     offload_params     parameters on the host too, fetched per layer (ZeRO-Infinity; needs
                        zero_stage 3 and offload_optimizer)
-    recipe             megatron (bf16 weights, fp32 main grads + Adam), zero (bf16 grads: the
-                       ZeRO paper's 2+2+12 bytes/param), torch_amp (fp32 params under autocast,
-                       PyTorch DDP when dp > 1), torch_fsdp (FSDP2 full shard: fp32 sharded params,
-                       bf16 compute, fp32 gradient reduction; needs zero_stage 3)
+    framework          the framework that runs the plan (simulator/frameworks/*.yaml): it decides
+                       which plans exist, what each ZeRO stage keeps in memory and which kernels run
+    recipe             derived from the framework and ZeRO stage (None until resolved): megatron
+                       (bf16 weights, fp32 main grads + Adam), zero (DeepSpeed: bf16 grads, the ZeRO
+                       paper's 2+2+12 bytes/param), torch_amp (fp32 params under autocast, PyTorch DDP
+                       when dp > 1), torch_fsdp (FSDP2 full shard: fp32 sharded params, bf16 compute,
+                       fp32 gradient reduction)
+    attention          attention kernel (None: the framework's default backend)
     """
 
     tp: int = 1
@@ -66,8 +71,8 @@ class ParallelPlan:
     seq: Optional[int] = None
     precision: str = "bf16"
     schedule: Optional[str] = None
-    recipe: str = "megatron"
-    attention: str = "flash"
+    recipe: Optional[str] = None
+    attention: Optional[str] = None
     dropout: bool = False
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = True
@@ -78,6 +83,7 @@ class ParallelPlan:
     offload_params: bool = False
     layers_per_stage: Optional[tuple[int, ...]] = None
     num_gpus: Optional[int] = None
+    framework: str = "megatron-core"
 
     # ---- derived -------------------------------------------------------------------------
     @property
@@ -144,9 +150,9 @@ def resolve_plan(model: ModelSpec, plan: ParallelPlan, num_gpus: int) -> Paralle
             _positive(name, value)
     _choice("schedule", plan.schedule, SCHEDULES, allow_none=True)
     _choice("recompute", plan.recompute, RECOMPUTE)
-    _choice("recipe", plan.recipe, RECIPES)
+    _choice("recipe", plan.recipe, RECIPES, allow_none=True)
     _choice("precision", plan.precision, PRECISIONS)
-    _choice("attention", plan.attention, ("flash", "unfused", "math"))
+    _choice("attention", plan.attention, ("flash", "unfused", "math"), allow_none=True)
     if plan.zero_stage not in (0, 1, 2, 3):
         raise PlanError("zero_stage", f"must be 0, 1, 2 or 3, got {plan.zero_stage!r}")
     gpus = plan.num_gpus or num_gpus
@@ -159,9 +165,27 @@ def resolve_plan(model: ModelSpec, plan: ParallelPlan, num_gpus: int) -> Paralle
     if dp * model_par != gpus:
         raise PlanError("dp", f"dp*tp*pp*cp = {dp}*{plan.tp}*{plan.pp}*{plan.cp} = {dp * model_par} "
                               f"is not the GPU count {gpus}")
-    plan = _with_derived(plan, dp=dp, seq=plan.seq or model.seq_len, gbs=plan.gbs or dp * plan.mbs, num_gpus=gpus)
+    fw = get_framework(plan.framework)
+    split = plan.layers_per_stage
+    if split is None and plan.pp > 1 and model.num_layers % (plan.pp * plan.vp):
+        split, why = default_split(fw, model.num_layers, plan.pp, plan.vp)
+        if split is None:
+            raise PlanError("pp", why)
+    plan = _with_derived(plan, dp=dp, seq=plan.seq or model.seq_len, gbs=plan.gbs or dp * plan.mbs, num_gpus=gpus,
+                         layers_per_stage=split)
     _check_model_fit(model, plan)
-    return plan
+    broken = framework_violation(fw, model, plan)
+    if broken:
+        raise PlanError(*broken)
+    return _with_derived(plan, recipe=fw.recipe(plan.zero_stage), attention=plan.attention or fw.default_attention)
+
+
+def split_note(model: ModelSpec, plan: ParallelPlan) -> str:
+    """How a resolved plan's uneven layer split came about, when its framework chose it ('' otherwise)."""
+    if plan.layers_per_stage is None or plan.pp == 1 or model.num_layers % (plan.pp * plan.vp) == 0:
+        return ""
+    split, how = default_split(get_framework(plan.framework), model.num_layers, plan.pp, plan.vp)
+    return how if split == tuple(plan.layers_per_stage) else ""
 
 
 def _with_derived(plan: ParallelPlan, **values) -> ParallelPlan:
@@ -217,7 +241,3 @@ def _check_model_fit(model: ModelSpec, plan: ParallelPlan) -> None:
             raise PlanError("ep", f"ep*etp = {plan.ep}*{plan.expert_tp} does not divide tp*cp*dp = {tp * cp * plan.dp}")
     if plan.offload_params and not (plan.zero_stage == 3 and plan.offload_optimizer):
         raise PlanError("offload_params", "parameter offload (ZeRO-Infinity) needs zero_stage 3 and offload_optimizer")
-    if plan.recipe == "torch_fsdp" and plan.zero_stage != 3:
-        raise PlanError("recipe", "torch_fsdp is FSDP full sharding: set zero_stage 3")
-    if plan.precision == "fp8" and plan.recipe.startswith("torch"):
-        raise PlanError("precision", "fp8 needs the megatron or zero recipe")

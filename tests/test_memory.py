@@ -1,6 +1,7 @@
 """Memory model against Korthikanti et al. 2022 and the ZeRO paper."""
 import pytest
 
+from hardware_specs import load_hardware
 from simulator import DEFAULT_CALIBRATION, ParallelPlan
 from simulator.engine import _fabric, device_model
 from simulator.lowering import Context
@@ -53,7 +54,7 @@ def test_flash_attention_stores_no_s_squared_term(gpt_22b, h100_cluster):
 @pytest.mark.parametrize("stage,expect", [(0, 16), (1, 2 + 14 / 64), (2, 2 + 2 / 64 + 12 / 64), (3, 16 / 64)])
 def test_zero_stages_shrink_model_states_as_the_zero_paper_says(gpt_22b, h100_cluster, stage, expect):
     # ZeRO paper Fig. 1: 16Ψ -> 4Ψ+12Ψ/Nd -> 2Ψ+14Ψ/Nd -> 16Ψ/Nd with bf16 grads (recipe 'zero')
-    ctx = _ctx(gpt_22b, h100_cluster, tp=1, dp=64, zero_stage=stage, recipe="zero", mbs=1, gbs=64)
+    ctx = _ctx(gpt_22b, h100_cluster, tp=1, dp=64, zero_stage=stage, framework="deepspeed", mbs=1, gbs=64)
     psi = 1e9
     w, g, o = model_state_bytes(ctx, psi, 0.0)
     if stage == 3:   # plus DeepSpeed's gathered working set (DeepSpeed config defaults)
@@ -76,8 +77,8 @@ def test_fsdp_holds_whole_blocks_and_deepspeed_its_live_budget(gpt_22b, h100_clu
     psi = m.num_layers * 4e9                              # 4e9-parameter blocks: 2 blocks > 1.5e9
     root = m.vocab * m.hidden * (1 if m.tied_embeddings else 2) + 2 * m.hidden
     block = (psi - root) / m.num_layers
-    fsdp = _ctx(m, h100_cluster, tp=1, dp=64, zero_stage=3, recipe="torch_fsdp", mbs=1, gbs=64)
-    ds = _ctx(m, h100_cluster, tp=1, dp=64, zero_stage=3, recipe="zero", mbs=1, gbs=64)
+    fsdp = _ctx(m, h100_cluster, tp=1, dp=64, zero_stage=3, framework="torchtitan", mbs=1, gbs=64)
+    ds = _ctx(m, h100_cluster, tp=1, dp=64, zero_stage=3, framework="deepspeed", mbs=1, gbs=64)
     wf, _, _ = model_state_bytes(fsdp, psi, 0.0)
     f = fsdp_transients(fsdp, psi)
     wd, _, _ = model_state_bytes(ds, psi, 0.0)
@@ -120,11 +121,11 @@ def test_first_stage_holds_tied_embedding_once_plus_learned_positions(h100_clust
 
 def test_recipe_is_part_of_the_shared_layer_cost_key(gpt_22b, h100_cluster):
     from simulator import ParallelPlan, engine, simulate
-    amp = ParallelPlan(tp=8, pp=1, mbs=1, gbs=8, recipe="torch_amp", zero_stage=0)
+    amp = ParallelPlan(tp=8, pp=1, mbs=1, gbs=8, framework="torchtitan", zero_stage=3)
     engine._LOWERED.clear()
     fresh = simulate(gpt_22b, h100_cluster, amp).step_time_s
     engine._LOWERED.clear()
-    simulate(gpt_22b, h100_cluster, ParallelPlan(tp=8, pp=1, mbs=1, gbs=8, zero_stage=0))
+    simulate(gpt_22b, h100_cluster, ParallelPlan(tp=8, pp=1, mbs=1, gbs=8, zero_stage=3))
     assert simulate(gpt_22b, h100_cluster, amp).step_time_s == fresh
 
 
@@ -133,7 +134,7 @@ def test_offload_moves_states_to_the_host_and_costs_host_link_time(h100_cluster)
     from simulator import ParallelPlan, simulate
     from simulator.plan import PlanError
     m = load_model("llama3-70b")
-    base = dict(tp=1, pp=1, mbs=1, gbs=64, seq=4096, zero_stage=3, recompute="full")
+    base = dict(tp=1, pp=1, mbs=1, gbs=64, seq=4096, zero_stage=3, recompute="full", framework="deepspeed")
     plain = simulate(m, h100_cluster, ParallelPlan(**base))
     opt = simulate(m, h100_cluster, ParallelPlan(**base, offload_optimizer=True))
     both = simulate(m, h100_cluster, ParallelPlan(**base, offload_optimizer=True, offload_params=True))
@@ -147,8 +148,11 @@ def test_offload_moves_states_to_the_host_and_costs_host_link_time(h100_cluster)
 def test_rebuilt_layer_is_counted_once_not_per_microbatch_in_flight(gpt_22b, h100_cluster):
     # full recompute: activations = in-flight x (stored inputs) + one rebuilt layer
     from simulator import ParallelPlan, simulate
-    short = simulate(gpt_22b, h100_cluster, ParallelPlan(tp=8, pp=4, mbs=1, gbs=8, recompute="full", schedule="gpipe"))
-    long = simulate(gpt_22b, h100_cluster, ParallelPlan(tp=8, pp=4, mbs=1, gbs=16, recompute="full", schedule="gpipe"))
+    # GPipe is torchtitan's (torch.distributed.pipelining); one pipeline of 32 GPUs, no data parallelism
+    hw = load_hardware("dgx-h100", 32)
+    kw = dict(tp=8, pp=4, mbs=1, recompute="full", schedule="gpipe", framework="torchtitan", zero_stage=0)
+    short = simulate(gpt_22b, hw, ParallelPlan(**kw, gbs=4))
+    long = simulate(gpt_22b, hw, ParallelPlan(**kw, gbs=8))
     a1, f1 = short.memory.activations_bytes, short.memory.in_flight_microbatches
     a2, f2 = long.memory.activations_bytes, long.memory.in_flight_microbatches
     per_mb = (a2 - a1) / (f2 - f1)

@@ -40,7 +40,7 @@ INSTANCES = {
                               Objective("cost", 1e10, 3.0, 2.0)),
     # torch autocast recipe (fp32 weights, no ZeRO sharding of the states' bound) under tight memory
     "llama-h100-8-torch-amp": (MED, "dgx-h100", dict(gpus=8, gbs=16, max_mbs=1, max_cp=2, min_headroom_gb=60,
-                                                     base=ParallelPlan(recipe="torch_amp")), Objective()),
+                                                     base=ParallelPlan(framework="torchtitan")), Objective()),
     # a global-batch range (brute force tries every batch of the range)
     "gpt-a100-gbs-range": (TINY, "dgx-a100-superpod", dict(gpus=8, gbs="16:24", max_mbs=1, max_cp=1,
                                                            min_headroom_gb=83), Objective()),

@@ -20,8 +20,8 @@ def gpt_175b():
 
 def test_turning_overlap_off_exposes_every_gather_and_reduce_scatter(gpt_175b):
     hw = load_hardware("dgx-a100-superpod", 384)
-    on = simulate(gpt_175b, hw, _plan(384, recipe="zero"))
-    off = simulate(gpt_175b, hw, _plan(384, recipe="zero", overlap_param_gather=False, overlap_grad_reduce=False))
+    on = simulate(gpt_175b, hw, _plan(384, framework="deepspeed"))
+    off = simulate(gpt_175b, hw, _plan(384, framework="deepspeed", overlap_param_gather=False, overlap_grad_reduce=False))
     assert off.step_time_s > on.step_time_s
     # nothing hidden: data-parallel time is the whole per-layer traffic, three passes per layer
     assert off.breakdown["dp"] > 2 * on.breakdown["dp"]
@@ -29,10 +29,10 @@ def test_turning_overlap_off_exposes_every_gather_and_reduce_scatter(gpt_175b):
 
 def test_deepspeed_module_gathers_pay_ring_latency_that_grows_with_the_group(gpt_175b):
     # fixed per-GPU work (one sequence per GPU): a 4x larger group adds (n-1) hops per call
-    small = simulate(gpt_175b, load_hardware("dgx-a100-superpod", 384), _plan(384, recipe="zero"))
-    large = simulate(gpt_175b, load_hardware("dgx-a100-superpod", 1536), _plan(1536, recipe="zero"))
-    fsdp_small = simulate(gpt_175b, load_hardware("dgx-a100-superpod", 384), _plan(384, recipe="torch_fsdp"))
-    fsdp_large = simulate(gpt_175b, load_hardware("dgx-a100-superpod", 1536), _plan(1536, recipe="torch_fsdp"))
+    small = simulate(gpt_175b, load_hardware("dgx-a100-superpod", 384), _plan(384, framework="deepspeed"))
+    large = simulate(gpt_175b, load_hardware("dgx-a100-superpod", 1536), _plan(1536, framework="deepspeed"))
+    fsdp_small = simulate(gpt_175b, load_hardware("dgx-a100-superpod", 384), _plan(384, framework="torchtitan"))
+    fsdp_large = simulate(gpt_175b, load_hardware("dgx-a100-superpod", 1536), _plan(1536, framework="torchtitan"))
     growth = large.breakdown["dp"] - small.breakdown["dp"]
     hop = load_hardware("dgx-a100-superpod", 1536).cluster.tiers[0].latency_s
     calls = layer_param_tensors(gpt_175b, 0, biases=False) * gpt_175b.num_layers

@@ -14,7 +14,8 @@ from validation.records import record_dtype
 
 ELEMENTWISE_KINDS = ("layernorm", "rmsnorm", "gelu", "softmax", "silu_mul", "add")
 KERNEL_KINDS = ("copy", "gemm", "attention_fwd", "attention_fwd_bwd") + ELEMENTWISE_KINDS
-STRATEGIES = {"single": ("torch_amp", 0), "ddp": ("torch_amp", 0), "fsdp_full_shard": ("torch_fsdp", 3)}
+# strategy -> ZeRO stage of the plain-PyTorch framework (simulator/frameworks/pytorch.yaml)
+STRATEGIES = {"single": 0, "ddp": 0, "fsdp_full_shard": 3}
 
 
 class Unsupported(Exception):
@@ -80,11 +81,11 @@ def reference_plan(rec: dict) -> ParallelPlan:
     strategy = rec.get("strategy", "single")
     if strategy not in STRATEGIES:
         raise Unsupported(f"unknown strategy {strategy!r}")
-    recipe, zero = STRATEGIES[strategy]
+    zero = STRATEGIES[strategy]
     world = int(rec.get("world", 1))
     mb = int(rec["micro_batch"])
     return ParallelPlan(tp=1, pp=1, dp=world, mbs=mb, gbs=mb * world, seq=rec["seq"], zero_stage=zero,
-                        recipe=recipe, sequence_parallel=False, num_gpus=world)
+                        framework="pytorch", sequence_parallel=False, num_gpus=world)
 
 
 def train_step_prediction(rec: dict, hw: Hardware, cal: Calibration) -> Prediction:

@@ -108,17 +108,21 @@ def plan_from_row(row: dict, model: ModelSpec) -> ParallelPlan:
     vp = _int(row, "vp") or 1
     cp = _int(row, "cp") or 1
     sp = "sequence parallel" in rec and "no sequence" not in rec or fam not in ("narayanan2021", "korthikanti2022")
-    layers_per_stage = None
-    if model.num_layers % (pp * vp):
-        base, extra = divmod(model.num_layers, pp)
-        layers_per_stage = tuple(base + (1 if 0 < i <= extra else 0) for i in range(pp))
     precision = "fp8" if "fp8" in (row.get("dtype") or "").lower() else "bf16"
     return ParallelPlan(tp=tp, pp=pp, vp=vp, cp=cp, ep=_int(row, "ep") or 1, mbs=mbs, gbs=gbs, seq=model.seq_len,
                         zero_stage=zero, recompute=recompute, sequence_parallel=sp, precision=precision,
-                        dropout=fam in ("narayanan2021", "korthikanti2022"), layers_per_stage=layers_per_stage,
-                        attention="unfused" if fam in ("narayanan2021", "korthikanti2022") else "flash",
+                        dropout=fam in ("narayanan2021", "korthikanti2022"), 
                         num_gpus=gpus, overlap_grad_reduce="no grad-allreduce overlap" not in row.get("notes", ""),
-                        recipe="zero" if "deepspeed" in (row.get("notes") or "").lower() else "megatron")
+                        framework=source_framework(row, fam),
+                        attention="unfused" if fam in ("narayanan2021", "korthikanti2022") else None)
+
+
+def source_framework(row: dict, family: str) -> str:
+    """The framework a published run used: DeepSpeed where the notes say so, Megatron-LM's 2021-22
+    code (unfused attention: the local layer spec) for the Megatron papers, else Megatron-Core + TE."""
+    if "deepspeed" in (row.get("notes") or "").lower():
+        return "deepspeed"
+    return "megatron-core-local" if family in ("narayanan2021", "korthikanti2022") else "megatron-core"
 
 
 def source_flops(row: dict, model: ModelSpec, plan: ParallelPlan) -> float:
@@ -227,7 +231,7 @@ def compare_layer_times(path: str | Path, calibration: str | None = None) -> lis
         hw = load_hardware(cluster_for(row["gpu"]), gpus)
         cal, _ = calibration_for(hw.accelerator, calibration)
         plan = resolve_plan(model, ParallelPlan(tp=gpus, mbs=b, gbs=b, seq=s, sequence_parallel=sp,
-                                                recompute=recompute, attention="unfused", dropout=True,
+                                                recompute=recompute, framework="megatron-core-local", dropout=True,
                                                 zero_stage=0), gpus)
         ctx = Context(model, plan, device_model(hw.accelerator, cal), _fabric(hw, cal))
         layer = summarize_ops(layer_ops(ctx, moe=False))   # summed as a pipeline stage sums it

@@ -27,7 +27,8 @@ PLAN_OPTIONS = (  # (flag, plan field, type, help)
     ("--recompute-layers", "recompute_layers", int, "fully recompute only this many layers per stage"),
     ("--schedule", "schedule", str, "pipeline schedule: gpipe, 1f1b or interleaved"),
     ("--precision", "precision", str, "GEMM precision: bf16, fp16 or fp8"),
-    ("--recipe", "recipe", str, "model-state recipe: megatron, zero or torch_amp"),
+    ("--framework", "framework", str, "framework that runs the plan (default megatron-core; see "
+                                       "`meshcast catalog --frameworks`)"),
     ("--attention", "attention", str, "attention kernel: flash or unfused"),
 )
 

@@ -15,7 +15,8 @@ from hardware_specs.catalog import load_cluster, load_node
 from hardware_specs.errors import MeshcastError
 from models import load_model
 from simulator.calibration import calibration_for
-from simulator.plan import RECIPES, SCHEDULES, ParallelPlan
+from simulator.frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS
+from simulator.plan import SCHEDULES, ParallelPlan
 
 FIXED = (  # (flag, field, help)
     ("--tp", "tp", "fix the tensor-parallel degree"),
@@ -61,7 +62,8 @@ def add_parser(subparsers) -> None:
                    help="let tp and ep*etp span more than one NVLink domain")
     g.add_argument("--even-layers", action="store_true", help="only even layer splits (no uneven first/last stage)")
     g.add_argument("--precision", choices=("bf16", "fp16", "fp8"), default="bf16", help="GEMM precision (default bf16)")
-    g.add_argument("--recipe", default="megatron", choices=RECIPES, help="model-state recipe (default megatron)")
+    g.add_argument("--framework", default=DEFAULT_FRAMEWORK, choices=FRAMEWORKS,
+                   help=f"framework that runs the plan: the plan space is its space (default {DEFAULT_FRAMEWORK})")
     b = p.add_argument_group("budget (cheapest plan that trains N tokens within D days)")
     b.add_argument("--tokens", type=float, help="tokens to train, e.g. 1e12")
     b.add_argument("--days", type=float, help="wall-clock limit in days (needs --tokens)")
@@ -124,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
     if kind == "cost" and price is None and args.tokens is not None:
         raise MeshcastError("price", f"{hw0.accelerator.name} has no catalog price; pass --price USD per GPU-hour")
     schedules = [x.strip() for x in args.schedules.split(",")] if args.schedules else None
-    base = ParallelPlan(precision=args.precision, recipe=args.recipe)
+    base = ParallelPlan(precision=args.precision, framework=args.framework)
     c = make_constraints(model, args.cluster, gpus=args.gpus, gbs=args.gbs, seq=args.seq, fixed=_fixed(args),
                          min_headroom_gb=args.min_headroom_gb, base=base, schedules=schedules,
                          max_tp=args.max_tp, max_pp=args.max_pp, max_cp=args.max_cp, max_vp=args.max_vp,
@@ -226,7 +228,7 @@ def _heterogeneous_layout(args: argparse.Namespace, model, pools) -> tuple[Paral
     modes = ["none"] if rec == "none" else [full_mode] if rec == "full" else ["none", full_mode]
     plan = ParallelPlan(tp=fixed["tp"], pp=fixed["pp"], dp=fixed["dp"], cp=fixed.get("cp", 1), vp=fixed.get("vp", 1),
                         mbs=fixed.get("mbs", 1), gbs=hi, seq=args.seq or model.seq_len,
-                        zero_stage=fixed.get("zero_stage", 1), precision=args.precision, recipe=args.recipe,
+                        zero_stage=fixed.get("zero_stage", 1), precision=args.precision, framework=args.framework,
                         layers_per_stage=_even_blocks(model.num_layers, fixed["pp"], fixed.get("vp", 1)))
     return plan, modes
 

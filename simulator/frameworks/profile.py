@@ -1,0 +1,84 @@
+"""The schema of a framework profile (one YAML file per framework beside this module).
+
+A profile is data: which parallel dimensions the framework offers, what each ZeRO stage means
+in it (which model-state recipe of simulator.memory, and whether gradients are reduced once
+per step or after every micro-batch), which kernels it launches, which precisions and overlap
+features it has, and which launch-config format it exports. The rules data cannot say live in
+simulator.frameworks.rules.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+RECIPE_NAMES = ("megatron", "zero", "torch_amp", "torch_fsdp")
+FEATURES = ("tp_comm_overlap", "ep_comm_overlap", "offload_optimizer", "offload_params")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ZeroStage(_Strict):
+    """What one ZeRO stage is in this framework."""
+
+    recipe: Literal["megatron", "zero", "torch_amp", "torch_fsdp"]
+    grad_reduce: Literal["step", "microbatch"]   # microbatch: gradients sharded, reduced per micro-batch
+    means: str
+
+
+class Kernels(_Strict):
+    """The kernels the framework launches (the first attention backend is its default)."""
+
+    attention: tuple[Literal["flash", "unfused", "math"], ...] = Field(min_length=1)
+    elementwise: Literal["fused", "unfused"]
+    optimizer: str
+
+
+class Parallelism(_Strict):
+    """Which parallel dimensions exist and how they combine."""
+
+    tp: bool
+    sequence_parallel: Literal["optional", "always", "never"]
+    pp: bool
+    schedules: tuple[Literal["gpipe", "1f1b", "interleaved"], ...]
+    cp: bool
+    ep: bool
+    max_zero_with_pp: int = 3
+    sharded_data_parallel_with_pp: bool = False
+
+
+class FrameworkProfile(_Strict):
+    """One framework: its plan space, memory semantics, kernels and export format."""
+
+    name: str
+    title: str
+    export: Literal["megatron", "torchtitan", "deepspeed", "none"]
+    host_class: Literal["eager", "compiled"]
+    kernels: Kernels
+    zero: dict[int, ZeroStage]
+    parallelism: Parallelism
+    precision: tuple[Literal["bf16", "fp16", "fp8"], ...]
+    features: tuple[Literal["tp_comm_overlap", "ep_comm_overlap", "offload_optimizer", "offload_params"], ...]
+    sources: tuple[str, ...] = ()
+
+    @property
+    def zero_stages(self) -> tuple[int, ...]:
+        """The ZeRO stages this framework offers, in increasing order."""
+        return tuple(sorted(self.zero))
+
+    @property
+    def default_attention(self) -> str:
+        """The attention backend the framework runs unless told otherwise."""
+        return self.kernels.attention[0]
+
+    def recipe(self, zero_stage: int) -> str:
+        """The model-state recipe (simulator.memory.STATE_BYTES key) of a ZeRO stage (None where
+        the framework has no such stage; framework_violation says so)."""
+        stage = self.zero.get(zero_stage)
+        return stage.recipe if stage is not None else None
+
+    def grads_per_microbatch(self, zero_stage: int) -> bool:
+        """True where gradients are sharded and so reduced after every micro-batch."""
+        return self.zero[zero_stage].grad_reduce == "microbatch"

@@ -475,6 +475,9 @@ def make_constraints(model: ModelSpec, cluster: str, *, gpus=None, gbs, seq: Opt
         raise MeshcastError("schedules", f"unknown schedule {bad[0]!r}; choose from {', '.join(SCHEDULES)}")
     if fixed.get("vp", 1) > 1 and "interleaved" not in sched:
         raise MeshcastError("vp", "vp > 1 needs the interleaved schedule in --schedules")
+    from simulator.frameworks import get_framework
+    if not get_framework((base or ParallelPlan()).framework).parallelism.arbitrary_split:
+        limits["uneven"] = False      # the framework splits layers itself: only even splits are searched
     return Constraints(gpus=tuple(counts), gbs=(glo, ghi), seq=seq, fixed=fixed,
                        min_headroom_bytes=min_headroom_gb * 1e9, base=base or ParallelPlan(), schedules=sched,
                        **{k: v for k, v in limits.items() if v is not None})

@@ -17,13 +17,14 @@ from models.schema import ModelSpec
 from simulator.calibration import DEFAULT, Calibration
 from simulator.comm import Fabric, collective_time, fabric_from_hardware
 from simulator.compute import DeviceModel, memory_time
+from simulator.frameworks import get_framework
 from simulator.flops import step_hardware_flops, step_model_flops
 from simulator.identity_cache import IdentityCache
 from simulator.lowering import Context, embedding_ops, head_ops, layer_ops, p2p_time
 from simulator.memory import (DS_REDUCE_BUCKET, StageFootprint, layer_activation_bytes, moe_layers_in,
                               stage_footprint, stage_memory, stage_params)
 from simulator.ops import Op
-from simulator.plan import ParallelPlan, resolve_plan
+from simulator.plan import ParallelPlan, resolve_plan, split_note
 from hardware_specs.errors import PlanError
 from simulator.result import Result, StageCost
 from simulator.schedule import pipeline_time, timeline
@@ -157,7 +158,7 @@ def _step(model: ModelSpec, hardware: Hardware, plan: ParallelPlan, calibration:
     overlap_p2p = plan.overlap_p2p if plan.overlap_p2p is not None else plan.pipeline_schedule == "interleaved"
     m = plan.microbatches()
     pipe = pipeline_time([s.forward_s for s in stages], [s.backward_s for s in stages], m, plan.vp, p2p, overlap_p2p)
-    dp_exposed = max(b.dp_exposed_s for b in bundles)
+    dp_exposed = max(b.dp_exposed_s + m * b.dp_microbatch_exposed_s for b in bundles)
     opt = max(b.optimizer_s for b in bundles)
     step = pipe + dp_exposed + opt
     # the GPU cannot run ahead of the host that issues its kernels (eager frameworks); with no
@@ -166,7 +167,7 @@ def _step(model: ModelSpec, hardware: Hardware, plan: ParallelPlan, calibration:
     host_issue, host_opt = max(((m * st.host_s, b.optimizer_host_s) for st, b in zip(stages, bundles)), key=sum)
     host_bound = max(0.0, host_issue + host_opt - step)
     return _Step(plan, ctx, lowered, ranges, bundles, stages, p2p, overlap_p2p, pipe, dp_exposed,
-                 max(b.dp_total_s for b in bundles), opt, host_bound, step + host_bound, host_issue, host_opt)
+                 max(b.dp_total_s + m * b.dp_microbatch_total_s for b in bundles), opt, host_bound, step + host_bound, host_issue, host_opt)
 
 
 def simulate(model: ModelSpec, hardware: Hardware, plan: ParallelPlan,
@@ -237,6 +238,8 @@ class StageBundle:
     dp_total_s: float
     optimizer_s: float
     optimizer_host_s: float = 0.0   # host seconds to issue the optimizer step (eager frameworks)
+    dp_microbatch_exposed_s: float = 0.0   # per micro-batch, where sharded gradients are reduced each one
+    dp_microbatch_total_s: float = 0.0
 
 
 _BUNDLES = IdentityCache(limit=200_000)
@@ -271,8 +274,9 @@ def _stage_bundle(ctx: Context, hw: Hardware, index: int, r: range, last: bool, 
     first = index == 0
     cost = _stage_cost(ctx, index, r, dense_ops, moe_ops, norec_ops, emb, head, first, last)
     footprint = stage_footprint(ctx, r, first, last, per_layer)
-    exposed, total, opt = _stage_data_parallel(ctx, hw, r, first, last, cost)
-    return StageBundle(cost, footprint, exposed, total, opt, _optimizer_host_seconds(ctx, r, first, last))
+    exposed, total, opt, mb_exposed, mb_total = _stage_data_parallel(ctx, hw, r, first, last, cost)
+    return StageBundle(cost, footprint, exposed, total, opt, _optimizer_host_seconds(ctx, r, first, last),
+                       mb_exposed, mb_total)
 
 
 def _stage_cost(ctx: Context, index: int, layers: range, dense_ops, moe_ops, norec_ops: dict, emb, head,
@@ -381,42 +385,65 @@ def _zero3_gather_exposed(ctx: Context, layers: range, f: float, b: float) -> tu
 
 def dp_comm_seconds(ctx: Context, dense: float, expert: float) -> float:
     """Seconds of one device's data-parallel gradient reduction (and, from ZeRO-1, parameter
-    gather) for ``dense`` and ``expert`` parameters, before any overlap; increasing in both.
-    ZeRO-3 is costed per layer instead (_zero3_gather_exposed) and gives 0 here."""
+    gather) for ``dense`` and ``expert`` parameters, before any overlap, once each; increasing
+    in both. ZeRO-3 is costed per layer instead (_zero3_gather_exposed) and gives 0 here."""
+    return sum(dp_comm_parts(ctx, dense, expert))
+
+
+def dp_comm_parts(ctx: Context, dense: float, expert: float) -> tuple[float, float]:
+    """(gradient reduction, parameter gather) seconds of one device's data-parallel
+    communication: an all-reduce of the gradients under ZeRO-0; under ZeRO-1/2 a reduce-scatter
+    of the gradients and an all-gather of the updated bf16 parameters (ZeRO paper §5)."""
     p = ctx.plan
     grad_bytes = 2 if p.recipe == "zero" else 4
     dp_group = p.dp * p.cp
-    comm = 0.0
+    reduce = gather = 0.0
     for params, n, stride in ((dense, dp_group, p.tp), (expert, max(1, dp_group * p.tp // (p.ep * p.expert_tp)),
                                                         p.ep * p.expert_tp)):
         if params <= 0 or n <= 1 or p.zero_stage == 3:
             continue
         if p.zero_stage == 0:
-            comm += collective_time(ctx.fabric, "all_reduce", params * grad_bytes, n, stride)
+            reduce += collective_time(ctx.fabric, "all_reduce", params * grad_bytes, n, stride)
         else:
-            comm += collective_time(ctx.fabric, "reduce_scatter", params * grad_bytes, n, stride)
-            comm += collective_time(ctx.fabric, "all_gather", params * 2 / n, n, stride)
-    return comm
+            reduce += collective_time(ctx.fabric, "reduce_scatter", params * grad_bytes, n, stride)
+            gather += collective_time(ctx.fabric, "all_gather", params * 2 / n, n, stride)
+    return reduce, gather
 
 
 def _stage_data_parallel(ctx: Context, hw: Hardware, r: range, first: bool, last: bool,
-                         cost: StageCost) -> tuple[float, float, float]:
-    """One stage's exposed data-parallel communication, its total, and its optimizer step."""
+                         cost: StageCost) -> tuple[float, float, float, float, float]:
+    """One stage's data-parallel communication once per step (exposed, total), its optimizer step,
+    and where the framework shards gradients under ZeRO-2 (Megatron FSDP optim_grads, DeepSpeed
+    stage 2), the gradient reduce-scatter it runs after every micro-batch (exposed, total), hidden
+    under that micro-batch's backward when overlap_grad_reduce is on."""
     p = ctx.plan
     dp_group = p.dp * p.cp
     dense, expert = stage_params(ctx, r, first, last)
-    comm = dp_comm_seconds(ctx, dense, expert)
-    last_bucket = comm * min(1.0, BUCKET_PARAMS / max(dense + expert, 1.0))
-    if p.overlap_grad_reduce:
-        hidden = cost.backward_s + (cost.forward_s if p.overlap_param_gather else 0.0)
-        exposed = max(last_bucket, comm - hidden)
-        exposed += ctx.dev.cal.comm_overlap_slowdown * (comm - exposed)
+    reduce, gather = dp_comm_parts(ctx, dense, expert)
+    per_microbatch = p.zero_stage == 2 and get_framework(p.framework).grads_per_microbatch(2)
+    if per_microbatch:   # sharded gradients: reduced under every micro-batch's backward, gathered once
+        step_comm, mb_comm = gather, reduce
+        mb_exposed = _overlapped(ctx, reduce, cost.backward_s, dense + expert) if p.overlap_grad_reduce else reduce
     else:
-        exposed = comm
+        step_comm, mb_comm, mb_exposed = reduce + gather, 0.0, 0.0
+    if p.overlap_grad_reduce:
+        hidden = (0.0 if per_microbatch else cost.backward_s) + (cost.forward_s if p.overlap_param_gather else 0.0)
+        exposed = _overlapped(ctx, step_comm, hidden, dense + expert)
+    else:
+        exposed = step_comm
     if p.recipe == "torch_amp" and p.zero_stage == 0 and dp_group > 1:
         # DDP copies each fp32 gradient into its bucket and back after the all-reduce
         exposed += memory_time(ctx.dev, 16 * (dense + expert), launches=2)
-    return exposed, comm, _optimizer_time(ctx, hw, dense, expert)
+    return exposed, step_comm, _optimizer_time(ctx, hw, dense, expert), mb_exposed, mb_comm
+
+
+def _overlapped(ctx: Context, comm: float, hidden: float, params: float) -> float:
+    """Exposed seconds of ``comm`` overlapped with ``hidden`` seconds of compute: the last bucket
+    (BUCKET_PARAMS of the parameters) is never hidden, and the hidden part slows by
+    comm_overlap_slowdown (calibrated on DDP/FSDP steps)."""
+    last_bucket = comm * min(1.0, BUCKET_PARAMS / max(params, 1.0))
+    exposed = max(last_bucket, comm - hidden)
+    return exposed + ctx.dev.cal.comm_overlap_slowdown * (comm - exposed)
 
 
 def _optimizer_time(ctx: Context, hw: Hardware, dense: float, expert: float) -> float:
@@ -463,4 +490,4 @@ def _result(model, hardware, plan, cal, stages, mems, st: _Step, events) -> Resu
         mfu_precision_peak=model_flops / (step * hardware.num_gpus * peak),
         memory=mem, stage_memory=mems, stages=stages, breakdown=breakdown, pipeline_s=pipe,
         dp_comm_total_s=st.dp_total, p2p_s=p2p, timeline=events, host_issue_s=st.host_issue,
-        host_optimizer_s=st.host_optimizer)
+        host_optimizer_s=st.host_optimizer, split_note=split_note(model, plan))

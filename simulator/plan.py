@@ -230,7 +230,7 @@ def _check_model_fit(model: ModelSpec, plan: ParallelPlan) -> None:
         raise PlanError("gbs", f"interleaved 1F1B needs the {plan.microbatches()} micro-batches "
                                f"to be a multiple of pp={pp}")
     if plan.zero_stage == 3 and pp > 1:
-        raise PlanError("zero_stage", "ZeRO-3 shards whole layers over dp; it is not combined with pp > 1")
+        raise PlanError("zero_stage", "ZeRO-3 with pipeline parallelism (pp > 1) is not modelled by meshcast yet")
     if model.moe is None:
         if plan.ep > 1:
             raise PlanError("ep", f"ep={plan.ep} but {model.name} has no experts")

@@ -65,6 +65,7 @@ class Result:
     ops: dict | None = field(default=None, repr=False)   # op lists of one micro-batch (with_ops=True)
     host_issue_s: float = 0.0       # host (CPU) seconds to issue every micro-batch's forward and backward
     host_optimizer_s: float = 0.0   # host seconds to issue the optimizer step
+    split_note: str = ""            # how the framework split uneven layers over the stages ('' if given/even)
 
     @property
     def fits(self) -> bool:
@@ -103,4 +104,5 @@ class Result:
                         "forward_s": s.forward_s, "backward_s": s.backward_s} for s in self.stages],
             "pipeline_s": self.pipeline_s, "dp_comm_total_s": self.dp_comm_total_s, "p2p_s": self.p2p_s,
             "host_issue_s": self.host_issue_s, "host_optimizer_s": self.host_optimizer_s,
+            "layer_split_note": self.split_note,
         }

@@ -8,15 +8,17 @@ from hardware_specs import (list_accelerators, list_clusters, list_nodes, load_a
 from hardware_specs.errors import UnknownNameError
 from meshcast.commands.common import emit_json
 from models import list_models, load_model, total_params
+from simulator.frameworks import FRAMEWORKS, get_framework
 
 KINDS = {"models": (list_models, load_model), "accelerators": (list_accelerators, load_accelerator),
-         "nodes": (list_nodes, load_node), "clusters": (list_clusters, load_cluster)}
+         "nodes": (list_nodes, load_node), "clusters": (list_clusters, load_cluster),
+         "frameworks": (lambda: list(FRAMEWORKS), get_framework)}
 
 
 def add_parser(sub) -> None:
     """Register the catalog subcommand."""
     p = sub.add_parser("catalog", help="list or show catalog entries",
-                       description="List the catalog (models, accelerators, nodes, clusters) or show one entry.")
+                       description="List the catalog (models, accelerators, nodes, clusters, frameworks) or show one entry.")
     p.add_argument("kind", nargs="?", choices=list(KINDS), help="which catalog (default: all)")
     p.add_argument("name", nargs="?", help="an entry to show in full")
     p.add_argument("--json", action="store_true", help="print JSON")

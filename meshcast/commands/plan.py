@@ -138,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
                  inner=args.inner, solver=args.solver, time_limit_s=args.time_limit, keep_explored=bool(args.output))
     gpus_text = args.gpus or str(c.gpus[0])
     request = {"model": model.name, "cluster": cluster.name, "gpus": gpus_text, "gbs": args.gbs, "seq": c.seq,
+               "framework": args.framework,
                "calibration": cal.name, "calibration_note": cal_note}
     best = res.best
     if args.write_plan:
@@ -155,7 +156,9 @@ def run(args: argparse.Namespace) -> int:
         emit_json(result_dict(res, request))
         return 0
     line = (f"{model.name} on {gpus_text} x {hw0.accelerator.name} ({cluster.name}), gbs {args.gbs} x seq {c.seq}, "
-            f"objective {kind}; calibration: {cal_note}")
+            f"objective {kind}; calibration: {cal_note}\n"
+            f"framework: {args.framework}{' (the default; --framework chooses)' if args.framework == DEFAULT_FRAMEWORK else ''}"
+            f": only plans it can launch are searched")
     print(format_text(res, line))
     if args.megatron_args:
         print("\nMegatron-LM arguments (best plan):")

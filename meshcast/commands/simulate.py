@@ -10,6 +10,14 @@ from simulator.costing import train_cost
 from simulator.result import BOTTLENECK_NAMES, Result
 
 
+def framework_line(p) -> str:
+    """The framework, whether it is the default, and what its ZeRO stage means there."""
+    from simulator.frameworks import DEFAULT_FRAMEWORK, get_framework
+    fw = get_framework(p.framework)
+    default = " (the default; --framework chooses)" if p.framework == DEFAULT_FRAMEWORK else ""
+    return f"{fw.name}{default}; ZeRO-{p.zero_stage} = {fw.zero[p.zero_stage].means}; attention {p.attention}"
+
+
 def add_parser(sub) -> None:
     """Register the simulate subcommand."""
     p = sub.add_parser("simulate", help="predict step time, throughput, MFU and memory of one plan",
@@ -70,6 +78,8 @@ def format_result(r: Result) -> str:
         f"plan: dp={p.dp} tp={p.tp}{' (SP)' if p.sp else ''} pp={p.pp} vp={p.vp} cp={p.cp} ep={p.ep} "
         f"zero={p.zero_stage} recompute={p.recompute} mbs={p.mbs} gbs={p.gbs} seq={p.seq} "
         f"{p.precision} {p.pipeline_schedule} ({p.microbatches()} micro-batches)",
+        f"framework: {framework_line(p)}",
+        *([f"layers: {r.split_note}"] if r.split_note else []),
         "",
         f"  step time        {fmt_time(r.step_time_s)}",
         f"  throughput       {r.tokens_per_s:,.0f} tokens/s ({r.tokens_per_s / r.num_gpus:,.0f} per GPU)",

@@ -46,6 +46,7 @@ class Parallelism(_Strict):
     cp: bool
     ep: bool
     max_zero_with_pp: int = 3
+    arbitrary_split: bool = True      # any layers per stage (else only even splits and its own default)
     sharded_data_parallel_with_pp: bool = False
 
 

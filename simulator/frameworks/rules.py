@@ -26,7 +26,7 @@ def framework_violation(fw: FrameworkProfile, model: ModelSpec, plan) -> Violati
 
 
 def _say(fw: FrameworkProfile, field: str, reason: str) -> tuple[str, str]:
-    return field, f"{fw.name}: {reason} (--framework selects another; known: see `meshcast catalog --frameworks`)"
+    return field, f"{fw.name}: {reason} (--framework selects another; `meshcast catalog frameworks` lists them)"
 
 
 def _no_rule(fw, model, plan) -> Violation:
@@ -107,6 +107,10 @@ def _deepspeed_rule(fw: FrameworkProfile, model: ModelSpec, plan) -> Violation:
     """DeepSpeed's pipeline engine runs one model chunk per stage (no interleaving)."""
     if plan.vp > 1:
         return _say(fw, "vp", "its pipeline engine has no virtual stages")
+    if plan.layers_per_stage is not None and tuple(plan.layers_per_stage) != default_split(
+            fw, sum(plan.layers_per_stage), plan.pp, plan.vp)[0]:
+        return _say(fw, "layers_per_stage", "PipelineModule partitions the layers itself (partition_method "
+                                            "'uniform'); it takes no explicit split")
     return None
 
 

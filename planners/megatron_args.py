@@ -36,6 +36,9 @@ def megatron_args(plan: ParallelPlan, model: ModelSpec) -> tuple[list[str], list
     args: list[str] = []
     notes: list[str] = []
     L = model.num_layers
+    if plan.zero_stage is None:
+        from simulator.frameworks import get_framework
+        plan = replace(plan, zero_stage=get_framework(plan.framework).default_zero)
 
     def add(flag: str, value=None) -> None:
         args.append(flag)

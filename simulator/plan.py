@@ -34,6 +34,7 @@ class ParallelPlan:
     cp                 context-parallel degree (ring attention over the sequence)
     ep, etp            expert-parallel degree and expert tensor-parallel degree (default tp)
     zero_stage         0 none, 1 optimizer states (Megatron distributed optimizer), 2 +grads, 3 +params
+                       (None: the framework's default, e.g. 1 for Megatron-Core, 3 for torchtitan)
     recompute          none | selective (attention core) | full; ``recompute_layers`` limits
                        full recompute to that many layers per stage
     mbs, gbs           micro-batch and global batch, in sequences
@@ -63,7 +64,7 @@ class ParallelPlan:
     ep: int = 1
     etp: Optional[int] = None
     sequence_parallel: bool = True
-    zero_stage: int = 1
+    zero_stage: Optional[int] = None
     recompute: str = "none"
     recompute_layers: Optional[int] = None
     mbs: int = 1
@@ -153,7 +154,10 @@ def resolve_plan(model: ModelSpec, plan: ParallelPlan, num_gpus: int) -> Paralle
     _choice("recipe", plan.recipe, RECIPES, allow_none=True)
     _choice("precision", plan.precision, PRECISIONS)
     _choice("attention", plan.attention, ("flash", "unfused", "math"), allow_none=True)
-    if plan.zero_stage not in (0, 1, 2, 3):
+    fw = get_framework(plan.framework)
+    if plan.zero_stage is None:
+        plan = _with_derived(plan, zero_stage=fw.default_zero)
+    if plan.zero_stage not in (0, 1, 2, 3) or plan.zero_stage.__class__ is not int:
         raise PlanError("zero_stage", f"must be 0, 1, 2 or 3, got {plan.zero_stage!r}")
     gpus = plan.num_gpus or num_gpus
     model_par = plan.tp * plan.pp * plan.cp
@@ -165,7 +169,6 @@ def resolve_plan(model: ModelSpec, plan: ParallelPlan, num_gpus: int) -> Paralle
     if dp * model_par != gpus:
         raise PlanError("dp", f"dp*tp*pp*cp = {dp}*{plan.tp}*{plan.pp}*{plan.cp} = {dp * model_par} "
                               f"is not the GPU count {gpus}")
-    fw = get_framework(plan.framework)
     split = plan.layers_per_stage
     if split is None and plan.pp > 1 and model.num_layers % (plan.pp * plan.vp):
         split, why = default_split(fw, model.num_layers, plan.pp, plan.vp)

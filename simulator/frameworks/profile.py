@@ -59,6 +59,7 @@ class FrameworkProfile(_Strict):
     host_class: Literal["eager", "compiled"]
     kernels: Kernels
     zero: dict[int, ZeroStage]
+    default_zero: int                # the stage a plan gets when it names none
     parallelism: Parallelism
     precision: tuple[Literal["bf16", "fp16", "fp8"], ...]
     features: tuple[Literal["tp_comm_overlap", "ep_comm_overlap", "offload_optimizer", "offload_params"], ...]

@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     if args.output:
         write_html(sweep, args.output)
     if args.json:
-        emit_json(sweep.to_dict())
+        emit_json(sweep.to_dict(), "whatif")
     else:
         print(format_text(sweep))
         if args.output:

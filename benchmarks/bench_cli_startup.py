@@ -25,7 +25,7 @@ def time_command(args: list[str], runs: int) -> float:
     times = []
     for _ in range(runs + 1):          # the first run warms the OS file cache and is dropped
         t = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "meshcast.cli", *args], env=env, check=True,
+        subprocess.run([sys.executable, "-m", "meshcast.cli", *args], env=env, cwd=ROOT, check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         times.append(time.perf_counter() - t)
     return statistics.median(times[1:])

@@ -33,16 +33,16 @@ def add_parser(subparsers) -> None:
         description="Search parallel plans (tp/sp, cp, pp + schedule + vp, ep/etp, ZeRO, recompute, micro-batch, "
                     "layer split) with simulate() as the cost model; prune by memory and time bounds so the "
                     "plans returned are provably the best under the model. Ranges: --gpus 512:2048, --gbs 1024:4096.")
-    p.add_argument("--model", required=True,
+    p.add_argument("--model", required=True, metavar="NAME|PATH",
                    help="catalog model name, model YAML, HF config.json or its folder, or HF cache ORG/NAME")
-    p.add_argument("--cluster", help="catalog cluster name or cluster YAML (required unless --pool)")
-    p.add_argument("--gpus", help="GPU count N or range LO:HI[:STEP] (default: the whole cluster)")
+    p.add_argument("--cluster", metavar="NAME|PATH", help="catalog cluster name or cluster YAML (required unless --pool)")
+    p.add_argument("--gpus", metavar="N|LO:HI[:STEP]", help="GPU count N or range LO:HI[:STEP] (default: the whole cluster)")
     p.add_argument(*option_strings("--gbs"), dest="gbs", required=True, metavar="N|LO:HI",
                    help="global batch in sequences: N, or a range LO:HI")
     p.add_argument(*option_strings("--seq"), dest="seq", type=int, metavar="N",
                    help="sequence length in tokens (default: the model's)")
-    p.add_argument("--top", type=int, default=5, help="how many plans (distinct layouts) to show (default 5)")
-    p.add_argument("--calibration", help="calibration profile name or YAML (default: the accelerator's)")
+    p.add_argument("--top", type=int, default=5, metavar="N", help="how many plans (distinct layouts) to show (default 5)")
+    p.add_argument("--calibration", metavar="NAME|PATH", help="calibration profile name or YAML (default: the accelerator's)")
     g = p.add_argument_group("constraints")
     for flag, field, help_ in FIXED:
         choices = (0, 1, 2, 3) if field == "zero_stage" else None
@@ -50,22 +50,22 @@ def add_parser(subparsers) -> None:
                        metavar=None if choices else "N", help=help_)
     g.add_argument(*option_strings("--recompute"), dest="fix_recompute", choices=RECOMPUTE,
                    help="fix the recompute mode")
-    g.add_argument("--schedules", help=f"comma-separated pipeline schedules to consider ({','.join(SCHEDULES)})")
-    g.add_argument("--max-tp", type=int, help="largest tensor-parallel degree")
-    g.add_argument("--max-pp", type=int, help="largest pipeline degree")
-    g.add_argument("--max-cp", type=int, default=16, help="largest context-parallel degree (default 16)")
-    g.add_argument("--max-vp", type=int, default=8, help="largest virtual pipeline degree (default 8)")
-    g.add_argument("--max-mbs", type=int, default=16, help="largest micro-batch size (default 16)")
-    g.add_argument("--min-headroom-gb", type=float, default=0.0, help="memory each GPU must keep free, GB (1e9 B; default 0)")
+    g.add_argument("--schedules", metavar="LIST", help=f"comma-separated pipeline schedules to consider ({','.join(SCHEDULES)})")
+    g.add_argument("--max-tp", type=int, metavar="N", help="largest tensor-parallel degree")
+    g.add_argument("--max-pp", type=int, metavar="N", help="largest pipeline degree")
+    g.add_argument("--max-cp", type=int, default=16, metavar="N", help="largest context-parallel degree (default 16)")
+    g.add_argument("--max-vp", type=int, default=8, metavar="N", help="largest virtual pipeline degree (default 8)")
+    g.add_argument("--max-mbs", type=int, default=16, metavar="N", help="largest micro-batch size (default 16)")
+    g.add_argument("--min-headroom-gb", type=float, default=0.0, metavar="GB", help="memory each GPU must keep free, GB (1e9 B; default 0)")
     g.add_argument("--allow-cross-node-tp", action="store_true",
                    help="let tp and ep*etp span more than one NVLink domain")
     g.add_argument("--even-layers", action="store_true", help="only even layer splits (no uneven first/last stage)")
     g.add_argument("--precision", choices=PRECISIONS, default="bf16", help="GEMM precision (default bf16)")
     g.add_argument("--recipe", default="megatron", choices=RECIPES, help="model-state recipe (default megatron)")
     b = p.add_argument_group("budget (cheapest plan that trains N tokens within D days)")
-    b.add_argument("--tokens", type=float, help="tokens to train, e.g. 1e12")
-    b.add_argument("--days", type=float, help="wall-clock limit in days (needs --tokens)")
-    b.add_argument("--price", type=float, help="USD per GPU-hour (default: the accelerator's catalog price)")
+    b.add_argument("--tokens", type=float, metavar="N", help="tokens to train, e.g. 1e12")
+    b.add_argument("--days", type=float, metavar="D", help="wall-clock limit in days (needs --tokens)")
+    b.add_argument("--price", type=float, metavar="USD", help="USD per GPU-hour (default: the accelerator's catalog price)")
     b.add_argument("--objective", choices=("throughput", "cost"),
                    help="rank by tokens/s or by cost per token (default: cost with --tokens, else throughput)")
     h = p.add_argument_group("heterogeneous cluster (stage-to-GPU-type ILP; degrees fixed with --tp --pp --dp)")
@@ -79,11 +79,11 @@ def add_parser(subparsers) -> None:
                    help="inner choices (layer split, recompute count): exact enumeration of the split family, "
                         "or additionally the ILP's split for each shape (slower: one ILP per shape expanded; default enum)")
     s.add_argument("--solver", choices=("highs", "cbc"), default="highs", help="MILP solver behind PuLP (default highs)")
-    s.add_argument("--time-limit", type=float, default=10.0, help="seconds per ILP solve (default 10)")
+    s.add_argument("--time-limit", type=float, default=10.0, metavar="S", help="seconds per ILP solve (default 10)")
     s.add_argument("--json", action="store_true", help="print one JSON object")
     s.add_argument("--write-plan", metavar="FILE", help="write the best plan as YAML for meshcast simulate --plan")
     s.add_argument("--megatron-args", action="store_true", help="print the best plan as Megatron-LM arguments")
-    s.add_argument("-o", "--output", help="write a self-contained HTML page: Pareto front throughput vs headroom")
+    s.add_argument("-o", "--output", metavar="FILE", help="write a self-contained HTML page: Pareto front throughput vs headroom")
     s.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto trace JSON of one step of the best plan")
     s.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress counter on stderr (default: when stderr is a terminal)")

@@ -40,7 +40,7 @@ def usage_error(message: str, prog: str = "meshcast") -> UsageError:
         return UsageError(field.lower() if field != "COMMAND" else "command", f"{reason} (see {prog} --help)")
     m = re.match(r"the following arguments are required: (.*)", message)
     if m:
-        return UsageError(m.group(1).split(",")[0].strip().lstrip("-"), f"required (see {prog} --help)")
+        return UsageError(m.group(1).split(",")[0].strip().lstrip("-").lower(), f"required (see {prog} --help)")
     return UsageError("arguments", f"{message} (see {prog} --help)")
 
 

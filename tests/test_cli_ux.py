@@ -120,6 +120,10 @@ def test_usage_error_is_one_line(capsys):
     assert code == 2 and err.startswith("error: tp: invalid int value") and err.count("\n") == 1
     code, _, err = run_cli(capsys, "simulat")
     assert code == 2 and err.startswith("error: command: invalid choice 'simulat'")
+    code, _, err = run_cli(capsys)
+    assert code == 2 and err.startswith("error: command: required")
+    code, _, err = run_cli(capsys, "catalog", "--bogus")
+    assert code == 2 and err.startswith("error: arguments: unrecognized arguments: --bogus")
 
 
 def _reject(token):

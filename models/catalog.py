@@ -12,10 +12,13 @@ CATALOG_DIR = Path(__file__).parent / "catalog"
 
 @lru_cache(maxsize=None)
 def load_model(name_or_path: str) -> ModelSpec:
-    """The model named ``name_or_path``: a catalog name, a YAML file, or a HF ``config.json``."""
-    if name_or_path.endswith(".json"):
-        from models.hf_import import load_hf_config
-        return load_hf_config(name_or_path)
+    """The model named ``name_or_path``: a catalog name, a YAML file, or a Hugging Face model
+    (a ``config.json``, its folder, a hub-cache entry or an ``ORG/NAME`` in the local hub cache)."""
+    if not name_or_path.endswith((".yaml", ".yml")) and not (CATALOG_DIR / f"{name_or_path}.yaml").exists():
+        from models.hf_import import load_hf_config, resolve_hf_model
+        config = resolve_hf_model(name_or_path)
+        if config is not None:
+            return load_hf_config(config)
     return load_entry(name_or_path, CATALOG_DIR, ModelSpec, "model")
 
 

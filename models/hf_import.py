@@ -1,8 +1,8 @@
 """Build a :class:`ModelSpec` from a local Hugging Face ``config.json``.
 
 Supported ``model_type`` values: llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe,
-deepseek_v2, deepseek_v3, nemotron, gpt2 and gpt_neox. Only the fields that change the cost of
-training are read; rope scaling (``rope_scaling`` or the newer ``rope_parameters``), dropout,
+deepseek_v2, deepseek_v3, nemotron, gpt2, gpt_neox, phi3, olmo2, granite, gemma2 and gpt_oss.
+Only the fields that change the cost of training are read; rope scaling (``rope_scaling`` or the newer ``rope_parameters``), dropout,
 token ids and the like are accepted and ignored. Both old and new spellings of the size fields
 are accepted (``num_hidden_layers``/``n_layer``, ``hidden_size``/``n_embd``, ...).
 
@@ -10,12 +10,21 @@ are accepted (``num_hidden_layers``/``n_layer``, ``hidden_size``/``n_embd``, ...
 maximum context (128K and more today) is rarely its training sequence length; callers override
 the sequence length for the run they simulate anyway. The cap is written into ``notes``.
 
+Features a :class:`ModelSpec` cannot express but that change the cost only marginally are
+imported and written into ``notes`` (QK-norm, sandwich norms, logit soft-capping, attention
+sinks, router biases, scalar multipliers); sliding-window attention is costed as full causal
+attention, with a note saying by how much that can overstate attention time.
+
+:func:`resolve_hf_model` finds a config in a folder, in a Hugging Face hub-cache entry
+(``models--ORG--NAME``) or, by ``ORG/NAME``, in the local hub cache; nothing is downloaded.
+
 Every problem (missing file, malformed JSON, unknown ``model_type``, a missing or invalid field)
 raises :class:`SpecError` naming the file and the field.
 """
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -40,7 +49,7 @@ _MAX_POS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length
 
 # Families whose MLP is gated (gate, up, down) in the HF implementation.
 _GATED = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
-          "deepseek_v2", "deepseek_v3"}
+          "deepseek_v2", "deepseek_v3", "phi3", "olmo2", "granite", "gemma2", "gpt_oss"}
 # model_type -> (family, norm, default tie_word_embeddings, position)
 _FAMILY = {
     "llama": ("llama", "rmsnorm", False, "rope"),
@@ -55,6 +64,22 @@ _FAMILY = {
     "nemotron": ("nemotron", "layernorm", False, "rope"),
     "gpt2": ("gpt", "layernorm", True, "learned"),
     "gpt_neox": ("gpt-neox", "layernorm", False, "rope"),
+    "phi3": ("phi3", "rmsnorm", False, "rope"),
+    "olmo2": ("olmo2", "rmsnorm", False, "rope"),
+    "granite": ("granite", "rmsnorm", False, "rope"),
+    "gemma2": ("gemma2", "rmsnorm", True, "rope"),
+    "gpt_oss": ("gpt-oss", "rmsnorm", False, "rope"),
+}
+# Per family: what the HF implementation has that ModelSpec does not count, and why it is marginal.
+_UNMODELLED = {
+    "olmo2": "QK-norm (RMSNorm over q and k: hidden + kv_heads*head_dim params per layer) not modelled; "
+             "post-norm placement costs the same as pre-norm",
+    "granite": "embedding/residual/attention multipliers and logits_scaling are scalars (no cost)",
+    "gemma2": "sandwich norms (4 RMSNorms per layer, 2 counted), embedding scaling, attention-logit and "
+              "final-logit soft-capping (elementwise tanh) not modelled",
+    "gpt_oss": "attention sinks (num_heads params per layer), router bias and the clamped SwiGLU "
+               "(elementwise) not modelled",
+    "phi3": "fused qkv_proj/gate_up_proj are the same GEMM FLOPs as separate projections",
 }
 SUPPORTED_MODEL_TYPES = tuple(sorted(_FAMILY))
 
@@ -110,8 +135,11 @@ class _Config:
 
 def _activation(cfg: _Config, model_type: str) -> str:
     """ModelSpec activation from ``hidden_act`` (``activation_function`` for GPT-2)."""
-    key = "activation_function" if model_type == "gpt2" else "hidden_act"
-    default = {"gpt2": "gelu_new", "nemotron": "relu2", "gpt_neox": "gelu"}.get(model_type, "silu")
+    key = {"gpt2": "activation_function", "gemma2": "hidden_activation"}.get(model_type, "hidden_act")
+    if model_type == "gemma2" and cfg.data.get(key) is None:
+        key = "hidden_act"
+    default = {"gpt2": "gelu_new", "nemotron": "relu2", "gpt_neox": "gelu",
+               "gemma2": "gelu_pytorch_tanh"}.get(model_type, "silu")
     act = cfg.get(key, default, spec_field="activation")
     if not isinstance(act, str):
         raise cfg.error(key, f"expected an activation name, got {act!r}")
@@ -134,11 +162,11 @@ def _activation(cfg: _Config, model_type: str) -> str:
 def _moe(cfg: _Config, model_type: str, num_layers: int, notes: list[str]) -> dict | None:
     """The ModelSpec ``moe`` mapping, or None for a dense model."""
     cfg.used["moe.top_k"] = "num_experts_per_tok"
-    if model_type == "mixtral":
+    if model_type in ("mixtral", "gpt_oss"):
         cfg.used["moe.num_experts"] = "num_local_experts"
         cfg.used["moe.expert_ffn_hidden"] = "intermediate_size"
         return {"num_experts": cfg.integer("num_local_experts"),
-                "top_k": cfg.integer("num_experts_per_tok"),
+                "top_k": cfg.integer(("num_experts_per_tok", "experts_per_token")),
                 "expert_ffn_hidden": cfg.integer("intermediate_size")}
     if model_type in ("qwen2_moe", "qwen3_moe"):
         experts = cfg.integer("num_experts", 0)
@@ -184,6 +212,33 @@ def _moe(cfg: _Config, model_type: str, num_layers: int, notes: list[str]) -> di
     return None
 
 
+_WINDOWED = {"mistral", "mixtral", "phi3", "gemma2", "gpt_oss", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe"}
+_LAYER_TYPES = ("sliding_attention", "full_attention")
+
+
+def _sliding_window_note(cfg: _Config, model_type: str, num_layers: int, notes: list[str]) -> None:
+    """A note on sliding-window layers, which are costed as full causal attention.
+
+    Windowed layers: those ``layer_types`` marks ``sliding_attention``; every other layer for
+    Gemma-2; every layer for Mistral/Mixtral/Phi-3 (and Qwen with ``use_sliding_window``).
+    """
+    window = cfg.integer("sliding_window", None) if model_type in _WINDOWED else None
+    if model_type.startswith("qwen") and not cfg.flag("use_sliding_window", False):
+        window = None
+    if not window:
+        return
+    types = cfg.get("layer_types", None)
+    if types is not None:
+        if not isinstance(types, list) or len(types) != num_layers or any(t not in _LAYER_TYPES for t in types):
+            raise cfg.error("layer_types", f"expected {num_layers} entries, each one of {', '.join(_LAYER_TYPES)}")
+        windowed = types.count("sliding_attention")
+    else:
+        windowed = (num_layers + 1) // 2 if model_type == "gemma2" else num_layers
+    if windowed:
+        notes.append(f"sliding-window attention ({window} tokens) on {windowed} of {num_layers} layers is costed "
+                     f"as full causal attention: their attention time is overstated for sequences over {window} tokens")
+
+
 def _mla(cfg: _Config) -> dict:
     keys = ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
     return {"q_lora_rank": cfg.integer("q_lora_rank", None), **{k: cfg.integer(k) for k in keys}}
@@ -197,6 +252,8 @@ def _biases(cfg: _Config, model_type: str, notes: list[str]) -> dict:
         return {"linear_bias": False, "qkv_bias": True}
     if model_type == "gpt_neox":
         return {"linear_bias": cfg.flag("attention_bias", True)}
+    if model_type == "gpt_oss":   # attention_bias for q/k/v/o; expert MLPs always carry biases
+        return {"linear_bias": True} if cfg.flag("attention_bias", True) else {"linear_bias": False}
     attn = cfg.flag("attention_bias", False)
     mlp = cfg.flag("mlp_bias", False)
     if attn and mlp:
@@ -309,6 +366,9 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
         spec["moe"] = moe
     if model_type in ("qwen3", "qwen3_moe"):
         notes.append("per-head QK RMSNorm (2 x head_dim params per layer) not modelled")
+    if model_type in _UNMODELLED:
+        notes.append(_UNMODELLED[model_type])
+    _sliding_window_note(cfg, model_type, num_layers, notes)
 
     origin = data.get("_name_or_path")
     spec["source"] = f"Hugging Face config.json: {path}" + (f" ({origin})" if origin else "")
@@ -334,3 +394,60 @@ def _validate(spec: dict, cfg: _Config) -> ModelSpec:
             loc = next((f for word, f in _MESSAGE_FIELDS if word in msg), loc)
         field = cfg.used.get(loc) or _SPEC_TO_HF_DEFAULT.get(loc) or loc or "(config)"
         raise cfg.error(field, msg) from None
+
+
+def hub_cache_dirs() -> list[Path]:
+    """Local Hugging Face hub caches, in the order huggingface_hub looks: ``HF_HUB_CACHE``,
+    ``HUGGINGFACE_HUB_CACHE``, ``HF_HOME/hub``, then ``$XDG_CACHE_HOME`` or ``~/.cache``."""
+    dirs = [os.environ.get("HF_HUB_CACHE"), os.environ.get("HUGGINGFACE_HUB_CACHE")]
+    if os.environ.get("HF_HOME"):
+        dirs.append(str(Path(os.environ["HF_HOME"]) / "hub"))
+    dirs.append(str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "huggingface" / "hub"))
+    return [Path(d) for d in dict.fromkeys(d for d in dirs if d)]
+
+
+def _snapshot_config(repo: Path) -> Path:
+    """``config.json`` of a hub-cache entry ``models--ORG--NAME``: the revision ``refs/main``
+    names, else the newest snapshot holding one."""
+    ref = repo / "refs" / "main"
+    if ref.is_file():
+        cfg = repo / "snapshots" / ref.read_text().strip() / "config.json"
+        if cfg.is_file():
+            return cfg
+    found = sorted((p for p in (repo / "snapshots").glob("*/config.json") if p.is_file()),
+                   key=lambda p: p.stat().st_mtime)
+    if not found:
+        raise SpecError(str(repo), "no snapshots/<revision>/config.json in this Hugging Face cache entry")
+    return found[-1]
+
+
+_REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+
+
+def resolve_hf_model(name: str) -> Path | None:
+    """The ``config.json`` that ``name`` points at, or None when it is not a Hugging Face model.
+
+    ``name`` may be a ``.json`` file, a folder holding ``config.json``, a hub-cache entry
+    (``.../models--ORG--NAME``) or a repo id ``ORG/NAME`` present in a local hub cache
+    (:func:`hub_cache_dirs`). Nothing is ever downloaded.
+    """
+    path = Path(name).expanduser()
+    if name.endswith(".json"):
+        return path
+    if path.is_dir():
+        if (path / "config.json").is_file():
+            return path / "config.json"
+        if (path / "snapshots").is_dir():
+            return _snapshot_config(path)
+        raise SpecError(str(path), "folder has no config.json (nor snapshots/, as a Hugging Face cache entry)")
+    if path.exists() or not _REPO_ID.fullmatch(name):
+        return None
+    org, repo = name.split("/")
+    for cache in hub_cache_dirs():
+        entry = cache / f"models--{org}--{repo}"
+        if entry.is_dir():
+            return _snapshot_config(entry)
+    caches = ", ".join(str(d) for d in hub_cache_dirs())
+    raise SpecError("model", f"{name!r} is not a catalog model, a file, or in the local Hugging Face cache "
+                             f"({caches}); meshcast never downloads: fetch its config.json first "
+                             f"(huggingface-cli download {name} config.json)")

@@ -6,10 +6,6 @@ import sys
 from pathlib import Path
 
 from meshcast.commands.common import emit_json
-from simulator.calibration import DEFAULT, load_calibration, save_calibration
-from validation.calibrate import calibrate, physical_violations, profile_metadata
-from validation.hardware import hardware_for
-from validation.records import load_measurements
 
 
 def add_parser(sub) -> None:
@@ -38,6 +34,11 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Fit, report fitted and held-out error, and write the profile."""
+    from simulator.calibration import DEFAULT, load_calibration, save_calibration
+    from validation.calibrate import calibrate, physical_violations, profile_metadata
+    from validation.hardware import hardware_for
+    from validation.records import load_measurements
+
     files = []
     for path in args.measurements:
         mf = load_measurements(path)
@@ -55,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         meta["seeded_from"] = args.start
     save_calibration(report.calibration, Path(args.output), meta)
     if args.json:
-        emit_json({**meta, "parameters": report.calibration.to_dict()})
+        emit_json({**meta, "parameters": report.calibration.to_dict()}, "calibrate")
         return 0
     for key, res in report.fits.items():
         print(f"{key}: {res.n_records} records, rms log-error {res.residual_rms:.3f}, "
@@ -82,6 +83,8 @@ def _transfer(paths: list[str], cal) -> dict:
     """Per file and kind: MAPE and worst error of records of another accelerator predicted with
     ``cal`` (fitted elsewhere) and that accelerator's own datasheet."""
     from validation.accuracy import evaluate, summarize
+    from validation.hardware import hardware_for
+    from validation.records import load_measurements
 
     out = {}
     for path in paths:

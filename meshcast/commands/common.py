@@ -1,54 +1,90 @@
-"""Options shared by several subcommands: model, cluster, plan degrees, calibration, output."""
+"""Options shared by several subcommands: model, cluster, plan degrees, calibration, output.
+
+This module is imported while the parser is built (``meshcast --help``), so it imports nothing
+heavy at module level: numpy, scipy, pydantic, plotly and PuLP load inside the functions that
+run a command.
+"""
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 
-from hardware_specs import load_hardware
-from hardware_specs.errors import MeshcastError
-from models import load_model
-from simulator.calibration import calibration_for
-from simulator.plan import ParallelPlan, load_plan, plan_from_dict
+from meshcast import __version__
 
-PLAN_OPTIONS = (  # (flag, plan field, type, help)
-    ("--tp", "tp", int, "tensor-parallel degree (with sequence parallelism unless --no-sp)"),
-    ("--pp", "pp", int, "pipeline-parallel stages"),
-    ("--vp", "vp", int, "virtual pipeline stages (model chunks) per device"),
-    ("--dp", "dp", int, "data-parallel degree (default: GPUs / (tp*pp*cp))"),
-    ("--cp", "cp", int, "context-parallel degree"),
-    ("--ep", "ep", int, "expert-parallel degree"),
-    ("--etp", "etp", int, "expert tensor-parallel degree (default: tp)"),
-    ("--mbs", "mbs", int, "micro-batch size (sequences)"),
-    ("--gbs", "gbs", int, "global batch size (sequences)"),
-    ("--seq", "seq", int, "sequence length (tokens; default: the model's)"),
-    ("--zero", "zero_stage", int, "ZeRO stage 0-3 (1 = distributed optimizer; default 1)"),
-    ("--recompute", "recompute", str, "activation recompute: none, selective or full"),
-    ("--recompute-layers", "recompute_layers", int, "fully recompute only this many layers per stage"),
-    ("--schedule", "schedule", str, "pipeline schedule: gpipe, 1f1b or interleaved"),
-    ("--precision", "precision", str, "GEMM precision: bf16, fp16 or fp8"),
-    ("--framework", "framework", str, "framework that runs the plan (default megatron-core; see "
-                                       "`meshcast catalog --frameworks`)"),
-    ("--attention", "attention", str, "attention kernel: flash or unfused"),
+# The values simulator.plan accepts (tests/test_cli_ux.py checks they stay equal).
+SCHEDULES = ("gpipe", "1f1b", "interleaved")
+RECOMPUTE = ("none", "selective", "full")
+# simulator/frameworks/*.yaml (kept here so --help imports nothing heavy; a test checks they agree)
+FRAMEWORKS = ("deepspeed", "megatron-core", "megatron-core-local", "pytorch", "torchtitan")
+DEFAULT_FRAMEWORK = "megatron-core"
+PRECISIONS = ("bf16", "fp16", "fp8")
+ATTENTION = ("flash", "unfused", "math")
+
+MEGATRON_ALIASES = {  # meshcast flag -> Megatron-LM spellings accepted as the same option
+    "--tp": ("--tensor-model-parallel-size",),
+    "--pp": ("--pipeline-model-parallel-size",),
+    "--vp": ("--num-virtual-stages-per-pipeline-rank",),
+    "--dp": ("--data-parallel-size",),
+    "--cp": ("--context-parallel-size",),
+    "--ep": ("--expert-model-parallel-size",),
+    "--etp": ("--expert-tensor-parallel-size",),
+    "--mbs": ("--micro-batch-size",),
+    "--gbs": ("--global-batch-size",),
+    "--seq": ("--seq-length",),
+    "--recompute": ("--recompute-granularity",),
+}
+
+PLAN_OPTIONS = (  # (flag, plan field, type, choices, help)
+    ("--tp", "tp", int, None, "tensor-parallel degree (with sequence parallelism unless --no-sp)"),
+    ("--pp", "pp", int, None, "pipeline-parallel stages"),
+    ("--vp", "vp", int, None, "virtual pipeline stages (model chunks) per device"),
+    ("--dp", "dp", int, None, "data-parallel degree (default: GPUs / (tp*pp*cp))"),
+    ("--cp", "cp", int, None, "context-parallel degree"),
+    ("--ep", "ep", int, None, "expert-parallel degree"),
+    ("--etp", "etp", int, None, "expert tensor-parallel degree (default: tp)"),
+    ("--mbs", "mbs", int, None, "micro-batch size in sequences"),
+    ("--gbs", "gbs", int, None, "global batch size in sequences"),
+    ("--seq", "seq", int, None, "sequence length in tokens (default: the model's)"),
+    ("--zero", "zero_stage", int, (0, 1, 2, 3), "ZeRO stage, as the framework means it (default: the framework's; megatron-core: 1)"),
+    ("--recompute", "recompute", str, RECOMPUTE, "activation recompute (default none)"),
+    ("--recompute-layers", "recompute_layers", int, None, "fully recompute only this many layers per stage"),
+    ("--schedule", "schedule", str, SCHEDULES, "pipeline schedule (default: interleaved when vp > 1, else 1f1b)"),
+    ("--precision", "precision", str, PRECISIONS, "GEMM precision (default bf16)"),
+    ("--framework", "framework", str, FRAMEWORKS,
+     "framework that runs the plan; decides the plan space, memory semantics and kernels (default megatron-core)"),
+    ("--attention", "attention", str, ATTENTION, "attention kernel (default flash)"),
 )
+
+
+def option_strings(flag: str) -> tuple[str, ...]:
+    """``flag`` and its Megatron-LM aliases, for ``add_argument``."""
+    return (flag, *MEGATRON_ALIASES.get(flag, ()))
 
 
 def add_model_cluster(p: argparse.ArgumentParser, gpus_required: bool = False) -> None:
     """Add --model, --cluster, --gpus and --calibration."""
-    p.add_argument("--model", required=True, help="catalog model name, model YAML or HF config.json")
-    p.add_argument("--cluster", required=True, help="catalog cluster name or cluster YAML")
-    p.add_argument("--gpus", type=int, required=gpus_required, help="GPUs in use (default: whole cluster)")
-    p.add_argument("--calibration", help="calibration profile name or YAML (default: the accelerator's)")
+    p.add_argument("--model", required=True, metavar="NAME|PATH",
+                   help="catalog model name, model YAML, HF config.json or its folder, or HF cache ORG/NAME")
+    p.add_argument("--cluster", required=True, metavar="NAME|PATH", help="catalog cluster name or cluster YAML")
+    p.add_argument("--gpus", type=int, required=gpus_required, metavar="N", help="GPUs in use (default: the whole cluster)")
+    p.add_argument("--calibration", metavar="NAME|PATH", help="calibration profile name or YAML (default: the accelerator's)")
 
 
 def add_plan_options(p: argparse.ArgumentParser) -> None:
-    """Add the parallel-plan flags (and --plan FILE)."""
-    g = p.add_argument_group("parallel plan (or --plan FILE; flags override the file)")
-    g.add_argument("--plan", help="plan YAML (fields of simulator.plan.ParallelPlan)")
-    for flag, field, typ, help_ in PLAN_OPTIONS:
-        g.add_argument(flag, dest=field, type=typ, help=help_)
-    g.add_argument("--layers-per-stage", help="comma-separated layers per pipeline stage (uneven split)")
-    g.add_argument("--no-sp", action="store_true", help="disable sequence parallelism")
+    """Add the parallel-plan flags (and --plan FILE), with their Megatron-LM spellings."""
+    g = p.add_argument_group("parallel plan (or --plan FILE; flags override the file; "
+                             "Megatron-LM spellings accepted)")
+    g.add_argument("--plan", metavar="FILE", help="plan YAML (fields of simulator.plan.ParallelPlan)")
+    for flag, field, typ, choices, help_ in PLAN_OPTIONS:
+        g.add_argument(*option_strings(flag), dest=field, type=typ, choices=choices,
+                       metavar=None if choices else "N", help=help_)
+    g.add_argument("--layers-per-stage", metavar="N,N,...", help="layers per pipeline stage (uneven split)")
+    g.add_argument("--sequence-parallel", dest="sp", action="store_true", default=None,
+                   help="sequence parallelism with tp (the default)")
+    g.add_argument("--no-sp", "--no-sequence-parallel", dest="sp", action="store_false",
+                   help="disable sequence parallelism")
     g.add_argument("--tp-comm-overlap", action="store_true", help="overlap TP communication with GEMMs")
     g.add_argument("--ep-comm-overlap", action="store_true", help="overlap MoE all-to-alls with expert compute")
     g.add_argument("--no-overlap-grad-reduce", action="store_true", help="do not overlap DP gradient reduction")
@@ -57,11 +93,14 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--dropout", action="store_true", help="model has dropout (stores masks)")
 
 
-def plan_from_args(args: argparse.Namespace) -> ParallelPlan:
-    """A plan from --plan FILE overridden by explicit flags."""
+def plan_from_args(args: argparse.Namespace):
+    """A :class:`~simulator.plan.ParallelPlan` from --plan FILE overridden by explicit flags."""
+    from hardware_specs.errors import MeshcastError
+    from simulator.plan import load_plan, plan_from_dict
+
     data = load_plan(args.plan).to_dict() if getattr(args, "plan", None) else {}
     data = {k: v for k, v in data.items() if v is not None}
-    for _, field, _, _ in PLAN_OPTIONS:
+    for _, field, _, _, _ in PLAN_OPTIONS:
         value = getattr(args, field, None)
         if value is not None:
             data[field] = value
@@ -70,7 +109,9 @@ def plan_from_args(args: argparse.Namespace) -> ParallelPlan:
             data["layers_per_stage"] = [int(x) for x in args.layers_per_stage.split(",")]
         except ValueError:
             raise MeshcastError("layers-per-stage", f"expected comma-separated integers, got {args.layers_per_stage!r}")
-    for flag, field, value in (("no_sp", "sequence_parallel", False), ("tp_comm_overlap", "tp_comm_overlap", True),
+    if getattr(args, "sp", None) is False:
+        data["sequence_parallel"] = False
+    for flag, field, value in (("tp_comm_overlap", "tp_comm_overlap", True),
                                ("ep_comm_overlap", "ep_comm_overlap", True),
                                ("no_overlap_grad_reduce", "overlap_grad_reduce", False),
                                ("offload_optimizer", "offload_optimizer", True),
@@ -82,15 +123,39 @@ def plan_from_args(args: argparse.Namespace) -> ParallelPlan:
 
 def load_inputs(args: argparse.Namespace):
     """(model, hardware, calibration, where the calibration came from) from the common options."""
+    from hardware_specs import load_hardware
+    from models import load_model
+    from simulator.calibration import calibration_for
+
     model = load_model(args.model)
     hw = load_hardware(args.cluster, args.gpus)
     cal, note = calibration_for(hw.accelerator, args.calibration)
     return model, hw, cal, note
 
 
-def emit_json(obj) -> None:
-    """Print one JSON object to stdout."""
-    json.dump(obj, sys.stdout, indent=2, default=str)
+JSON_SCHEMA_REVISION = 1
+"""Revision of every command's JSON layout (docs/json.md); bumped when a field changes meaning or goes."""
+
+
+def json_header(command: str) -> dict:
+    """The fields every ``--json`` output starts with: its schema and the meshcast version."""
+    return {"schema_version": f"meshcast.{command}/{JSON_SCHEMA_REVISION}", "meshcast_version": __version__}
+
+
+def finite(obj):
+    """``obj`` with every NaN or infinite float replaced by None (JSON has no NaN)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite(v) for v in obj]
+    return obj
+
+
+def emit_json(obj: dict, command: str) -> None:
+    """Print one strict JSON object (no NaN) to stdout, headed by ``json_header(command)``."""
+    json.dump(finite({**json_header(command), **obj}), sys.stdout, indent=2, default=str, allow_nan=False)
     sys.stdout.write("\n")
 
 

@@ -10,15 +10,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from hardware_specs import load_hardware
-from hardware_specs.catalog import load_cluster, load_node
-from hardware_specs.errors import MeshcastError
-from models import load_model
-from simulator.calibration import calibration_for
-from simulator.frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS
-from simulator.plan import SCHEDULES, ParallelPlan
+from meshcast.commands.common import DEFAULT_FRAMEWORK, FRAMEWORKS, PRECISIONS, RECOMPUTE, SCHEDULES, emit_json, option_strings
 
-FIXED = (  # (flag, field, help)
+FIXED = (  # (flag, field, help); Megatron-LM spellings from common.MEGATRON_ALIASES
     ("--tp", "tp", "fix the tensor-parallel degree"),
     ("--pp", "pp", "fix the pipeline-parallel degree"),
     ("--cp", "cp", "fix the context-parallel degree"),
@@ -39,35 +33,40 @@ def add_parser(subparsers) -> None:
         description="Search parallel plans (tp/sp, cp, pp + schedule + vp, ep/etp, ZeRO, recompute, micro-batch, "
                     "layer split) with simulate() as the cost model; prune by memory and time bounds so the "
                     "plans returned are provably the best under the model. Ranges: --gpus 512:2048, --gbs 1024:4096.")
-    p.add_argument("--model", required=True, help="catalog model name, model YAML or HF config.json")
-    p.add_argument("--cluster", help="catalog cluster name or cluster YAML (required unless --pool)")
-    p.add_argument("--gpus", help="GPU count N or range LO:HI[:STEP] (default: the whole cluster)")
-    p.add_argument("--gbs", required=True, help="global batch in sequences: N, or a range LO:HI")
-    p.add_argument("--seq", type=int, help="sequence length in tokens (default: the model's)")
-    p.add_argument("--top", type=int, default=5, help="how many plans (distinct layouts) to show (default 5)")
-    p.add_argument("--calibration", help="calibration profile name or YAML (default: the accelerator's)")
+    p.add_argument("--model", required=True, metavar="NAME|PATH",
+                   help="catalog model name, model YAML, HF config.json or its folder, or HF cache ORG/NAME")
+    p.add_argument("--cluster", metavar="NAME|PATH", help="catalog cluster name or cluster YAML (required unless --pool)")
+    p.add_argument("--gpus", metavar="N|LO:HI[:STEP]", help="GPU count N or range LO:HI[:STEP] (default: the whole cluster)")
+    p.add_argument(*option_strings("--gbs"), dest="gbs", required=True, metavar="N|LO:HI",
+                   help="global batch in sequences: N, or a range LO:HI")
+    p.add_argument(*option_strings("--seq"), dest="seq", type=int, metavar="N",
+                   help="sequence length in tokens (default: the model's)")
+    p.add_argument("--top", type=int, default=5, metavar="N", help="how many plans (distinct layouts) to show (default 5)")
+    p.add_argument("--calibration", metavar="NAME|PATH", help="calibration profile name or YAML (default: the accelerator's)")
     g = p.add_argument_group("constraints")
     for flag, field, help_ in FIXED:
-        g.add_argument(flag, dest=f"fix_{field}", type=int, metavar="N", help=help_)
-    g.add_argument("--recompute", dest="fix_recompute", choices=("none", "selective", "full"),
+        choices = (0, 1, 2, 3) if field == "zero_stage" else None
+        g.add_argument(*option_strings(flag), dest=f"fix_{field}", type=int, choices=choices,
+                       metavar=None if choices else "N", help=help_)
+    g.add_argument(*option_strings("--recompute"), dest="fix_recompute", choices=RECOMPUTE,
                    help="fix the recompute mode")
-    g.add_argument("--schedules", help=f"comma-separated pipeline schedules to consider ({','.join(SCHEDULES)})")
-    g.add_argument("--max-tp", type=int, help="largest tensor-parallel degree")
-    g.add_argument("--max-pp", type=int, help="largest pipeline degree")
-    g.add_argument("--max-cp", type=int, default=16, help="largest context-parallel degree (default 16)")
-    g.add_argument("--max-vp", type=int, default=8, help="largest virtual pipeline degree (default 8)")
-    g.add_argument("--max-mbs", type=int, default=16, help="largest micro-batch size (default 16)")
-    g.add_argument("--min-headroom-gb", type=float, default=0.0, help="memory each GPU must keep free, GB (1e9 B; default 0)")
+    g.add_argument("--schedules", metavar="LIST", help=f"comma-separated pipeline schedules to consider ({','.join(SCHEDULES)})")
+    g.add_argument("--max-tp", type=int, metavar="N", help="largest tensor-parallel degree")
+    g.add_argument("--max-pp", type=int, metavar="N", help="largest pipeline degree")
+    g.add_argument("--max-cp", type=int, default=16, metavar="N", help="largest context-parallel degree (default 16)")
+    g.add_argument("--max-vp", type=int, default=8, metavar="N", help="largest virtual pipeline degree (default 8)")
+    g.add_argument("--max-mbs", type=int, default=16, metavar="N", help="largest micro-batch size (default 16)")
+    g.add_argument("--min-headroom-gb", type=float, default=0.0, metavar="GB", help="memory each GPU must keep free, GB (1e9 B; default 0)")
     g.add_argument("--allow-cross-node-tp", action="store_true",
                    help="let tp and ep*etp span more than one NVLink domain")
     g.add_argument("--even-layers", action="store_true", help="only even layer splits (no uneven first/last stage)")
-    g.add_argument("--precision", choices=("bf16", "fp16", "fp8"), default="bf16", help="GEMM precision (default bf16)")
+    g.add_argument("--precision", choices=PRECISIONS, default="bf16", help="GEMM precision (default bf16)")
     g.add_argument("--framework", default=DEFAULT_FRAMEWORK, choices=FRAMEWORKS,
                    help=f"framework that runs the plan: the plan space is its space (default {DEFAULT_FRAMEWORK})")
     b = p.add_argument_group("budget (cheapest plan that trains N tokens within D days)")
-    b.add_argument("--tokens", type=float, help="tokens to train, e.g. 1e12")
-    b.add_argument("--days", type=float, help="wall-clock limit in days (needs --tokens)")
-    b.add_argument("--price", type=float, help="USD per GPU-hour (default: the accelerator's catalog price)")
+    b.add_argument("--tokens", type=float, metavar="N", help="tokens to train, e.g. 1e12")
+    b.add_argument("--days", type=float, metavar="D", help="wall-clock limit in days (needs --tokens)")
+    b.add_argument("--price", type=float, metavar="USD", help="USD per GPU-hour (default: the accelerator's catalog price)")
     b.add_argument("--objective", choices=("throughput", "cost"),
                    help="rank by tokens/s or by cost per token (default: cost with --tokens, else throughput)")
     h = p.add_argument_group("heterogeneous cluster (stage-to-GPU-type ILP; degrees fixed with --tp --pp --dp)")
@@ -81,11 +80,11 @@ def add_parser(subparsers) -> None:
                    help="inner choices (layer split, recompute count): exact enumeration of the split family, "
                         "or additionally the ILP's split for each shape (slower: one ILP per shape expanded; default enum)")
     s.add_argument("--solver", choices=("highs", "cbc"), default="highs", help="MILP solver behind PuLP (default highs)")
-    s.add_argument("--time-limit", type=float, default=10.0, help="seconds per ILP solve (default 10)")
+    s.add_argument("--time-limit", type=float, default=10.0, metavar="S", help="seconds per ILP solve (default 10)")
     s.add_argument("--json", action="store_true", help="print one JSON object")
     s.add_argument("--write-plan", metavar="FILE", help="write the best plan as YAML for meshcast simulate --plan")
     s.add_argument("--megatron-args", action="store_true", help="print the best plan as Megatron-LM arguments")
-    s.add_argument("-o", "--output", help="write a self-contained HTML page: Pareto front throughput vs headroom")
+    s.add_argument("-o", "--output", metavar="FILE", help="write a self-contained HTML page: Pareto front throughput vs headroom")
     s.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto trace JSON of one step of the best plan")
     s.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress counter on stderr (default: when stderr is a terminal)")
@@ -100,9 +99,15 @@ def _fixed(args) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     """Search the best plans and print, write or export them."""
+    from hardware_specs import load_hardware
+    from hardware_specs.catalog import load_cluster, load_node
+    from hardware_specs.errors import MeshcastError
+    from models import load_model
     from planners.report import format_megatron, format_text, result_dict, write_html, write_plan_yaml
     from planners.search import Objective, search
     from planners.space import make_constraints
+    from simulator.calibration import calibration_for
+    from simulator.plan import ParallelPlan
 
     model = load_model(args.model)
     if args.pool:
@@ -152,8 +157,7 @@ def run(args: argparse.Namespace) -> int:
         write_html(res, res.explored, args.output,
                    f"meshcast plan: {model.name} on {gpus_text} x {hw0.accelerator.name}, gbs {args.gbs} x seq {c.seq}")
     if args.json:
-        from meshcast.commands.common import emit_json
-        emit_json(result_dict(res, request))
+        emit_json(result_dict(res, request), "plan")
         return 0
     line = (f"{model.name} on {gpus_text} x {hw0.accelerator.name} ({cluster.name}), gbs {args.gbs} x seq {c.seq}, "
             f"objective {kind}; calibration: {cal_note}\n"
@@ -173,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
 
 def run_heterogeneous(args: argparse.Namespace, model) -> int:
     """Stages of one fixed layout on several GPU types: layers, recompute and type per stage."""
-    from meshcast.commands.common import emit_json
+    from simulator.calibration import calibration_for
 
     pools = _parse_pools(args.pool)
     plan, modes = _heterogeneous_layout(args, model, pools)
@@ -188,7 +192,7 @@ def run_heterogeneous(args: argparse.Namespace, model) -> int:
         emit_json({"plan": out.plan.to_dict(), "stages": rows, "pipeline_s": sol.pipeline_s,
                    "step_time_s": out.step_time_s, "gpus_by_type": out.gpus_by_type,
                    "solver": {"name": sol.info.solver, "status": sol.info.status, "gap": sol.info.gap,
-                              "time_s": sol.info.time_s}})
+                              "time_s": sol.info.time_s}}, "plan")
         return 0
     _print_heterogeneous(args, model, plan, out, rows, mode)
     return 0
@@ -196,6 +200,10 @@ def run_heterogeneous(args: argparse.Namespace, model) -> int:
 
 def _parse_pools(specs: list[str]) -> list:
     """(Hardware, GPU count) for each ``CLUSTER:GPUS`` pool."""
+    from hardware_specs import load_hardware
+    from hardware_specs.catalog import load_cluster, load_node
+    from hardware_specs.errors import MeshcastError
+
     pools = []
     for spec in specs:
         name, _, count = spec.rpartition(":")
@@ -208,9 +216,11 @@ def _parse_pools(specs: list[str]) -> list:
     return pools
 
 
-def _heterogeneous_layout(args: argparse.Namespace, model, pools) -> tuple[ParallelPlan, list[str]]:
-    """The fixed layout (tp, pp, dp from the flags) and the recompute modes to try."""
+def _heterogeneous_layout(args: argparse.Namespace, model, pools) -> tuple:
+    """The fixed layout (a ParallelPlan: tp, pp, dp from the flags) and the recompute modes to try."""
+    from hardware_specs.errors import MeshcastError
     from planners.space import parse_count_range
+    from simulator.plan import ParallelPlan
 
     fixed = _fixed(args)
     for need in ("tp", "pp", "dp"):
@@ -231,13 +241,14 @@ def _heterogeneous_layout(args: argparse.Namespace, model, pools) -> tuple[Paral
     modes = ["none"] if rec == "none" else [full_mode] if rec == "full" else ["none", full_mode]
     plan = ParallelPlan(tp=fixed["tp"], pp=fixed["pp"], dp=fixed["dp"], cp=fixed.get("cp", 1), vp=fixed.get("vp", 1),
                         mbs=fixed.get("mbs", 1), gbs=hi, seq=args.seq or model.seq_len,
-                        zero_stage=fixed.get("zero_stage", 1), precision=args.precision, framework=args.framework,
+                        zero_stage=fixed.get("zero_stage"), precision=args.precision, framework=args.framework,
                         layers_per_stage=_even_blocks(model.num_layers, fixed["pp"], fixed.get("vp", 1)))
     return plan, modes
 
 
-def _best_heterogeneous(args: argparse.Namespace, model, pools, plan: ParallelPlan, modes: list[str], cal):
+def _best_heterogeneous(args: argparse.Namespace, model, pools, plan, modes: list[str], cal):
     """The faster of the recompute modes' ILP solutions; MeshcastError when none fits."""
+    from hardware_specs.errors import MeshcastError
     from planners.ilp import ILPError, plan_heterogeneous
 
     out, best_mode, err = None, None, None
@@ -270,7 +281,7 @@ def _write_heterogeneous_plan(args: argparse.Namespace, model, out) -> None:
         yaml.safe_dump(doc, fh, sort_keys=False)
 
 
-def _print_heterogeneous(args: argparse.Namespace, model, plan: ParallelPlan, out, rows: list, mode: str) -> None:
+def _print_heterogeneous(args: argparse.Namespace, model, plan, out, rows: list, mode: str) -> None:
     sol = out.solution
     print(f"{model.name}: tp={plan.tp} pp={plan.pp} dp={plan.dp} over {', '.join(args.pool)} "
           f"(stage costs from simulate() on each GPU type; {sol.info.solver} {sol.info.status}, gap "

@@ -5,9 +5,6 @@ import argparse
 
 from meshcast.commands.common import (add_model_cluster, add_plan_options, emit_json, fmt_bytes, fmt_time,
                                       load_inputs, plan_from_args)
-from simulator import simulate
-from simulator.costing import train_cost
-from simulator.result import BOTTLENECK_NAMES, Result
 
 
 def framework_line(p) -> str:
@@ -22,22 +19,24 @@ def add_parser(sub) -> None:
     """Register the simulate subcommand."""
     p = sub.add_parser("simulate", help="predict step time, throughput, MFU and memory of one plan",
                        description="Predict one training step: step time, tokens/s, MFU/HFU, memory per "
-                                   "device (fits or not), the time breakdown and the bottleneck.",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                   "device (fits or not), the time breakdown and the bottleneck.")
     add_model_cluster(p)
     add_plan_options(p)
     g = p.add_argument_group("cost to train")
-    g.add_argument("--tokens", type=float, help="token budget, e.g. 15e12: prints days, dollars and energy")
-    g.add_argument("--price", type=float, help="USD per GPU-hour (default: the accelerator's catalog price)")
-    g.add_argument("--pue", type=float, default=1.0, help="power usage effectiveness for facility energy")
+    g.add_argument("--tokens", type=float, metavar="N", help="token budget, e.g. 15e12: prints days, dollars and energy")
+    g.add_argument("--price", type=float, metavar="USD", help="USD per GPU-hour (default: the accelerator's catalog price)")
+    g.add_argument("--pue", type=float, default=1.0, metavar="X", help="power usage effectiveness for facility energy (default 1.0)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("-o", "--output", help="write a self-contained HTML report (plotly)")
-    p.add_argument("--trace", help="write a Chrome/Perfetto trace JSON of one step")
+    p.add_argument("-o", "--output", metavar="FILE", help="write a self-contained HTML report (plotly)")
+    p.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto trace JSON of one step")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Simulate one plan and print (or write) the result."""
+    from simulator import simulate
+    from simulator.costing import train_cost
+
     model, hw, cal, cal_note = load_inputs(args)
     plan = plan_from_args(args)
     want_timeline = bool(args.output or args.trace)
@@ -50,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
         write_chrome_trace(result, args.trace)
     cost = train_cost(result, args.tokens, args.price, args.pue, accelerator=hw.accelerator)
     if args.json:
-        emit_json({**result.to_dict(), "calibration_note": cal_note, "cost": cost})
+        emit_json({**result.to_dict(), "calibration_note": cal_note, "cost": cost}, "simulate")
     else:
         print(format_result(result))
         print(f"calibration: {cal_note}")
@@ -69,8 +68,10 @@ def format_cost(c: dict) -> str:
     return "\n".join(lines)
 
 
-def format_result(r: Result) -> str:
-    """The human-readable summary of a simulation."""
+def format_result(r) -> str:
+    """The human-readable summary of a simulation (a :class:`simulator.result.Result`)."""
+    from simulator.result import BOTTLENECK_NAMES
+
     p = r.plan
     mem = r.memory
     lines = [

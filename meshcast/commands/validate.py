@@ -6,10 +6,6 @@ import math
 from pathlib import Path
 
 from meshcast.commands.common import emit_json
-from simulator.calibration import calibration_for, profile_fitted_on
-from validation.accuracy import PLAIN_ROOFLINE, evaluate, repeat_stats, summarize
-from validation.hardware import hardware_for
-from validation.records import load_measurements
 
 
 def add_parser(sub) -> None:
@@ -31,6 +27,11 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Compare predictions with measurement files and/or published runs."""
+    from simulator.calibration import calibration_for, profile_fitted_on
+    from validation.accuracy import PLAIN_ROOFLINE, evaluate, repeat_stats, summarize
+    from validation.hardware import hardware_for
+    from validation.records import load_measurements
+
     if not args.measurements and not args.published and not args.published_layers:
         from hardware_specs.errors import MeshcastError
         raise MeshcastError("measurements", "give --measurements FILE... and/or --published FILE.csv")
@@ -71,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
             figures.append(("Published runs", published_table(done, out["published"]["per_source"])))
         write_report(args.output, figures)
     if args.json:
-        emit_json(out)
+        emit_json(out, "validate")
     else:
         print(format_text(out))
     return 0

@@ -43,18 +43,19 @@ def add_parser(sub) -> None:
                    help="search the best plan at each point (planners.search) instead of keeping the plan")
     w.add_argument("--replan-fix", default="", metavar="tp,pp,...",
                    help="with --replan: keep these plan fields from the plan flags at every point")
-    w.add_argument("--jobs", type=int, help="worker processes (default: 2 when re-planning several points, else 1)")
+    w.add_argument("--jobs", type=int, metavar="N", help="worker processes (default: 2 when re-planning several points, else 1)")
     w.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar on stderr for sweeps longer than a second (default: when stderr is a terminal)")
     c = p.add_argument_group("cost")
-    c.add_argument("--tokens", type=float, help="token budget to train, e.g. 15e12: days, dollars and energy")
-    c.add_argument("--price", help="USD per GPU-hour (default: the catalog's indicative price), or "
+    c.add_argument("--tokens", type=float, metavar="N", help="token budget to train, e.g. 15e12: days, dollars and energy")
+    c.add_argument("--price", metavar="USD|NAME=USD,...", help="USD per GPU-hour (default: the catalog's indicative price), or "
                                    "per accelerator: h100-sxm=2.5,h200-sxm=3.4")
-    c.add_argument("--pue", type=float, default=1.0, help="power usage effectiveness for the facility energy")
+    c.add_argument("--pue", type=float, default=1.0, metavar="X",
+                   help="power usage effectiveness for the facility energy (default 1.0)")
     o = p.add_argument_group("output")
     o.add_argument("--json", action="store_true", help="print one JSON object")
-    o.add_argument("-o", "--output", help="write a self-contained HTML report (plotly)")
-    o.add_argument("--trace-dir", help="write a Chrome/Perfetto trace JSON of one step per point into this folder")
+    o.add_argument("-o", "--output", metavar="FILE", help="write a self-contained HTML report (plotly)")
+    o.add_argument("--trace-dir", metavar="DIR", help="write a Chrome/Perfetto trace JSON of one step per point into this folder")
     p.set_defaults(run=run)
 
 
@@ -109,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
     if args.output:
         write_html(sweep, args.output)
     if args.json:
-        emit_json(sweep.to_dict())
+        emit_json(sweep.to_dict(), "whatif")
     else:
         print(format_text(sweep))
         if args.output:

@@ -183,6 +183,7 @@ class ChainProfile:
     capacity: float
     step_extra_s: float = 0.0   # data-parallel + optimizer seconds of the probe (not in the ILP)
     rebuild_always: bool = True
+    overlap_cost: float = 0.0   # share of an overlapped pipeline send still charged (comm_overlap_slowdown)
 
     def stage_time(self, s: int, layers: int, recomputed: int) -> float:
         return (layers * self.t_layer + recomputed * self.t_recompute
@@ -200,7 +201,7 @@ class ChainProfile:
 
     def pipeline(self, times: Sequence[float]) -> float:
         return pipeline_time(list(times), [0.0] * len(times), self.microbatches, self.vp, self.p2p_s,
-                             self.overlap_p2p)
+                             self.overlap_p2p, self.overlap_cost)
 
 
 def _probe_splits(L: int, pp: int, vp: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -290,7 +291,7 @@ def profile_chain(model: ModelSpec, hardware: Hardware, plan: ParallelPlan,
         act_layer=a, act_recomputed=x, act_rebuild=rb, act_first=af, logits_last=lg,
         in_flight=tuple(m.in_flight_microbatches for m in r_none.stage_memory), frag=frag,
         workspace=m0.workspace_bytes, capacity=hardware.accelerator.hbm_capacity_bytes,
-        step_extra_s=r_none.step_time_s - r_none.pipeline_s)
+        step_extra_s=r_none.step_time_s - r_none.pipeline_s, overlap_cost=calibration.comm_overlap_slowdown)
     _check_profile(prof, run(s2, "full", 1), s2, 1)
     return prof
 

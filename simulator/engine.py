@@ -26,7 +26,7 @@ from simulator.ops import Op
 from simulator.plan import ParallelPlan, resolve_plan
 from hardware_specs.errors import PlanError
 from simulator.result import Result, StageCost
-from simulator.schedule import pipeline_time, timeline
+from simulator.schedule import p2p_exposed as _p2p_exposed, pipeline_time, timeline
 
 # HBM bytes per parameter of one Adam step: fused kernels read p, g, m, v and write p, m, v (+ the
 # bf16 copy for megatron); PyTorch's foreach AdamW (FSDP2 reference) runs ~9 separate passes
@@ -156,14 +156,18 @@ def _step(model: ModelSpec, hardware: Hardware, plan: ParallelPlan, calibration:
     p2p = lowered[5] if plan.pp > 1 else 0.0
     overlap_p2p = plan.overlap_p2p if plan.overlap_p2p is not None else plan.pipeline_schedule == "interleaved"
     m = plan.microbatches()
-    pipe = pipeline_time([s.forward_s for s in stages], [s.backward_s for s in stages], m, plan.vp, p2p, overlap_p2p)
+    pipe = pipeline_time([s.forward_s for s in stages], [s.backward_s for s in stages], m, plan.vp, p2p, overlap_p2p,
+                         calibration.comm_overlap_slowdown)
     dp_exposed = max(b.dp_exposed_s for b in bundles)
     opt = max(b.optimizer_s for b in bundles)
     step = pipe + dp_exposed + opt
     # the GPU cannot run ahead of the host that issues its kernels (eager frameworks); with no
     # synchronisation between steps the host issues the next forward while the GPU still runs
     # this step's optimizer, so over a step the slower of the two sets the pace
-    host_issue, host_opt = max(((m * st.host_s, b.optimizer_host_s) for st, b in zip(stages, bundles)), key=sum)
+    # each micro-batch's 2·vp pipeline sends and receives are host-issued calls too
+    p2p_calls = 2 * plan.vp * calibration.host_op_s if plan.pp > 1 else 0.0
+    host_issue, host_opt = max(((m * (st.host_s + p2p_calls), b.optimizer_host_s) for st, b in zip(stages, bundles)),
+                               key=sum)
     host_bound = max(0.0, host_issue + host_opt - step)
     return _Step(plan, ctx, lowered, ranges, bundles, stages, p2p, overlap_p2p, pipe, dp_exposed,
                  max(b.dp_total_s for b in bundles), opt, host_bound, step + host_bound, host_issue, host_opt)
@@ -439,7 +443,7 @@ def _result(model, hardware, plan, cal, stages, mems, st: _Step, events) -> Resu
     busy = m * per_mb
     p2p_exposed = 0.0
     if plan.pp > 1:
-        p2p_exposed = 2 * (plan.pp - 1) * p2p + (0 if overlap_p2p else 2 * (m - 1) * p2p)
+        p2p_exposed = _p2p_exposed(plan.pp, m, plan.vp, p2p, overlap_p2p, cal.comm_overlap_slowdown)
     breakdown = {k: v * m for k, v in worst.groups.items()}
     breakdown["pp"] = p2p_exposed
     breakdown["bubble"] = max(0.0, pipe - busy - p2p_exposed)

@@ -1,0 +1,60 @@
+"""Costs that make degenerate plans look free (issue #9 part 5): groups that straddle nodes,
+the per-chunk costs of interleaving, context parallelism at short sequences, and heterogeneous
+plans run stage by stage. Each test fails on the code before the fix."""
+from hardware_specs import load_hardware
+from simulator.calibration import calibration_for
+from simulator.comm import collective_time, fabric_from_hardware, flat_time
+
+HW = load_hardware("dgx-h100", 64)
+CAL, _ = calibration_for(HW.accelerator)
+FABRIC = fabric_from_hardware(HW, CAL)
+
+
+def test_tp3_groups_straddling_nodes_run_at_the_inter_node_tier():
+    """tp=3 on 8-GPU nodes: groups {6,7,8}, {15,16,17}, ... span two nodes; the ring waits on
+    the NIC edge, so per byte tp=3 is slower than tp=4 (aligned, all NVLink) and runs at the
+    inter-node tier's speed."""
+    nbytes = 64e6
+    inner, outer = FABRIC.levels[0], FABRIC.levels[1]
+    for kind in ("all_reduce", "all_gather", "reduce_scatter"):
+        t3 = collective_time(FABRIC, kind, nbytes, 3, 1)
+        t4 = collective_time(FABRIC, kind, nbytes, 4, 1)
+        # per-rank bytes moved: reduce-scatter/all-reduce (n-1)/n of B, all-gather (n-1)·B
+        moved = {"all_reduce": 2 * 2 / 3, "all_gather": 2, "reduce_scatter": 2 / 3}[kind] * nbytes
+        moved4 = {"all_reduce": 2 * 3 / 4, "all_gather": 3, "reduce_scatter": 3 / 4}[kind] * nbytes
+        assert t3 / moved > 2 * t4 / moved4, kind
+        assert t3 == flat_time(outer, kind, nbytes, 3, FABRIC.fraction(kind), FABRIC.alpha_fraction(kind))
+        assert t3 > flat_time(inner, kind, nbytes, 3, FABRIC.fraction(kind), FABRIC.alpha_fraction(kind))
+    # tp=6 straddles too; cp=2 over tp=3 (a block of 6 ranks) as well; tp=2 and tp=8 do not
+    assert collective_time(FABRIC, "all_reduce", nbytes, 6, 1) > 2 * collective_time(FABRIC, "all_reduce", nbytes, 8, 1)
+    assert collective_time(FABRIC, "send_recv", nbytes, 2, 3) > 2 * collective_time(FABRIC, "send_recv", nbytes, 2, 4)
+
+
+def test_interleaved_fill_crosses_every_chunk_boundary():
+    """The closed form charges 2(v·p - 1) fill/drain transfers, as the op-by-op replay does
+    (it charged 2(p - 1) whatever v was: an extra virtual chunk was free)."""
+    from simulator.schedule import pipeline_time, timeline
+
+    p, m, x = 4, 8, 0.01
+    for v in (2, 4):
+        replay = max(e.end_s for e in timeline([1.0] * p, [2.0] * p, m, v, "interleaved", x))
+        closed = pipeline_time([1.0] * p, [2.0] * p, m, v, x, True, overlap_cost=0.0)
+        assert abs(replay - closed) < 1e-9, (v, replay, closed)
+
+
+def test_each_virtual_chunk_pays_its_pipeline_messages():
+    """llama3-70b on 1024 H100s, tp=2 cp=2 pp=8: the pipeline sends grow with vp (2v messages
+    per micro-batch, overlapped at comm_overlap_slowdown, and 2(v·p - 1) in fill and drain)."""
+    from models import load_model
+    from simulator import ParallelPlan, simulate
+
+    hw = load_hardware("dgx-h100", 1024)
+    cal, _ = calibration_for(hw.accelerator)
+    model = load_model("llama3-70b")
+    res = {vp: simulate(model, hw, ParallelPlan(tp=2, cp=2, pp=8, vp=vp, gbs=1024, seq=8192), cal) for vp in (5, 10)}
+    m, p2p, slow = res[5].plan.microbatches(), res[5].p2p_s, cal.comm_overlap_slowdown
+    for vp, r in res.items():
+        want = 2 * (vp * 8 - 1) * p2p + slow * 2 * vp * (m - 1) * p2p
+        assert abs(r.breakdown["pp"] - want) < 1e-9 * want
+    # five more chunks per stage cost 2·5·8 more fill transfers and 2·5 more per micro-batch
+    assert res[10].breakdown["pp"] - res[5].breakdown["pp"] > 80 * p2p

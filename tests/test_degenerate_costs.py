@@ -81,3 +81,49 @@ def test_context_parallelism_at_short_sequences_pays_its_ring():
     assert short2.breakdown["cp"] / short2.step_time_s > long2.breakdown["cp"] / long2.step_time_s
     assert short2.step_time_s > short1.step_time_s
     assert long2.step_time_s < long1.step_time_s
+
+
+def test_heterogeneous_plan_round_trip(tmp_path, capsys):
+    """plan --pool --write-plan -> simulate --plan runs the stages on their own GPU types (and
+    the link between the clusters) and gives the planner's step time."""
+    import json
+
+    from meshcast.cli import main
+
+    out = tmp_path / "hetero.yaml"
+    assert main(["plan", "--model", "llama3-8b", "--pool", "dgx-h100:16", "--pool", "dgx-a100-superpod:8",
+                 "--tp", "2", "--pp", "3", "--dp", "4", "--gbs", "48", "--seq", "4096", "--json",
+                 "--write-plan", str(out)]) == 0
+    planned = json.loads(capsys.readouterr().out)
+    types = {r["gpu_type"] for r in planned["stages"]}
+    assert types == {"h100-sxm", "a100-80gb-sxm"}
+    assert main(["simulate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "24",
+                 "--plan", str(out), "--json"]) == 0
+    simulated = json.loads(capsys.readouterr().out)
+    assert abs(simulated["step_time_s"] - planned["step_time_s"]) < 1e-9 * planned["step_time_s"]
+    assert simulated["accelerator"] in ("h100-sxm+a100-80gb-sxm", "a100-80gb-sxm+h100-sxm")
+    # each stage's time is its own type's: the A100 stage is slower per layer
+    st = simulated["stages"]
+    for s, row in zip(st, planned["stages"]):
+        assert abs(s["forward_s"] + s["backward_s"] - row["stage_time_s"]) < 1e-6 * row["stage_time_s"]
+
+
+def test_sends_between_clusters_cross_the_slower_nic():
+    """A boundary between stages on different clusters is a send over the slower NIC tier."""
+    from models import load_model
+    from simulator import ParallelPlan, simulate
+    from simulator.engine import inter_cluster_link
+
+    model = load_model("llama3-8b")
+    hw = load_hardware("dgx-h100", 24)
+    base = ParallelPlan(tp=2, pp=3, dp=4, gbs=48, seq=4096, num_gpus=24)
+    same = simulate(model, hw, base.__class__(**{**base.to_dict(), "layers_per_stage": (11, 11, 10),
+                                                 "stage_clusters": ("dgx-h100",) * 3}), CAL)
+    homo = simulate(model, hw, base.__class__(**{**base.to_dict(), "layers_per_stage": (11, 11, 10)}), CAL)
+    assert abs(same.step_time_s - homo.step_time_s) < 1e-12 * homo.step_time_s
+    mixed = simulate(model, hw, base.__class__(**{**base.to_dict(), "layers_per_stage": (11, 11, 10),
+                                                  "stage_clusters": ("dgx-h100", "dgx-a100-superpod", "dgx-h100")}), CAL)
+    a100 = fabric_from_hardware(load_hardware("dgx-a100-superpod", 24))
+    link = inter_cluster_link(FABRIC, a100)
+    assert link.beta_Bps <= min(FABRIC.levels[1].beta_Bps, a100.levels[1].beta_Bps)
+    assert mixed.step_time_s > homo.step_time_s

@@ -183,6 +183,7 @@ class ChainProfile:
     capacity: float
     step_extra_s: float = 0.0   # data-parallel + optimizer seconds of the probe (not in the ILP)
     rebuild_always: bool = True
+    overlap_cost: float = 0.0   # share of an overlapped pipeline send still charged (comm_overlap_slowdown)
 
     def stage_time(self, s: int, layers: int, recomputed: int) -> float:
         return (layers * self.t_layer + recomputed * self.t_recompute
@@ -200,7 +201,7 @@ class ChainProfile:
 
     def pipeline(self, times: Sequence[float]) -> float:
         return pipeline_time(list(times), [0.0] * len(times), self.microbatches, self.vp, self.p2p_s,
-                             self.overlap_p2p)
+                             self.overlap_p2p, self.overlap_cost)
 
 
 def _probe_splits(L: int, pp: int, vp: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -290,7 +291,7 @@ def profile_chain(model: ModelSpec, hardware: Hardware, plan: ParallelPlan,
         act_layer=a, act_recomputed=x, act_rebuild=rb, act_first=af, logits_last=lg,
         in_flight=tuple(m.in_flight_microbatches for m in r_none.stage_memory), frag=frag,
         workspace=m0.workspace_bytes, capacity=hardware.accelerator.hbm_capacity_bytes,
-        step_extra_s=r_none.step_time_s - r_none.pipeline_s)
+        step_extra_s=r_none.step_time_s - r_none.pipeline_s, overlap_cost=calibration.comm_overlap_slowdown)
     _check_profile(prof, run(s2, "full", 1), s2, 1)
     return prof
 
@@ -487,22 +488,33 @@ def plan_heterogeneous(model: ModelSpec, pools: Sequence[tuple[Hardware, int]], 
 
     ``pools``: (hardware, GPUs available) per type; each type's stage costs come from simulate()
     on that hardware alone (the simulator has one accelerator per Hardware)."""
+    from simulator.engine import stage_hardware
+
     width = plan.tp * plan.cp * (plan.dp or 1)
-    profiles, usable, counts = [], [], []
+    n = width * plan.pp
+    hw0 = replace(pools[0][0], num_gpus=n)
+    profiles, usable, counts, clusters = [], [], [], []
     for hw, count in pools:
-        p = resolve_plan(model, replace(plan, num_gpus=width * plan.pp), width * plan.pp)
-        prof = profile_chain(model, replace(hw, num_gpus=width * plan.pp), p, calibration)
+        # each type on its own calibration, exactly as simulate() costs a stage of that cluster
+        probe = replace(plan, num_gpus=n, stage_clusters=(hw.cluster.name,) * plan.pp)
+        hw_n, cal = stage_hardware(hw0, probe, calibration, 0)
+        p = resolve_plan(model, replace(plan, num_gpus=n), n)
+        prof = profile_chain(model, hw_n, p, cal)
         profiles.append(prof)
         usable.append(hw.accelerator.hbm_capacity_bytes - min_headroom_bytes)
         counts.append(count)
+        clusters.append(hw.cluster.name)
     sol = solve_chain(profiles, usable, recompute=recompute, counts=counts, stage_width=width, solver=solver,
                       time_limit_s=time_limit_s)
-    used = {t for t in sol.types}
-    extra = max(p.step_extra_s for p in profiles if p.name in used)
     by_type: dict = {}
     for t in sol.types:
         by_type[t] = by_type.get(t, 0) + width
-    out = replace(plan, layers_per_stage=sol.layers,
+    names = [prof.name for prof in profiles]
+    out = replace(plan, num_gpus=n, layers_per_stage=sol.layers,
                   recompute="full" if recompute != "none" else plan.recompute,
-                  recompute_layers=sol.recompute_layers)
-    return HeteroPlan(out, sol, sol.pipeline_s + extra, by_type)
+                  recompute_layers=sol.recompute_layers,
+                  stage_clusters=tuple(clusters[names.index(t)] for t in sol.types))
+    # the step as simulate() runs the plan stage by stage: the ILP's pipeline plus the sends
+    # between clusters (the ILP drops send terms), data-parallel and optimizer of the slowest stage
+    step = simulate(model, hw0, out, calibration).step_time_s
+    return HeteroPlan(out, sol, step, by_type)

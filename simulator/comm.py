@@ -148,8 +148,19 @@ def collective_time(fabric: Fabric, kind: str, nbytes: float, n: int, stride: in
     if n <= 1 or nbytes <= 0:
         return 0.0
     inner = fabric.levels[0]
-    if stride * n <= inner.span_gpus or len(fabric.levels) == 1:
+    if len(fabric.levels) == 1:
         return flat_time(inner, kind, nbytes, n, fabric.fraction(kind), fabric.alpha_fraction(kind))
+    block = stride * n                                  # consecutive ranks one group's block covers
+    if block <= inner.span_gpus and inner.span_gpus % block == 0:
+        return flat_time(inner, kind, nbytes, n, fabric.fraction(kind), fabric.alpha_fraction(kind))
+    if block % inner.span_gpus:
+        # blocks not aligned to the inner domains (tp=3 or 6 on 8-GPU nodes): some groups
+        # straddle two domains, with an unequal split of members that the hierarchical algorithm
+        # cannot use; NCCL runs one ring over them, every step waiting on the slowest edge it
+        # crosses (the outer tier, each crossing rank on its own share of the NICs), and the
+        # step waits on the slowest group
+        outer = fabric.level_for_span(max(block, inner.span_gpus + 1))
+        return flat_time(outer, kind, nbytes, n, fabric.fraction(kind), fabric.alpha_fraction(kind))
     k = max(1, min(n, inner.span_gpus // stride))      # members sharing one inner domain
     outer = fabric.level_for_span(stride * n)
     r = n // k                                          # inner domains the group spans

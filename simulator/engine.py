@@ -7,6 +7,7 @@ are not hidden. See docs/cost_model.md for every formula.
 """
 from __future__ import annotations
 
+import functools
 import math
 import operator
 from dataclasses import dataclass, fields, replace
@@ -15,7 +16,7 @@ from hardware_specs.catalog import Hardware
 from models.params import embedding_param_tensors, head_param_tensors, kind_param_tensors, layer_param_tensors
 from models.schema import ModelSpec
 from simulator.calibration import DEFAULT, Calibration
-from simulator.comm import Fabric, collective_time, fabric_from_hardware
+from simulator.comm import Fabric, collective_time, fabric_from_hardware, flat_time
 from simulator.compute import DeviceModel, memory_time
 from simulator.frameworks import get_framework
 from simulator.flops import step_hardware_flops, step_model_flops
@@ -27,7 +28,7 @@ from simulator.ops import Op
 from simulator.plan import ParallelPlan, resolve_plan, split_note
 from hardware_specs.errors import PlanError
 from simulator.result import Result, StageCost
-from simulator.schedule import pipeline_time, timeline
+from simulator.schedule import p2p_exposed as _p2p_exposed, pipeline_time, timeline
 
 # HBM bytes per parameter of one Adam step: fused kernels read p, g, m, v and write p, m, v (+ the
 # bf16 copy for megatron); PyTorch's foreach AdamW (FSDP2 reference) runs ~9 separate passes
@@ -142,6 +143,7 @@ class _Step:
     step: float
     host_issue: float        # host seconds to issue forward and backward of every micro-batch
     host_optimizer: float    # host seconds to issue the optimizer step
+    stage_devices: list = None   # heterogeneous plans: (Context, HBM bytes, Hardware) per stage
 
 
 def _step(model: ModelSpec, hardware: Hardware, plan: ParallelPlan, calibration: Calibration) -> _Step:
@@ -150,24 +152,111 @@ def _step(model: ModelSpec, hardware: Hardware, plan: ParallelPlan, calibration:
     ctx = Context(model, plan, dev, _fabric(hardware, calibration), hardware.node.host_link.bandwidth_per_direction_Bps)
     lowered = _lowered(ctx)
     ranges = stage_layer_ranges(model, plan)
-    bundles = _stage_bundles(ctx, hardware, ranges, lowered)
+    links = devices = None
+    if plan.stage_clusters is None:
+        bundles = _stage_bundles(ctx, hardware, ranges, lowered)
+    else:
+        bundles, links, devices = _heterogeneous_stages(model, hardware, plan, calibration, ranges)
     stages = [b.cost if b.cost.index == i else
               StageCost(i, b.cost.layers, b.cost.moe_layers, b.cost.forward_s, b.cost.backward_s, b.cost.groups,
                         b.cost.flops, b.cost.host_s) for i, b in enumerate(bundles)]
     p2p = lowered[5] if plan.pp > 1 else 0.0
+    if links is not None:
+        p2p = links if plan.pp > 1 else 0.0
     overlap_p2p = plan.overlap_p2p if plan.overlap_p2p is not None else plan.pipeline_schedule == "interleaved"
     m = plan.microbatches()
-    pipe = pipeline_time([s.forward_s for s in stages], [s.backward_s for s in stages], m, plan.vp, p2p, overlap_p2p)
+    pipe = pipeline_time([s.forward_s for s in stages], [s.backward_s for s in stages], m, plan.vp, p2p, overlap_p2p,
+                         calibration.comm_overlap_slowdown)
     dp_exposed = max(b.dp_exposed_s + m * b.dp_microbatch_exposed_s for b in bundles)
     opt = max(b.optimizer_s for b in bundles)
     step = pipe + dp_exposed + opt
     # the GPU cannot run ahead of the host that issues its kernels (eager frameworks); with no
     # synchronisation between steps the host issues the next forward while the GPU still runs
     # this step's optimizer, so over a step the slower of the two sets the pace
-    host_issue, host_opt = max(((m * st.host_s, b.optimizer_host_s) for st, b in zip(stages, bundles)), key=sum)
+    # each micro-batch's 2·vp pipeline sends and receives are host-issued calls too
+    p2p_calls = 2 * plan.vp * calibration.host_op_s if plan.pp > 1 else 0.0
+    host_issue, host_opt = max(((m * (st.host_s + p2p_calls), b.optimizer_host_s) for st, b in zip(stages, bundles)),
+                               key=sum)
     host_bound = max(0.0, host_issue + host_opt - step)
     return _Step(plan, ctx, lowered, ranges, bundles, stages, p2p, overlap_p2p, pipe, dp_exposed,
-                 max(b.dp_total_s + m * b.dp_microbatch_total_s for b in bundles), opt, host_bound, step + host_bound, host_issue, host_opt)
+                 max(b.dp_total_s + m * b.dp_microbatch_total_s for b in bundles), opt, host_bound, step + host_bound, host_issue, host_opt,
+                 devices)
+
+
+def stage_hardware(hardware: Hardware, plan: ParallelPlan, calibration: Calibration, index: int):
+    """(Hardware, Calibration) stage ``index`` of a heterogeneous plan runs on: its catalog cluster
+    with the plan's GPU count (so its fabric has the same spans as a homogeneous run), and the
+    given calibration where its accelerator is the simulated hardware's, else the accelerator's
+    own (or nearest) profile (simulator.calibration.calibration_for)."""
+    name = plan.stage_clusters[index]
+    hw = _cluster_hardware(name, plan.num_gpus or hardware.num_gpus)
+    if hw.accelerator.name == hardware.accelerator.name:
+        return hw, calibration
+    return hw, _own_calibration(hw.accelerator)
+
+
+@functools.lru_cache(maxsize=64)
+def _cluster_hardware(name: str, num_gpus: int) -> Hardware:
+    from hardware_specs.catalog import load_cluster, load_hardware, load_node
+
+    cl = load_cluster(name)
+    total = cl.num_nodes * load_node(cl.node).gpus_per_node
+    return replace(load_hardware(name, min(total, num_gpus)), num_gpus=num_gpus)
+
+
+_CALS = IdentityCache()
+
+
+def _own_calibration(accelerator) -> Calibration:
+    from simulator.calibration import calibration_for
+    return _CALS.get((accelerator,), (), lambda: calibration_for(accelerator)[0])
+
+
+def inter_cluster_link(a: Fabric, b: Fabric):
+    """The link between two clusters of a heterogeneous pipeline. Assumed: each cluster's first
+    scale-out (inter-node NIC) tier, and a send between them runs at the slower of the two (its
+    per-GPU NIC share, fixed cost and hop latency); a cluster with no scale-out tier uses its
+    outermost level."""
+    la = a.levels[1] if len(a.levels) > 1 else a.levels[-1]
+    lb = b.levels[1] if len(b.levels) > 1 else b.levels[-1]
+    return la if la.beta_Bps <= lb.beta_Bps else lb
+
+
+def _heterogeneous_stages(model: ModelSpec, hardware: Hardware, plan: ParallelPlan, calibration: Calibration,
+                          ranges: list[range]):
+    """Bundles of a plan whose stages sit on different clusters (each costed on its own
+    accelerator, calibration and fabric) and the send time of every pipeline boundary s -> s+1
+    (the last entry the wrap-around p-1 -> 0): on the stage's fabric within one cluster, over
+    ``inter_cluster_link`` between two."""
+    bundles, ctxs, names = [], [], plan.stage_clusters
+    for i in range(plan.pp):
+        hw, cal = stage_hardware(hardware, plan, calibration, i)
+        ctx = Context(model, plan, device_model(hw.accelerator, cal), _fabric(hw, cal),
+                      hw.node.host_link.bandwidth_per_direction_Bps)
+        lowered = _lowered(ctx)
+        bundles.append(_stage_bundles(ctx, hw, ranges, lowered)[i])
+        ctxs.append((ctx, lowered, hw))
+    nbytes = ctxs[0][0].sp_tokens * model.hidden * 2
+    links = []
+    for i in range(plan.pp):
+        j = (i + 1) % plan.pp
+        if names[i] == names[j]:
+            links.append(ctxs[i][1][5])
+        else:
+            level = inter_cluster_link(ctxs[i][0].fabric, ctxs[j][0].fabric)
+            links.append(flat_time(level, "send_recv", nbytes, 2))
+    return bundles, links, [(c, hw.accelerator.hbm_capacity_bytes, hw) for c, _, hw in ctxs]
+
+
+def _stage_caps(st: _Step, hardware: Hardware) -> list:
+    """(Context, HBM capacity) of every stage: its own device in a heterogeneous plan."""
+    if st.stage_devices is not None:
+        return [(c, cap) for c, cap, _ in st.stage_devices]
+    return [(st.ctx, hardware.accelerator.hbm_capacity_bytes)] * len(st.ranges)
+
+
+def _max_p2p(p2p) -> float:
+    return max(p2p) if isinstance(p2p, (list, tuple)) else p2p
 
 
 def simulate(model: ModelSpec, hardware: Hardware, plan: ParallelPlan,
@@ -177,13 +266,12 @@ def simulate(model: ModelSpec, hardware: Hardware, plan: ParallelPlan,
     one micro-batch (each layer kind, embedding, head) for roofline plots."""
     st = _step(model, hardware, plan, calibration)
     plan, stages, ranges = st.plan, st.stages, st.ranges
-    caps = hardware.accelerator.hbm_capacity_bytes
-    mems = [stage_memory(st.ctx, i, r, i == 0, i == len(ranges) - 1, caps, footprint=b.footprint)
-            for i, (r, b) in enumerate(zip(ranges, st.bundles))]
+    mems = [stage_memory(c, i, r, i == 0, i == len(ranges) - 1, cap, footprint=b.footprint)
+            for i, (r, b, (c, cap)) in enumerate(zip(ranges, st.bundles, _stage_caps(st, hardware)))]
     events = None
     if with_timeline:
         events = timeline([s.forward_s for s in stages], [s.backward_s for s in stages], plan.microbatches(),
-                          plan.vp, plan.pipeline_schedule, st.p2p)
+                          plan.vp, plan.pipeline_schedule, _max_p2p(st.p2p))
     result = _result(model, hardware, plan, calibration, stages, mems, st, events)
     if with_ops:
         dense_ops, moe_ops, _, emb, head, _ = st.lowered
@@ -213,7 +301,6 @@ def evaluate_plans(model: ModelSpec, hardware: Hardware, plans, calibration: Cal
     the batch API for planners."""
     from simulator.memory import stage_total_bytes
 
-    caps = hardware.accelerator.hbm_capacity_bytes
     out = []
     for plan in plans:
         try:
@@ -222,8 +309,9 @@ def evaluate_plans(model: ModelSpec, hardware: Hardware, plans, calibration: Cal
             out.append(PlanEvaluation(plan, error=f"{exc.field}: {exc.reason}"))
             continue
         p = st.plan
-        total = max(stage_total_bytes(p, b.footprint, i) for i, b in enumerate(st.bundles))
-        out.append(PlanEvaluation(p, st.step, p.gbs * p.seq / st.step, total, total <= caps))
+        totals = [stage_total_bytes(p, b.footprint, i) for i, b in enumerate(st.bundles)]
+        fits = all(t <= cap for t, (_, cap) in zip(totals, _stage_caps(st, hardware)))
+        out.append(PlanEvaluation(p, st.step, p.gbs * p.seq / st.step, max(totals), fits))
     return out
 
 
@@ -244,7 +332,7 @@ class StageBundle:
 
 _BUNDLES = IdentityCache(limit=200_000)
 # Plan fields a stage's bundle does not depend on (they shape the pipeline around the stages).
-_PIPELINE_ONLY = {"pp", "vp", "gbs", "schedule", "layers_per_stage", "num_gpus", "overlap_p2p"}
+_PIPELINE_ONLY = {"pp", "vp", "gbs", "schedule", "layers_per_stage", "num_gpus", "overlap_p2p", "stage_clusters"}
 _STAGE_KEY_FIELDS = tuple(f.name for f in fields(ParallelPlan) if f.name not in _PIPELINE_ONLY)
 _STAGE_KEY = operator.attrgetter(*_STAGE_KEY_FIELDS)
 
@@ -460,13 +548,14 @@ def _optimizer_time(ctx: Context, hw: Hardware, dense: float, expert: float) -> 
 
 def _result(model, hardware, plan, cal, stages, mems, st: _Step, events) -> Result:
     pipe, p2p, overlap_p2p, dp_exposed, opt, step = st.pipe, st.p2p, st.overlap_p2p, st.dp_exposed, st.optimizer, st.step
+    links, p2p = p2p, _max_p2p(p2p)
     m = plan.microbatches()
     worst = max(stages, key=lambda s: s.forward_s + s.backward_s)
     per_mb = worst.forward_s + worst.backward_s
     busy = m * per_mb
     p2p_exposed = 0.0
     if plan.pp > 1:
-        p2p_exposed = 2 * (plan.pp - 1) * p2p + (0 if overlap_p2p else 2 * (m - 1) * p2p)
+        p2p_exposed = _p2p_exposed(plan.pp, m, plan.vp, links, overlap_p2p, cal.comm_overlap_slowdown)
     breakdown = {k: v * m for k, v in worst.groups.items()}
     breakdown["pp"] = p2p_exposed
     breakdown["bubble"] = max(0.0, pipe - busy - p2p_exposed)
@@ -475,14 +564,17 @@ def _result(model, hardware, plan, cal, stages, mems, st: _Step, events) -> Resu
     if st.host_bound > 0:
         breakdown["host"] = st.host_bound
     tokens = plan.gbs * plan.seq
-    peak = hardware.accelerator.peak_flops("fp8" if plan.precision == "fp8" else "bf16")
-    bf16_peak = hardware.accelerator.peak_flops("bf16")
+    accs = [hardware.accelerator] if st.stage_devices is None else [hw.accelerator for _, _, hw in st.stage_devices]
+    # mean peak over the devices (each stage holds the same number of GPUs)
+    peak = sum(a.peak_flops("fp8" if plan.precision == "fp8" else "bf16") for a in accs) / len(accs)
+    bf16_peak = sum(a.peak_flops("bf16") for a in accs) / len(accs)
     model_flops = step_model_flops(model, plan.seq, plan.gbs)
     rec_frac = 1.0 if plan.recompute_layers is None else min(1.0, plan.recompute_layers * plan.pp / model.num_layers)
     hw_flops = step_hardware_flops(model, plan.seq, plan.gbs, plan.recompute, rec_frac)
     mem = max(mems, key=lambda x: x.total_bytes)
     return Result(
-        model=model.name, cluster=hardware.cluster.name, accelerator=hardware.accelerator.name,
+        model=model.name, cluster="+".join(dict.fromkeys(plan.stage_clusters or (hardware.cluster.name,))),
+        accelerator="+".join(dict.fromkeys(a.name for a in accs)),
         num_gpus=hardware.num_gpus, plan=plan, calibration=cal.name, step_time_s=step,
         tokens_per_s=tokens / step, model_flops=model_flops, hardware_flops=hw_flops,
         mfu=model_flops / (step * hardware.num_gpus * bf16_peak),

@@ -131,10 +131,60 @@ def _attention(ctx: Context, phase: str) -> Op:
     backend = p.attention
     # load-balanced causal CP: each rank does cp half-blocks of s x s worth of work
     direction = "bwd" if phase == "bwd" else "fwd"
-    t = attention_time(ctx.dev, p.mbs * p.cp, heads, s, s, d, True, kv, backend, direction)
+    if p.cp > 1:
+        first, rest = _cp_step_times(ctx, direction)
+        t = first + (p.cp - 1) * rest
+    else:
+        t = attention_time(ctx.dev, p.mbs, heads, s, s, d, True, kv, backend, direction)
     flops = attention_flops(p.mbs * p.cp, heads, s, s, (qk_dim + v_dim) / 2, True) * (2.5 if phase == "bwd" else 1)
     nbytes = flash_attention_bytes(ctx.dev, p.mbs * p.cp, heads, kv, s, s, d, True) * (2.5 if phase == "bwd" else 1)
     return Op("attention.core", "attention", phase, t, flops, nbytes, shape=(p.mbs * p.cp, heads, s, d, backend))
+
+
+def _cp_step_times(ctx: Context, direction: str) -> tuple[float, float]:
+    """Seconds of one ring-attention step's kernel under load-balanced causal CP (Megatron/TE):
+    the rank's s = seq/cp tokens are two half-chunks (i and 2cp-1-i); step 0 attends them to
+    their own keys (causal, s x s), every later step runs a separate non-causal kernel over half
+    a block (s x s/2: either the early half-chunk of keys, or the late half-chunk of queries).
+    Total work is cp·s²/2, as one causal kernel of the whole would do, but in cp launches, each
+    with its own wave quantisation."""
+    m, p = ctx.model, ctx.plan
+    heads, kv = m.num_heads // p.tp, max(1, m.kv_heads // p.tp)
+    s = p.seq // p.cp
+    d = max(_attention_dims(m))
+    first = attention_time(ctx.dev, p.mbs, heads, s, s, d, True, kv, p.attention, direction)
+    rest = attention_time(ctx.dev, p.mbs, heads, s, s // 2, d, False, kv, p.attention, direction)
+    return first, rest
+
+
+def _cp_ring(ctx: Context, phase: str) -> list[Op]:
+    """Ring attention's K/V exchange for one micro-batch (and, in backward, dK/dV travel with
+    K/V: twice the bytes) plus the per-step merge of partial results. Each of the cp-1 transfers
+    runs under one step's attention kernel (the first under step 0's): it is exposed by what
+    exceeds that kernel, and the hidden part still costs comm_overlap_slowdown of its time.
+    Merges: forward, each later step's output (bf16) folds into the fp32 running output with
+    its log-sum-exp (read 2 + read/write 8 bytes per output element); backward, each step's
+    dQ, dK, dV accumulate in fp32 (read/write 8 bytes per element)."""
+    m, p = ctx.model, ctx.plan
+    heads = m.num_heads // p.tp
+    kv_heads = max(1, m.kv_heads // p.tp) if m.mla is None else heads
+    qk, vd = _attention_dims(m)
+    kv_bytes = ctx.tokens * kv_heads * (qk + vd) * ACT_BYTES * (2 if phase == "bwd" else 1)
+    step_c = collective_time(ctx.fabric, "send_recv", kv_bytes, p.cp, p.tp)
+    first, rest = _cp_step_times(ctx, phase)
+    slow = ctx.dev.cal.comm_overlap_slowdown
+    total = (p.cp - 1) * step_c
+    exposed = sum(max(0.0, step_c - cover) + slow * min(step_c, cover)
+                  for cover in [first] + [rest] * (p.cp - 2))
+    ring = Op("attention.cp_ring", "collective", phase, total, bytes=kv_bytes, shape=("send_recv", p.cp, p.tp),
+              group="cp", overlap_s=total - exposed)
+    if phase == "bwd":
+        merge = 8.0 * ctx.tokens * (heads * qk + kv_heads * (qk + vd))
+    else:
+        merge = 10.0 * ctx.tokens * heads * vd
+    merge *= p.cp - 1
+    return [ring, Op("attention.cp_merge", "memory", phase, memory_time(ctx.dev, merge, launches=p.cp - 1),
+                     bytes=merge)]
 
 
 def _attention_dims(m: ModelSpec) -> tuple[int, int]:
@@ -167,14 +217,7 @@ def attention_block_fwd(ctx: Context) -> list[Op]:
         qkv_grad = 4.0 * T * (heads + 2 * max(1, m.kv_heads // tp)) * m.dim_head
         ops.append(Op("attention.qkv_grad_concat", "memory", "bwd", memory_time(ctx.dev, qkv_grad), bytes=qkv_grad))
     if p.cp > 1:
-        kv_heads = max(1, m.kv_heads // tp) if m.mla is None else heads
-        qk, vd = _attention_dims(m)
-        kv_bytes = ctx.tokens * kv_heads * (qk + vd) * ACT_BYTES
-        ring = Op("attention.cp_ring", "collective", "fwd",
-                  (p.cp - 1) * collective_time(ctx.fabric, "send_recv", kv_bytes, p.cp, tp),
-                  bytes=kv_bytes, shape=("send_recv", p.cp, tp), group="cp")
-        ops.append(Op(ring.name, ring.kind, ring.phase, ring.time_s, bytes=ring.bytes, shape=ring.shape,
-                      group="cp", overlap_s=min(ring.time_s, core.time_s)))
+        ops += _cp_ring(ctx, "fwd")
     _, vd = _attention_dims(m)
     out = _gemm(ctx, "attention.out", T, h, heads * vd, "fwd", bias=m.linear_bias)
     ops.append(out)
@@ -282,6 +325,8 @@ def backward_of(ctx: Context, fwd: list[Op]) -> list[Op]:
         elif op.kind == "elementwise":
             kind, tokens, width, dtype = op.shape
             out.append(_elementwise(ctx, op.name, kind, tokens, width, "bwd", dtype))
+        elif op.name == "attention.cp_ring":
+            out += _cp_ring(ctx, "bwd")
         elif op.kind == "collective":
             out.append(Op(op.name + ".bwd", op.kind, "bwd", op.time_s, bytes=op.bytes, shape=op.shape,
                           group=op.group, overlap_s=op.overlap_s))

@@ -54,6 +54,10 @@ class ParallelPlan:
                        when dp > 1), torch_fsdp (FSDP2 full shard: fp32 sharded params, bf16 compute,
                        fp32 gradient reduction)
     attention          attention kernel (None: the framework's default backend)
+    stage_clusters     heterogeneous pipelines: the catalog cluster of each stage (None: every stage
+                       on the simulated hardware); each stage is costed on its cluster's accelerator,
+                       calibration, fabric and HBM, and sends between stages on different clusters
+                       cross the inter-cluster link (simulator.engine)
     """
 
     tp: int = 1
@@ -85,6 +89,7 @@ class ParallelPlan:
     layers_per_stage: Optional[tuple[int, ...]] = None
     num_gpus: Optional[int] = None
     framework: str = "megatron-core"
+    stage_clusters: Optional[tuple[str, ...]] = None
 
     # ---- derived -------------------------------------------------------------------------
     @property
@@ -107,6 +112,8 @@ class ParallelPlan:
         d = asdict(self)
         if d["layers_per_stage"] is not None:
             d["layers_per_stage"] = list(d["layers_per_stage"])
+        if d["stage_clusters"] is not None:
+            d["stage_clusters"] = list(d["stage_clusters"])
         return d
 
 
@@ -121,6 +128,8 @@ def plan_from_dict(data: dict, origin: str = "plan") -> ParallelPlan:
     data = dict(data)
     if data.get("layers_per_stage") is not None:
         data["layers_per_stage"] = tuple(int(x) for x in data["layers_per_stage"])
+    if data.get("stage_clusters") is not None:
+        data["stage_clusters"] = tuple(str(x) for x in data["stage_clusters"])
     try:
         return ParallelPlan(**data)
     except TypeError as exc:
@@ -227,6 +236,8 @@ def _check_model_fit(model: ModelSpec, plan: ParallelPlan) -> None:
     elif model.num_layers % (pp * plan.vp):
         raise PlanError("pp", f"pp*vp = {pp}*{plan.vp} does not divide the {model.num_layers} layers "
                               "(give layers_per_stage for an uneven split)")
+    if plan.stage_clusters is not None and len(plan.stage_clusters) != pp:
+        raise PlanError("stage_clusters", f"has {len(plan.stage_clusters)} entries for pp={pp}")
     if plan.vp > 1 and pp == 1:
         raise PlanError("vp", "virtual stages need pp > 1")
     if plan.pipeline_schedule == "interleaved" and plan.microbatches() % pp:

@@ -7,8 +7,17 @@ time c_i for one micro-batch, the step's pipeline time is
 
 which for equal stages is (m + (p-1)/v) · c: the bubble fraction (p-1)/(v·m) of Narayanan et
 al. 2021 (§2.2). GPipe and 1F1B have the same time (1F1B only holds fewer micro-batches).
-Point-to-point sends add 2(p-1) transfers to the fill and drain, and, unless overlapped,
-two per micro-batch in the steady state.
+
+Point-to-point sends (``p2p_exposed``). A micro-batch's forward crosses v·p - 1 chunk boundaries
+(v(p-1) between neighbouring stages and, interleaved, v-1 from the last stage back to the first)
+and its backward as many again; the first micro-batch's forward and the last one's backward are
+on the critical path, so the fill and drain add 2(v·p - 1) transfers (the replay below gives
+the same). In the steady state every stage sends and receives 2v messages per micro-batch (an
+activation and a gradient per chunk): without overlap they are on the critical path, 2v(m-1)
+transfers; overlapped (a separate stream, Megatron's overlap_p2p_comm) each still costs
+``overlap_cost`` (the calibration's comm_overlap_slowdown) of its time, because its NCCL kernel
+occupies SMs and HBM while the compute it hides under runs. Each transfer is one send/recv of
+the boundary activation (α + h + B/β, simulator.comm), so a virtual chunk is no longer free.
 
 ``timeline`` replays the schedule op by op (each stage runs its forward and backward passes in
 the schedule's order, each waiting for its input from the neighbouring stage) and returns the
@@ -31,17 +40,29 @@ class Event:
     end_s: float
 
 
-def pipeline_time(fwd: list[float], bwd: list[float], m: int, v: int, p2p_s: float, overlap_p2p: bool) -> float:
-    """Seconds from the first forward to the last backward of one step (formula above)."""
+def pipeline_time(fwd: list[float], bwd: list[float], m: int, v: int, p2p_s, overlap_p2p: bool,
+                  overlap_cost: float = 0.0) -> float:
+    """Seconds from the first forward to the last backward of one step (formula above).
+    ``p2p_s``: one transfer's seconds, or a sequence of p (per boundary s -> s+1, the last entry
+    the wrap-around p-1 -> 0 that interleaving uses) when stages sit on different links."""
     costs = [f + b for f, b in zip(fwd, bwd)]
-    p = len(costs)
     worst = max(costs)
     t = (m - 1) * worst + sum(costs) / v + (1 - 1 / v) * worst
-    if p > 1:
-        t += 2 * (p - 1) * p2p_s
-        if not overlap_p2p:
-            t += 2 * (m - 1) * p2p_s
-    return t
+    return t + p2p_exposed(len(costs), m, v, p2p_s, overlap_p2p, overlap_cost)
+
+
+def p2p_exposed(p: int, m: int, v: int, p2p_s, overlap_p2p: bool, overlap_cost: float = 0.0) -> float:
+    """Seconds of pipeline sends on the critical path (module doc): 2(v·p - 1) transfers of
+    fill and drain, plus 2v(m - 1) steady-state transfers, in full without overlap or at
+    ``overlap_cost`` of their time with it."""
+    if p <= 1:
+        return 0.0
+    links = list(p2p_s) if isinstance(p2p_s, (list, tuple)) else [p2p_s] * p
+    inner, wrap = links[:p - 1], links[p - 1]
+    fill = 2 * (v * sum(inner) + (v - 1) * wrap)
+    slowest = max(inner + ([wrap] if v > 1 else []))
+    steady = 2 * v * (m - 1) * slowest
+    return fill + (overlap_cost * steady if overlap_p2p else steady)
 
 
 def stage_order(schedule: str, p: int, v: int, m: int, stage: int) -> list[tuple[str, int, int]]:

@@ -273,11 +273,13 @@ def _write_heterogeneous_plan(args: argparse.Namespace, model, out) -> None:
     import yaml
 
     sol = out.solution
-    doc = {"plan": out.plan.to_dict(), "stage_gpu_types": list(sol.types),
+    doc = {"plan": {k: v for k, v in out.plan.to_dict().items() if v is not None}, "stage_gpu_types": list(sol.types),
            "stage_recomputed_layers": list(sol.recomputed),
            "meshcast_plan": {"model": model.name, "pools": args.pool, "predicted_step_time_s": out.step_time_s}}
     with open(args.write_plan, "w") as fh:
-        fh.write("# written by meshcast plan --pool: stages on several GPU types (simulate() runs one type)\n")
+        fh.write(f"# written by meshcast plan --pool: stages on several GPU types (plan.stage_clusters);\n"
+                 f"# meshcast simulate --model {args.model} --cluster {out.plan.stage_clusters[0]} "
+                 f"--gpus {out.plan.num_gpus} --plan {args.write_plan}\n")
         yaml.safe_dump(doc, fh, sort_keys=False)
 
 
@@ -290,8 +292,8 @@ def _print_heterogeneous(args: argparse.Namespace, model, plan, out, rows: list,
     for r in rows:
         print(f"{r['stage']:>5}  {r['gpu_type']:<16} {r['layers']:>6} {r['recomputed_layers']:>10} "
               f"{r['stage_time_s'] * 1e3:>7.2f}ms {r['memory_bytes'] / 1e9:>6.1f} GB")
-    print(f"pipeline {sol.pipeline_s:.3f} s; step ~{out.step_time_s:.3f} s (pipeline + the slowest type's "
-          f"data-parallel and optimizer time); GPUs used: "
+    print(f"pipeline {sol.pipeline_s:.3f} s (ILP, without sends); step {out.step_time_s:.3f} s (simulate() of the "
+          f"plan stage by stage: sends between clusters, data-parallel and optimizer time); GPUs used: "
           + ", ".join(f"{k} {v}" for k, v in out.gpus_by_type.items()))
     if mode == "per_stage" and len(set(sol.recomputed)) > 1:
         print("note: recompute differs per stage; Megatron-LM's --recompute-num-layers is one count for all stages")

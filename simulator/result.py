@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from simulator.memory import MemoryBreakdown
 from simulator.plan import ParallelPlan
@@ -66,6 +67,12 @@ class Result:
     host_issue_s: float = 0.0       # host (CPU) seconds to issue every micro-batch's forward and backward
     host_optimizer_s: float = 0.0   # host seconds to issue the optimizer step
 
+    @cached_property
+    def confidence(self):
+        """Regime, 80% band and plain-words sentence of this prediction (simulator/confidence.py)."""
+        from simulator.confidence import confidence_of
+        return confidence_of(self)
+
     @property
     def fits(self) -> bool:
         return self.memory.fits
@@ -103,4 +110,5 @@ class Result:
                         "forward_s": s.forward_s, "backward_s": s.backward_s} for s in self.stages],
             "pipeline_s": self.pipeline_s, "dp_comm_total_s": self.dp_comm_total_s, "p2p_s": self.p2p_s,
             "host_issue_s": self.host_issue_s, "host_optimizer_s": self.host_optimizer_s,
+            "confidence": self.confidence.to_dict(),
         }

@@ -53,8 +53,9 @@ class Confidence:
         return not self.extrapolated
 
     def rank(self) -> tuple:
-        """Tie preference (lower is better): fewer extrapolations, then a better-measured GPU."""
-        return (len(self.extrapolated), GPU_REGIMES.index(self.gpu_regime))
+        """Tie preference (lower is better): fewer extrapolations, then a better-measured GPU, then
+        a narrower band (a regime the validation data pin down more tightly)."""
+        return (len(self.extrapolated), GPU_REGIMES.index(self.gpu_regime), round(self.q80, 4))
 
     def short(self) -> str:
         """The band as a compact column: '±17%' or '×/÷2.75', with '!' when extrapolated."""

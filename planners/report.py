@@ -10,6 +10,7 @@ import yaml
 
 from planners.megatron_args import format_args, megatron_args
 from planners.search import Candidate, SearchResult
+from planners.ties import rank_labels, tie_sentence
 
 GB = 1e9
 
@@ -105,6 +106,7 @@ def candidate_dict(c: Candidate, rank: int, best: Candidate, model) -> dict:
         "megatron_args": args,
         "megatron_notes": notes,
         "why": None if rank == 1 else why_loses(best, c, "the runner-up" if rank == 2 else f"#{rank}"),
+        "confidence": c.result.confidence.to_dict(),
     }
     if c.train_days is not None:
         d["train_days"] = c.train_days
@@ -121,7 +123,9 @@ def result_dict(r: SearchResult, request: Optional[dict] = None) -> dict:
         "objective": {"kind": r.objective.kind, "tokens": r.objective.tokens, "days": r.objective.days,
                       "price_per_gpu_hour_usd": r.objective.price_per_gpu_hour},
         "search": {**r.stats.to_dict(), "optimal": not r.notes},
-        "plans": [candidate_dict(c, i + 1, best, r.model) for i, c in enumerate(r.candidates)],
+        "plans": [{**candidate_dict(c, i + 1, best, r.model), "rank_label": label, "tied_with_best": i < r.ties}
+                  for i, (c, label) in enumerate(zip(r.candidates, rank_labels(r)))],
+        "ties": r.ties,
         "notes": list(r.notes),
     }
 
@@ -144,18 +148,21 @@ def format_text(r: SearchResult, request_line: str = "") -> str:
                  f"{s.shapes_memory_pruned:,} ruled out by memory bounds, the rest by time bounds"
                  + ("" if r.notes else " (provably the best of the space under the cost model)"))
     lines.append("")
-    head = f"{'#':>2}  {'layout':<34} {'switches':<40} {'step':>8} {'tokens/s':>9} {'MFU':>6} {'headroom':>9}  bottleneck"
+    head = (f"{'#':>3}  {'layout':<34} {'switches':<40} {'step':>8} {'80% band':>12} {'tokens/s':>9} {'MFU':>6} "
+            f"{'headroom':>9}  bottleneck")
     lines.append(head)
-    for i, c in enumerate(r.candidates, 1):
+    for label, c in zip(rank_labels(r), r.candidates):
         res = c.result
-        lines.append(f"{i:>2}  {c.shape.describe():<34} {switches(c):<40} {res.step_time_s:>7.3f}s "
-                     f"{_fmt_tokens(res.tokens_per_s):>9} {res.mfu:>6.1%} {c.headroom_bytes / GB:>6.1f} GB  "
+        lines.append(f"{label:>3}  {c.shape.describe():<34} {switches(c):<40} {res.step_time_s:>7.3f}s "
+                     f"{res.confidence.short():>12} {_fmt_tokens(res.tokens_per_s):>9} {res.mfu:>6.1%} "
+                     f"{c.headroom_bytes / GB:>6.1f} GB  "
                      f"{res.bottleneck} ({res.breakdown[res.bottleneck] / res.step_time_s:.0%})")
+    lines += _confidence_lines(r)
     if len(r.candidates) > 1:
         lines.append("")
         lines.append("why not the others:")
         for i, c in enumerate(r.candidates[1:], 2):
-            lines.append("  " + why_loses(best, c, "the runner-up" if i == 2 else f"#{i}"))
+            lines.append("  " + _why(r, best, c, i))
     if best.cost_usd is not None or best.train_days is not None:
         lines.append("")
         bits = []
@@ -174,6 +181,26 @@ def format_text(r: SearchResult, request_line: str = "") -> str:
     for n in r.notes:
         lines.append(n)
     return "\n".join(lines)
+
+
+def _why(r: SearchResult, best: Candidate, c: Candidate, i: int) -> str:
+    """Why plan ``i`` is not first: a tie inside the band, or the term it loses on."""
+    name = "the runner-up" if i == 2 else f"#{i}"
+    if i <= r.ties:
+        d = c.score / best.score - 1
+        return (f"{name} ({_label(c)}) is a tie: {d:+.1%} against the plan listed first, inside the 80% band"
+                + ("" if c.result.confidence.validated else "; it extrapolates beyond validated data"))
+    return why_loses(best, c, name)
+
+
+def _confidence_lines(r: SearchResult) -> list[str]:
+    """The tie sentence and the best plan's confidence sentence."""
+    out = [""]
+    tie = tie_sentence(r)
+    if tie:
+        out.append(tie)
+    out.append(f"confidence (plan 1): {r.best.result.confidence.sentence}")
+    return out
 
 
 def format_megatron(c: Candidate, model) -> str:

@@ -121,6 +121,7 @@ class SearchResult:
     cluster: str
     notes: list[str] = field(default_factory=list)
     explored: list = field(default_factory=list)
+    ties: int = 1               # leading candidates tied within the 80% band (planners/ties.py)
 
     @property
     def best(self) -> Candidate:

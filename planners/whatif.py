@@ -366,7 +366,7 @@ class Point:
                 "tokens_per_s_per_gpu": r.tokens_per_s / r.num_gpus, "model_tflops_per_gpu": r.tflops_per_gpu,
                 "mfu": r.mfu, "hfu": r.hfu, "fits": r.fits, "memory": m.to_dict(),
                 "time_breakdown_s": dict(r.breakdown), "bottleneck": r.bottleneck,
-                "bottleneck_description": r.bottleneck_sentence(),
+                "bottleneck_description": r.bottleneck_sentence(), "confidence": r.confidence.to_dict(),
             }
         return d
 

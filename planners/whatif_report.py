@@ -81,7 +81,7 @@ def describe_plan_text(b) -> str:
 def format_text(s: Sweep) -> str:
     """The table: one row per point; points that failed say why."""
     tokens = s.base.tokens
-    cols = ["point", "plan", "step", "tokens/s", "/GPU", "MFU", "mem GB", "vs #0", "bottleneck"]
+    cols = ["point", "plan", "step", "80% band", "tokens/s", "/GPU", "MFU", "mem GB", "vs #0", "bottleneck"]
     cols += ["days", "cost", "GPU energy"] if tokens else ["$/Mtok"]
     rows = []
     first = next((p for p in s.points if p.status == "ok"), None)
@@ -92,7 +92,7 @@ def format_text(s: Sweep) -> str:
             continue
         mark = "" if p.status == "ok" else " !"
         rel = f"{r.tokens_per_s / first.result.tokens_per_s:.2f}x" if first is not None else "-"
-        row = [p.label, describe_plan(r.plan), f"{r.step_time_s:.3f}s", _num(r.tokens_per_s),
+        row = [p.label, describe_plan(r.plan), f"{r.step_time_s:.3f}s", r.confidence.short(), _num(r.tokens_per_s),
                f"{r.tokens_per_s / r.num_gpus:,.0f}", f"{r.mfu:.1%}",
                f"{r.memory.total_bytes / 1e9:.1f}/{r.memory.capacity_bytes / 1e9:.0f}{mark}", rel,
                f"{r.bottleneck} {r.breakdown[r.bottleneck] / r.step_time_s:.0%}"]
@@ -118,6 +118,8 @@ def format_text(s: Sweep) -> str:
             notes.append(f"{p.label}: {p.reason}")
         for n in p.notes:
             notes.append(f"{p.label}: {n}")
+        if p.result is not None and p.result.confidence.extrapolated:
+            notes.append(f"{p.label}: {p.result.confidence.sentence}")
     cals = {p.calibration for p in s.points if p.calibration}
     if len(cals) > 1:
         notes.append("calibration differs between points (each accelerator's own profile; --calibration NAME "
@@ -129,6 +131,8 @@ def format_text(s: Sweep) -> str:
                 notes.append(f"  {p.label}: {p.calibration}")
     if notes:
         lines += ["", "notes:"] + [f"  {n}" for n in notes]
+    lines += ["", "80% band: the range the measured step falls in 4 times in 5 for predictions of this regime "
+                  "(split-conformal, docs/confidence.md); '!' marks extrapolated points (see notes)."]
     if tokens:
         lines += ["", f"cost to train {tokens:.3g} tokens at the catalog's indicative price per GPU-hour "
                       f"(or --price); energy: {ENERGY_NOTE}"

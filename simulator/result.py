@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from simulator.memory import MemoryBreakdown
 from simulator.plan import ParallelPlan
@@ -67,6 +68,12 @@ class Result:
     host_optimizer_s: float = 0.0   # host seconds to issue the optimizer step
     split_note: str = ""            # how the framework split uneven layers over the stages ('' if given/even)
 
+    @cached_property
+    def confidence(self):
+        """Regime, 80% band and plain-words sentence of this prediction (simulator/confidence.py)."""
+        from simulator.confidence import confidence_of
+        return confidence_of(self)
+
     @property
     def fits(self) -> bool:
         return self.memory.fits
@@ -105,4 +112,5 @@ class Result:
             "pipeline_s": self.pipeline_s, "dp_comm_total_s": self.dp_comm_total_s, "p2p_s": self.p2p_s,
             "host_issue_s": self.host_issue_s, "host_optimizer_s": self.host_optimizer_s,
             "layer_split_note": self.split_note,
+            "confidence": self.confidence.to_dict(),
         }

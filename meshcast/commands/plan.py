@@ -56,7 +56,9 @@ def add_parser(subparsers) -> None:
     g.add_argument("--max-cp", type=int, default=16, metavar="N", help="largest context-parallel degree (default 16)")
     g.add_argument("--max-vp", type=int, default=8, metavar="N", help="largest virtual pipeline degree (default 8)")
     g.add_argument("--max-mbs", type=int, default=16, metavar="N", help="largest micro-batch size (default 16)")
-    g.add_argument("--min-headroom-gb", type=float, default=0.0, metavar="GB", help="memory each GPU must keep free, GB (1e9 B; default 0)")
+    g.add_argument("--min-headroom-gb", type=float, default=None, metavar="GB",
+                   help="memory each GPU must keep free, GB (1e9 B; default 5%% of HBM: the memory model's "
+                        "validated error on 2-GPU steps, docs/validation.md; 0 to use every byte)")
     g.add_argument("--allow-cross-node-tp", action="store_true",
                    help="let tp and ep*etp span more than one NVLink domain")
     g.add_argument("--even-layers", action="store_true", help="only even layer splits (no uneven first/last stage)")
@@ -91,6 +93,25 @@ def add_parser(subparsers) -> None:
     p.set_defaults(run=run)
 
 
+HEADROOM_FRACTION = 0.05   # peak memory is within ~5% on 2-GPU steps (docs/validation.md)
+
+
+def resolve_headroom(args) -> str:
+    """Set ``args.min_headroom_gb`` (default: 5% of the smallest HBM in use) and say what is kept free."""
+    from hardware_specs import load_hardware
+
+    if args.min_headroom_gb is not None:
+        return f"min headroom {args.min_headroom_gb:g} GB kept free (--min-headroom-gb)"
+    names = [p.split(":")[0] for p in args.pool] if args.pool else [args.cluster] if args.cluster else []
+    if not names:
+        args.min_headroom_gb = 0.0
+        return "min headroom 0 GB"
+    hbm = min(load_hardware(n, 1).accelerator.hbm_capacity_bytes for n in names)
+    args.min_headroom_gb = HEADROOM_FRACTION * hbm / 1e9
+    return (f"min headroom {args.min_headroom_gb:.1f} GB ({HEADROOM_FRACTION:.0%} of HBM: the memory model's "
+            f"validated error) kept free; --min-headroom-gb 0 uses every byte")
+
+
 def _fixed(args) -> dict:
     out = {field: getattr(args, f"fix_{field}") for _, field, _ in FIXED}
     out["recompute"] = args.fix_recompute
@@ -105,11 +126,13 @@ def run(args: argparse.Namespace) -> int:
     from models import load_model
     from planners.report import format_megatron, format_text, result_dict, write_html, write_plan_yaml
     from planners.search import Objective, search
+    from planners.ties import apply_ties
     from planners.space import make_constraints
     from simulator.calibration import calibration_for
     from simulator.plan import ParallelPlan
 
     model = load_model(args.model)
+    headroom_note = resolve_headroom(args)
     if args.pool:
         return run_heterogeneous(args, model)
     if not args.cluster:
@@ -139,12 +162,13 @@ def run(args: argparse.Namespace) -> int:
                          uneven=not args.even_layers)
     objective = Objective(kind, args.tokens, args.days, price)
     progress = args.progress if args.progress is not None else sys.stderr.isatty()
-    res = search(model, args.cluster, c, calibration=cal, objective=objective, top=args.top, progress=progress,
-                 inner=args.inner, solver=args.solver, time_limit_s=args.time_limit, keep_explored=bool(args.output))
+    res = apply_ties(search(model, args.cluster, c, calibration=cal, objective=objective, top=args.top, progress=progress,
+                 inner=args.inner, solver=args.solver, time_limit_s=args.time_limit, keep_explored=bool(args.output)))
     gpus_text = args.gpus or str(c.gpus[0])
     request = {"model": model.name, "cluster": cluster.name, "gpus": gpus_text, "gbs": args.gbs, "seq": c.seq,
                "framework": args.framework,
-               "calibration": cal.name, "calibration_note": cal_note}
+               "calibration": cal.name, "calibration_note": cal_note, "min_headroom_gb": args.min_headroom_gb,
+               "min_headroom_note": headroom_note}
     best = res.best
     if args.write_plan:
         write_plan_yaml(best, args.write_plan, args.model, args.cluster)
@@ -162,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
     line = (f"{model.name} on {gpus_text} x {hw0.accelerator.name} ({cluster.name}), gbs {args.gbs} x seq {c.seq}, "
             f"objective {kind}; calibration: {cal_note}\n"
             f"framework: {args.framework}{' (the default; --framework chooses)' if args.framework == DEFAULT_FRAMEWORK else ''}"
-            f": only plans it can launch are searched")
+            f": only plans it can launch are searched\n{headroom_note}")
     print(format_text(res, line))
     if args.megatron_args:
         print("\nMegatron-LM arguments (best plan):")

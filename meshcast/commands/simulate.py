@@ -68,6 +68,15 @@ def format_cost(c: dict) -> str:
     return "\n".join(lines)
 
 
+def confidence_lines(r) -> list[str]:
+    """The prediction's 80% band (step, tokens/s, MFU) and the sentence saying what it rests on."""
+    c = r.confidence
+    lo, hi = c.step_range_s
+    return [f"  80% band         step {fmt_time(lo)} - {fmt_time(hi)}, {c.tokens_per_s_range[0]:,.0f} - "
+            f"{c.tokens_per_s_range[1]:,.0f} tokens/s, MFU {c.mfu_range[0]:.1%} - {c.mfu_range[1]:.1%}",
+            f"  confidence       {c.sentence}"]
+
+
 def format_result(r) -> str:
     """The human-readable summary of a simulation (a :class:`simulator.result.Result`)."""
     from simulator.result import BOTTLENECK_NAMES
@@ -86,6 +95,7 @@ def format_result(r) -> str:
         f"  throughput       {r.tokens_per_s:,.0f} tokens/s ({r.tokens_per_s / r.num_gpus:,.0f} per GPU)",
         f"  model TFLOP/s    {r.tflops_per_gpu:.1f} per GPU",
         f"  MFU / HFU        {r.mfu:.1%} / {r.hfu:.1%} (of dense bf16 peak)",
+        *confidence_lines(r),
         "",
         f"memory per device (stage {mem.stage}, the fullest): {fmt_bytes(mem.total_bytes)} of "
         f"{fmt_bytes(mem.capacity_bytes)} -> {'FITS' if mem.fits else 'DOES NOT FIT'} "

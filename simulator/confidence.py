@@ -1,0 +1,149 @@
+"""The confidence of one prediction: its regime, its 80% band and plain words saying what the band
+rests on and what is extrapolated. Bands come from simulator/confidence_bands.yaml
+(validation/bands.py: split-conformal quantiles of the project's own validation residuals).
+
+    confidence_of(result) -> Confidence   (also Result.confidence)
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+
+from simulator.regimes import GPU_REGIME_WORDS, GPU_REGIMES, describe_feature, feature_tags, gpu_regime, workload
+
+BANDS_FILE = Path(__file__).resolve().parent / "confidence_bands.yaml"
+COVERAGE = 0.8
+WORKLOAD_WORDS = {"up_to_2_gpus": "training steps on 1-2 GPUs", "multi_gpu": "multi-GPU runs",
+                  "zero3_at_scale": "ZeRO-3 runs across nodes"}
+_DEGREE = {"cp": "CP={cp}", "ep": "EP={ep}", "ep_cross_node": "EP={ep} across nodes",
+           "tp_cross_node": "TP={tp} across nodes"}
+
+
+@lru_cache(maxsize=1)
+def band_table() -> dict:
+    """The committed band table (read once per process)."""
+    return yaml.safe_load(BANDS_FILE.read_text())
+
+
+@dataclass(frozen=True)
+class Confidence:
+    """A prediction's regime and its 80% band (step time, tokens/s and MFU ranges)."""
+    gpu_regime: str
+    workload: str
+    tags: tuple
+    extrapolated: tuple         # plain-words reasons the prediction lies outside validated data
+    q80: float                  # band half-width in log space: step in [t/exp(q), t*exp(q)]
+    basis: str
+    step_range_s: tuple
+    tokens_per_s_range: tuple
+    mfu_range: tuple
+    sentence: str
+
+    @property
+    def factor(self) -> float:
+        """The band's multiplicative half-width exp(q): the step lies in [t/f, t*f]."""
+        return math.exp(self.q80)
+
+    @property
+    def validated(self) -> bool:
+        return not self.extrapolated
+
+    def rank(self) -> tuple:
+        """Tie preference (lower is better): fewer extrapolations, then a better-measured GPU, then
+        a narrower band (a regime the validation data pin down more tightly)."""
+        return (len(self.extrapolated), GPU_REGIMES.index(self.gpu_regime), round(self.q80, 4))
+
+    def short(self) -> str:
+        """The band as a compact column: '±17%' or '×/÷2.75', with '!' when extrapolated."""
+        f = self.factor
+        text = f"+{f - 1:.0%}/-{1 - 1 / f:.0%}" if f < 1.5 else f"×/÷{f:.2f}"
+        return text + ("!" if self.extrapolated else "")
+
+    def to_dict(self) -> dict:
+        return {"coverage": COVERAGE, "gpu_regime": self.gpu_regime, "workload": self.workload,
+                "tags": list(self.tags), "extrapolated": list(self.extrapolated), "validated": self.validated,
+                "band_factor": self.factor, "basis": self.basis, "step_time_range_s": list(self.step_range_s),
+                "tokens_per_s_range": list(self.tokens_per_s_range), "mfu_range": list(self.mfu_range),
+                "sentence": self.sentence}
+
+
+def _hardware(result) -> tuple:
+    """(accelerator, its GPU regime, its profile's owner, GPUs per node) of a Result, from the
+    catalog names it carries; for a heterogeneous pipeline ('a+b'), the least-measured of its
+    accelerators (each stage on another type runs on that type's own profile)."""
+    from hardware_specs.catalog import load_accelerator, load_cluster, load_node
+    from simulator.calibration import calibration_for
+    worst = None
+    for i, name in enumerate(result.accelerator.split("+")):
+        acc = load_accelerator(name)
+        cal = result.calibration if i == 0 else calibration_for(acc)[0].name
+        regime, prof = gpu_regime(acc, cal)
+        if worst is None or GPU_REGIMES.index(regime) > GPU_REGIMES.index(worst[1]):
+            worst = (acc, regime, prof)
+    try:
+        per_node = min(load_node(load_cluster(c).node).gpus_per_node for c in result.cluster.split("+"))
+    except Exception:       # a cluster given as a file outside the catalog: assume 8 GPUs per node
+        per_node = 8
+    return (*worst, per_node)
+
+
+def extrapolations(acc, regime: str, prof: str | None, tags: list, plan, num_gpus: int, table: dict) -> list[str]:
+    """Plain-words reasons a prediction lies outside the validated data."""
+    out = []
+    if regime in ("datasheet", "uncalibrated"):
+        out.append(GPU_REGIME_WORDS[regime].format(acc=acc.name, prof=prof))
+    feats = table["features"]
+    for t in tags:
+        if feats.get(t, {}).get("n", 0) < table["feature_min_residuals"]:
+            what = _DEGREE.get(t, "").format(tp=plan.tp, cp=plan.cp, ep=plan.ep) or describe_feature(t)
+            out.append(f"{what} not validated on real runs")
+    largest = table["workloads"][workload(tags, num_gpus)]["max_gpus"]
+    if num_gpus > largest:
+        out.append(f"{num_gpus} GPUs is beyond the largest validated run of this kind ({largest} GPUs)")
+    return out
+
+
+def confidence_of(result) -> Confidence:
+    """The regime, 80% band and plain-words sentence of a simulated Result."""
+    table = band_table()
+    acc, regime, prof, per_node = _hardware(result)
+    tags = feature_tags(result.plan, result.num_gpus, per_node)
+    work = workload(tags, result.num_gpus)
+    applied = table["applied"][f"{regime}/{work}"]
+    q = float(applied["q80"])
+    f = math.exp(q)
+    t = result.step_time_s
+    extra = extrapolations(acc, regime, prof, tags, result.plan, result.num_gpus, table)
+    if "+" in result.accelerator:
+        extra.append(f"a pipeline over several GPU types ({result.accelerator.replace('+', ', ')}) "
+                     "not validated on real runs")
+    cell = table["cells"][f"{regime}/{work}"]
+    rests = _rests(applied["basis"], cell["n"], regime, work)
+    band = f"{COVERAGE:.0%} band {_secs(t / f)} - {_secs(t * f)}"
+    if extra:
+        sentence = f"EXTRAPOLATED: {'; '.join(extra)}. {band} ({rests})"
+    else:
+        sentence = f"{band}: {GPU_REGIME_WORDS[regime].format(acc=acc.name, prof=prof)}; features validated ({rests})"
+    return Confidence(regime, work, tuple(tags), tuple(extra), q, applied["basis"], (t / f, t * f),
+                      (result.tokens_per_s / f, result.tokens_per_s * f), (result.mfu / f, result.mfu * f), sentence)
+
+
+def _secs(x: float) -> str:
+    return f"{x:.3g} s" if x >= 1 else f"{x * 1e3:.3g} ms"
+
+
+def _rests(basis: str, n: int, regime: str, work: str) -> str:
+    """Plain words for what a band rests on (the ladder step of validation/bands.py)."""
+    own = f"{n} held-out {WORKLOAD_WORDS[work]} on {regime} GPUs"
+    if basis == "cell":
+        return f"band from {own}"
+    if basis.startswith("cell"):
+        return f"band from {own}, widened to a better-measured GPU regime's band"
+    if basis.startswith("pooled"):
+        return (f"no {WORKLOAD_WORDS[work]} on {regime} GPUs validated: band pooled from the {regime} GPUs' "
+                f"and the {WORKLOAD_WORDS[work]}' residuals")
+    return "no validation data: the widest band of the table"

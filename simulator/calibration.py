@@ -13,6 +13,7 @@ from pathlib import Path
 import yaml
 
 from hardware_specs.errors import SpecError
+from hardware_specs.fileio import write_text_atomic
 from hardware_specs.yamlio import read_yaml_mapping
 
 PROFILE_DIR = Path(__file__).resolve().parent.parent / "hardware_specs" / "profiles"
@@ -179,7 +180,7 @@ def save_calibration(cal: Calibration, path: Path, meta: dict) -> None:
     """Write ``cal`` with provenance ``meta`` (fitted_on, residuals, ...) as a profile YAML."""
     doc = {**meta, "parameters": cal.to_dict()}
     doc["parameters"].pop("name", None)
-    Path(path).write_text(yaml.safe_dump(doc, sort_keys=False))
+    write_text_atomic(path, yaml.safe_dump(doc, sort_keys=False), "output")
 
 
 def calibration_for(accelerator, explicit: str | None = None) -> tuple[Calibration, str]:

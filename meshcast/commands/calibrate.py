@@ -5,7 +5,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from meshcast.commands.common import emit_json
+from meshcast.commands.common import check_outputs, emit_json
 from simulator.calibration import DEFAULT, load_calibration, save_calibration
 from validation.calibrate import calibrate, physical_violations, profile_metadata
 from validation.hardware import hardware_for
@@ -38,6 +38,7 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Fit, report fitted and held-out error, and write the profile."""
+    check_outputs(args)
     files = []
     for path in args.measurements:
         mf = load_measurements(path)

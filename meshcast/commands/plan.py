@@ -15,7 +15,7 @@ from hardware_specs.catalog import load_cluster, load_node
 from hardware_specs.errors import MeshcastError
 from models import load_model
 from simulator.calibration import calibration_for
-from simulator.plan import RECIPES, SCHEDULES, ParallelPlan
+from simulator.plan import RECIPES, SCHEDULES, ParallelPlan, check_precision
 
 FIXED = (  # (flag, field, help)
     ("--tp", "tp", "fix the tensor-parallel degree"),
@@ -102,6 +102,9 @@ def run(args: argparse.Namespace) -> int:
     from planners.search import Objective, search
     from planners.space import make_constraints
 
+    from meshcast.commands.common import check_outputs
+
+    check_outputs(args)
     model = load_model(args.model)
     if args.pool:
         return run_heterogeneous(args, model)
@@ -111,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
     node = load_node(cluster.node)
     hw0 = load_hardware(args.cluster, min(node.gpus_per_node, cluster.num_nodes * node.gpus_per_node))
     cal, cal_note = calibration_for(hw0.accelerator, args.calibration)
+    check_precision(args.precision, hw0.accelerator)
     if args.top < 1:
         raise MeshcastError("top", f"must be at least 1, got {args.top}")
     if args.days is not None and args.tokens is None:
@@ -256,13 +260,14 @@ def _best_heterogeneous(args: argparse.Namespace, model, pools, plan: ParallelPl
 def _write_heterogeneous_plan(args: argparse.Namespace, model, out) -> None:
     import yaml
 
+    from hardware_specs.fileio import write_text_atomic
+
     sol = out.solution
     doc = {"plan": out.plan.to_dict(), "stage_gpu_types": list(sol.types),
            "stage_recomputed_layers": list(sol.recomputed),
            "meshcast_plan": {"model": model.name, "pools": args.pool, "predicted_step_time_s": out.step_time_s}}
-    with open(args.write_plan, "w") as fh:
-        fh.write("# written by meshcast plan --pool: stages on several GPU types (simulate() runs one type)\n")
-        yaml.safe_dump(doc, fh, sort_keys=False)
+    head = "# written by meshcast plan --pool: stages on several GPU types (simulate() runs one type)\n"
+    write_text_atomic(args.write_plan, head + yaml.safe_dump(doc, sort_keys=False), "write-plan")
 
 
 def _print_heterogeneous(args: argparse.Namespace, model, plan: ParallelPlan, out, rows: list, mode: str) -> None:

@@ -31,8 +31,11 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Compare predictions with measurement files and/or published runs."""
+    from hardware_specs.errors import MeshcastError
+    from meshcast.commands.common import check_outputs
+
+    check_outputs(args)
     if not args.measurements and not args.published and not args.published_layers:
-        from hardware_specs.errors import MeshcastError
         raise MeshcastError("measurements", "give --measurements FILE... and/or --published FILE.csv")
     out: dict = {"files": []}
     figures = []

@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from meshcast.commands.common import add_model_cluster, add_plan_options, emit_json, plan_from_args
+from meshcast.commands.common import add_model_cluster, add_plan_options, check_outputs, emit_json, plan_from_args
 
 EXAMPLES = """\
 sweeps (repeat --sweep for a grid; NAME=V1,V2,... or NAME=LO:HI:STEP or NAME=LO:HI:xFACTOR):
@@ -64,8 +64,12 @@ def run(args: argparse.Namespace) -> int:
     from planners.whatif import DEGREES, Base, parse_price, parse_sweeps, run_sweep
     from planners.whatif_report import format_text, write_html
 
+    check_outputs(args)
     axes = parse_sweeps(args.sweep)
     plan = plan_from_args(args)
+    if plan.num_gpus is not None and any(a.name == "gpus" for a in axes):
+        raise MeshcastError("gpus", f"the plan file fixes num_gpus: {plan.num_gpus}, which a sweep over gpus "
+                                    "would contradict at every other point; drop num_gpus from the plan")
     price, prices = parse_price(args.price)
     if args.tokens is not None and not args.tokens > 0:
         raise MeshcastError("tokens", f"must be positive, got {args.tokens:g}")

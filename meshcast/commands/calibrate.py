@@ -63,6 +63,9 @@ def run(args: argparse.Namespace) -> int:
               f"{'converged' if res.success else 'NOT converged: ' + res.message}")
         for p, v in zip(res.params, res.values):
             print(f"  {p.path:<44} {v:.4g}")
+        if res.unconstrained:
+            print(f"  kept from the starting profile (no record constrains them): "
+                  f"{', '.join(p.path for p in res.unconstrained)}")
     print(f"\n{'kind':<20}{'fitted MAPE':>12}{'held-out MAPE':>15}{'held-out worst':>16}")
     held = {s.kind: s for s in report.held_out}
     for s in report.fitted:

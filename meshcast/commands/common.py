@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -127,9 +128,20 @@ def check_outputs(args: argparse.Namespace) -> None:
     check_output_dir(getattr(args, "trace_dir", None), "trace-dir")
 
 
+def _finite(obj):
+    """``obj`` with every NaN or infinite float replaced by None (JSON has no NaN)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
 def emit_json(obj) -> None:
-    """Print one JSON object to stdout."""
-    json.dump(obj, sys.stdout, indent=2, default=str)
+    """Print one JSON object to stdout (strict JSON: NaN and infinities become null)."""
+    json.dump(_finite(json.loads(json.dumps(obj, default=str))), sys.stdout, indent=2, allow_nan=False)
     sys.stdout.write("\n")
 
 

@@ -22,6 +22,7 @@ SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
 RECIPES = ("megatron", "zero", "torch_amp", "torch_fsdp")
 PRECISIONS = ("bf16", "fp16", "fp8")
+ATTENTIONS = ("flash", "unfused", "math")
 
 
 @dataclass(frozen=True)
@@ -152,6 +153,11 @@ def plan_from_dict(data: dict, origin: str = "plan") -> ParallelPlan:
         field = f"{origin}: {loc}" if origin else loc
         raise SpecError(field, f"{err['msg'][0].lower()}{err['msg'][1:]}, got {err.get('input')!r}") from None
     values = {k: getattr(checked, k) for k in data}
+    for name, allowed in (("schedule", SCHEDULES), ("recompute", RECOMPUTE), ("recipe", RECIPES),
+                          ("precision", PRECISIONS), ("attention", ATTENTIONS)):
+        if values.get(name) is not None and values[name] not in allowed:
+            field = f"{origin}: {name}" if origin else name
+            raise SpecError(field, f"must be one of {', '.join(allowed)}; got {values[name]!r}")
     if values.get("layers_per_stage") is not None:
         values["layers_per_stage"] = tuple(values["layers_per_stage"])
     return ParallelPlan(**values)
@@ -186,7 +192,7 @@ def resolve_plan(model: ModelSpec, plan: ParallelPlan, num_gpus: int) -> Paralle
     _choice("recompute", plan.recompute, RECOMPUTE)
     _choice("recipe", plan.recipe, RECIPES)
     _choice("precision", plan.precision, PRECISIONS)
-    _choice("attention", plan.attention, ("flash", "unfused", "math"))
+    _choice("attention", plan.attention, ATTENTIONS)
     if plan.zero_stage not in (0, 1, 2, 3):
         raise PlanError("zero_stage", f"must be 0, 1, 2 or 3, got {plan.zero_stage!r}")
     if plan.num_gpus is not None and plan.num_gpus != num_gpus:

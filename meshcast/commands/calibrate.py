@@ -5,6 +5,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from hardware_specs.errors import MeshcastError
 from meshcast.commands.common import check_outputs, emit_json
 from simulator.calibration import DEFAULT, load_calibration, save_calibration
 from validation.calibrate import calibrate, physical_violations, profile_metadata
@@ -39,6 +40,8 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     """Fit, report fitted and held-out error, and write the profile."""
     check_outputs(args)
+    if args.holdout_every < 0 or args.holdout_every == 1:
+        raise MeshcastError("holdout-every", f"must be 0 (hold nothing out) or at least 2, got {args.holdout_every}")
     files = []
     for path in args.measurements:
         mf = load_measurements(path)

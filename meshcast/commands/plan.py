@@ -105,6 +105,10 @@ def run(args: argparse.Namespace) -> int:
     from meshcast.commands.common import check_outputs
 
     check_outputs(args)
+    if not args.time_limit > 0 or args.time_limit == float("inf"):
+        raise MeshcastError("time-limit", f"must be a positive number of seconds, got {args.time_limit:g}")
+    if args.min_headroom_gb < 0 or args.min_headroom_gb != args.min_headroom_gb:
+        raise MeshcastError("min-headroom-gb", f"must be >= 0, got {args.min_headroom_gb:g}")
     model = load_model(args.model)
     if args.pool:
         return run_heterogeneous(args, model)

@@ -110,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
     jobs = args.jobs or (min(2, os.cpu_count() or 1) if args.replan and npoints > 1 else 1)
     progress = args.progress if args.progress is not None else sys.stderr.isatty()
     sweep = run_sweep(base, axes, jobs=jobs, progress=progress)
+    _fail_if_nothing_valid(sweep)
     if args.output:
         write_html(sweep, args.output)
     if args.json:
@@ -121,3 +122,13 @@ def run(args: argparse.Namespace) -> int:
         if args.trace_dir:
             print(f"wrote {sum(1 for p in sweep.points if p.trace)} traces to {args.trace_dir}")
     return 0
+
+
+def _fail_if_nothing_valid(sweep) -> None:
+    """Every point invalid (a base plan wrong everywhere, e.g. layers_per_stage that sums to
+    another model's layers): the first point's error, not a table of failures and exit 0."""
+    from hardware_specs.errors import MeshcastError
+
+    if sweep.points and all(p.status in ("error", "invalid") for p in sweep.points):
+        field, _, reason = (sweep.points[0].reason or "sweep: no valid point").partition(": ")
+        raise MeshcastError(field, f"{reason} (at every point of the sweep)")

@@ -5,29 +5,11 @@ from pathlib import Path
 from typing import TypeVar
 
 import pydantic
-import yaml
 
 from hardware_specs.errors import SpecError, UnknownNameError
+from hardware_specs.fileio import read_yaml_mapping  # noqa: F401  (re-exported: the one YAML reader)
 
 T = TypeVar("T", bound=pydantic.BaseModel)
-
-
-def read_yaml_mapping(path: Path) -> dict:
-    """Parse ``path`` as YAML and return its top-level mapping, or raise :class:`SpecError`."""
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise SpecError(str(path), f"cannot read file ({exc.strerror})") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise SpecError(str(path), f"malformed YAML{where}: {problem}") from None
-    if not isinstance(data, dict):
-        raise SpecError(str(path), "expected a mapping of fields at the top level")
-    return data
 
 
 def validate_mapping(data: dict, schema: type[T], origin: str) -> T:

@@ -4,6 +4,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
+from hardware_specs.fileio import read_text
 from hardware_specs.yamlio import catalog_names, load_entry
 from models.schema import ModelSpec
 
@@ -18,6 +19,8 @@ def load_model(name_or_path: str) -> ModelSpec:
         from models.hf_import import load_hf_config, resolve_hf_model
         config = resolve_hf_model(name_or_path)
         if config is not None:
+            if Path(config).is_file():
+                read_text(config)     # binary or non-UTF-8 content: one error naming the file
             return load_hf_config(config)
     return load_entry(name_or_path, CATALOG_DIR, ModelSpec, "model")
 

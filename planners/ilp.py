@@ -103,6 +103,23 @@ def new_var(prob: pulp.LpProblem, name: str, low=None, high=None, cat: str = pul
     return pulp.LpVariable(name, low, high, cat=cat)
 
 
+def classify(status: int, sol_status: int) -> str:
+    """What a solve ended with, from PuLP's problem status and solution status together:
+    infeasible, unbounded, no_solution (stopped before any), feasible (unproven) or optimal.
+
+    Both are needed: CBC reports an integer-infeasible MIP as status Infeasible with solution
+    status "no solution found", which alone reads like a time limit; HiGHS sets both."""
+    if status == pulp.LpStatusInfeasible or sol_status == pulp.LpSolutionInfeasible:
+        return "infeasible"
+    if status == pulp.LpStatusUnbounded or sol_status == pulp.LpSolutionUnbounded:
+        return "unbounded"
+    if sol_status == pulp.LpSolutionIntegerFeasible:
+        return "feasible"
+    if sol_status == pulp.LpSolutionOptimal:
+        return "optimal"
+    return "no_solution"
+
+
 def solve(prob: pulp.LpProblem, solver: str = "highs", time_limit_s: float = 10.0,
           gap_rel: float = 1e-6) -> SolveInfo:
     """Solve ``prob`` and prove it: status, integrality and gap, or raise :class:`ILPError`."""
@@ -115,11 +132,12 @@ def solve(prob: pulp.LpProblem, solver: str = "highs", time_limit_s: float = 10.
     elapsed = time.perf_counter() - t0
     sol = prob.sol_status
     names = pulp.LpSolution
-    if sol == pulp.LpSolutionInfeasible:
+    outcome = classify(prob.status, sol)
+    if outcome == "infeasible":
         raise ILPError("solver", f"{prob.name}: infeasible (no assignment satisfies the constraints)")
-    if sol == pulp.LpSolutionUnbounded:
+    if outcome == "unbounded":
         raise ILPError("solver", f"{prob.name}: unbounded (a missing constraint)")
-    if sol == pulp.LpSolutionNoSolutionFound:
+    if outcome == "no_solution":
         raise ILPError("solver", f"{prob.name}: no solution within the {time_limit_s:g} s time limit "
                                  f"({pulp.LpStatus[prob.status]})")
     gap = _highs_gap(prob) if "HiGHS" in s.name else None

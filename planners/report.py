@@ -8,6 +8,7 @@ from typing import Optional
 
 import yaml
 
+from hardware_specs.fileio import write_text_atomic
 from planners.megatron_args import format_args, megatron_args
 from planners.search import Candidate, SearchResult
 from planners.ties import rank_labels, tie_sentence
@@ -224,7 +225,7 @@ def write_plan_yaml(c: Candidate, path: str | Path, model_name: str, cluster: st
     }
     text = (f"# written by meshcast plan: {model_name} on {c.result.num_gpus} GPUs of {cluster}\n"
             f"# meshcast simulate --model {model_name} --cluster {cluster} --gpus {c.result.num_gpus} --plan {Path(path).name}\n")
-    Path(path).write_text(text + yaml.safe_dump(doc, sort_keys=False))
+    write_text_atomic(path, text + yaml.safe_dump(doc, sort_keys=False), "write-plan")
 
 
 def pareto_front(points: list[tuple[float, float]]) -> list[int]:
@@ -270,4 +271,4 @@ def write_html(r: SearchResult, explored: list, path: str | Path, title: str) ->
             f"not simulated, so they are not shown).</p>{html}"
             f"<table border=1 cellpadding=4><tr><th>#</th><th>layout</th><th>switches</th><th>step s</th>"
             f"<th>tokens/s</th><th>MFU</th><th>headroom GB</th></tr>{table}</table><ul>{why}</ul></body></html>")
-    Path(path).write_text(page)
+    write_text_atomic(path, page, "output")

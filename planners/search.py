@@ -480,7 +480,7 @@ def _explain_infeasible(s: Search, model, cluster, c: Constraints, cal, objectiv
     if s.stats.shapes == 0:
         rej = s.rejections
         if rej.counts:
-            fld = rej.counts.most_common(1)[0][0]
+            fld = rej.binding()
             return MeshcastError(fld, f"no parallel layout is possible: {rej.example[fld]}"
                                  + (f" (and {len(rej.counts) - 1} other kinds of conflict)" if len(rej.counts) > 1 else ""))
         return MeshcastError("gpus", "no parallel layout is possible for these GPU counts and batch")
@@ -505,7 +505,23 @@ def _explain_infeasible(s: Search, model, cluster, c: Constraints, cal, objectiv
         return MeshcastError("memory", f"no plan fits in memory; {have}")
     need, what = small
     field_name = "min_headroom_gb" if head > 0 and need <= cap else "memory"
-    return MeshcastError(field_name, f"needs {need / GB:.1f} GB per GPU at the smallest footprint ({what}); {have}")
+    return MeshcastError(field_name, f"needs {need / GB:.1f} GB per GPU at the smallest footprint ({what}); {have}"
+                         + _gpus_hint(need, max(c.gpus), cap - head))
+
+
+def _gpus_hint(need: float, gpus: int, usable: float) -> str:
+    """Roughly how many GPUs would hold what ``gpus`` GPUs need ``need`` bytes each of: the
+    total (model states and activations, sharded) over the usable HBM per GPU, in whole nodes
+    of 8 above 8. Empty when it already fits or the count is unchanged."""
+    if usable <= 0 or need <= usable:
+        return ""
+    n = math.ceil(need * gpus / usable)
+    if n > 8:
+        n = 8 * math.ceil(n / 8)
+    if n <= gpus:
+        return ""
+    return (f"; roughly {n} GPUs or more would hold it ({need / GB:.1f} GB x {gpus} GPUs spread over "
+            f"{usable / GB:.1f} GB each), if the plan shards it further")
 
 
 def brute_force(model: ModelSpec, cluster: str, constraints: Constraints, *, calibration: Calibration = DEFAULT,

@@ -246,10 +246,21 @@ class Rejections:
 
     counts: Counter = field(default_factory=Counter)
     example: dict = field(default_factory=dict)
+    depth: dict = field(default_factory=dict)
 
-    def add(self, field_name: str, reason: str) -> None:
+    def add(self, field_name: str, reason: str, depth: int = 0) -> None:
+        """Count a rejection; ``depth`` is how far into the enumeration (tp, cp, pp/dp, experts,
+        micro-batch) it happened: a deeper one passed every earlier check."""
         self.counts[field_name] += 1
-        self.example.setdefault(field_name, reason)
+        if depth > self.depth.get(field_name, -1):
+            self.depth[field_name] = depth
+            self.example[field_name] = reason
+
+    def binding(self) -> str:
+        """The field whose constraint binds: rejected deepest into the enumeration (every choice
+        before it was possible), ties broken by how often; a tp=16 that cannot fit an NVLink
+        domain is not why a fixed ep=3 or a batch of 100 over dp=64 fails."""
+        return max(self.counts, key=lambda f: (self.depth.get(f, 0), self.counts[f]))
 
 
 def _allowed(c: Constraints, name: str, values):
@@ -266,23 +277,28 @@ def enumerate_shapes(model: ModelSpec, c: Constraints, gpus_per_domain: int,
     L = model.num_layers
     seq = c.seq
     gb_lo, gb_hi = c.gbs
+    for name in ("tp", "dp", "pp", "cp"):   # a fixed degree no GPU count can hold binds before anything else
+        v = c.fix(name)
+        if v is not None and all(g % v for g in c.gpus):
+            counts = ", ".join(map(str, c.gpus[:4])) + (", ..." if len(c.gpus) > 4 else "")
+            rej.add(name, f"{name}={v} does not divide the GPU count ({counts})", 9)
     for gpus in c.gpus:
         tp_cands = [t for t in divisors(gpus) if c.max_tp is None or t <= c.max_tp]
         if c.fix("tp") is not None and c.fix("tp") not in divisors(gpus):
-            rej.add("tp", f"tp={c.fix('tp')} does not divide the {gpus} GPUs")
+            rej.add("tp", f"tp={c.fix('tp')} does not divide the {gpus} GPUs", 0)
         for tp in _allowed(c, "tp", tp_cands):
             why = _tp_ok(model, tp)
             if why:
-                rej.add("tp", why)
+                rej.add("tp", why, 1)
                 continue
             if c.nvlink_only and tp > gpus_per_domain:
                 rej.add("tp", f"tp={tp} exceeds the {gpus_per_domain}-GPU NVLink domain "
-                              "(--allow-cross-node-tp relaxes this)")
+                              "(--allow-cross-node-tp relaxes this)", 1)
                 continue
             rest = gpus // tp
             for cp in _allowed(c, "cp", [x for x in divisors(rest) if x <= c.max_cp or c.fix("cp")]):
                 if cp > 1 and seq % (2 * cp):
-                    rej.add("cp", f"sequence {seq} is not divisible by 2*cp = {2 * cp}")
+                    rej.add("cp", f"sequence {seq} is not divisible by 2*cp = {2 * cp}", 2)
                     continue
                 rest2 = rest // cp
                 pp_cands = [x for x in divisors(rest2) if x <= L and (c.max_pp is None or x <= c.max_pp)]
@@ -291,7 +307,7 @@ def enumerate_shapes(model: ModelSpec, c: Constraints, gpus_per_domain: int,
                     if c.fix("dp") is not None and c.fix("dp") != dp:
                         continue
                     if dp > gb_hi:
-                        rej.add("gbs", f"dp={dp} exceeds the global batch {gb_hi}")
+                        rej.add("gbs", f"dp={dp} exceeds the global batch {gb_hi}", 3)
                         continue
                     yield from _inner_shapes(model, c, gpus, tp, cp, pp, dp, gpus_per_domain, rej)
 
@@ -300,19 +316,22 @@ def _expert_options(model: ModelSpec, c: Constraints, tp: int, cp: int, dp: int,
                     rej: Rejections) -> list[tuple[int, Optional[int]]]:
     if model.moe is None:
         if (c.fix("ep") or 1) > 1:
-            rej.add("ep", f"ep={c.fix('ep')} but {model.name} has no experts")
+            rej.add("ep", f"ep={c.fix('ep')} but {model.name} has no experts", 4)
             return []
         return [(1, None)]
     out = []
     width = tp * cp * dp
+    if c.fix("ep") is not None and model.moe.num_experts % c.fix("ep"):
+        rej.add("ep", f"ep={c.fix('ep')} does not divide the {model.moe.num_experts} experts of {model.name}", 4)
+        return []
     for ep in _allowed(c, "ep", divisors(model.moe.num_experts)):
         etps = [e for e in divisors(tp)] if c.fix("etp") is None else [c.fix("etp")]
         for etp in etps:
             if width % (ep * etp):
-                rej.add("ep", f"ep*etp = {ep}*{etp} does not divide tp*cp*dp = {width}")
+                rej.add("ep", f"ep*etp = {ep}*{etp} does not divide tp*cp*dp = {width}", 4)
                 continue
             if c.nvlink_only and ep * etp > domain:
-                rej.add("ep", f"ep*etp = {ep * etp} exceeds the {domain}-GPU NVLink domain")
+                rej.add("ep", f"ep*etp = {ep * etp} exceeds the {domain}-GPU NVLink domain", 4)
                 continue
             out.append((ep, None if etp == tp else etp))
     return out
@@ -330,12 +349,12 @@ def _inner_shapes(model, c: Constraints, gpus, tp, cp, pp, dp, domain, rej) -> I
     for mbs in mbs_cands:
         unit = dp * mbs
         if unit > gb_hi:
-            rej.add("gbs", f"dp*mbs = {dp}*{mbs} exceeds the global batch {gb_hi}")
+            rej.add("gbs", f"dp*mbs = {dp}*{mbs} exceeds the global batch {gb_hi}", 5)
             continue
         m_max = gb_hi // unit
         if m_max * unit < gb_lo:
             what = f"global batch {gb_hi} is" if gb_lo == gb_hi else f"no global batch in {gb_lo}:{gb_hi} is"
-            rej.add("gbs", f"{what} not a multiple of dp*mbs = {dp}*{mbs}")
+            rej.add("gbs", f"{what} not a multiple of dp*mbs = {dp}*{mbs}", 5)
             continue
         if gb_lo == gb_hi and c.fix("mbs") is None and gb_hi % unit:
             continue

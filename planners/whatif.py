@@ -555,7 +555,7 @@ def evaluate_point(base: Base, index: int, setting: dict, x: dict, yaml_dir: Opt
     if base.trace_dir is not None:
         from simulator.trace import write_chrome_trace
         path = Path(base.trace_dir) / f"{index:03d}-{_slug(pt.label)}.json"
-        write_chrome_trace(result, path)
+        write_chrome_trace(result, path, "trace-dir")
         pt.trace = str(path)
     pt.seconds = time.perf_counter() - t0
     return pt

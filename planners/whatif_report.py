@@ -13,6 +13,7 @@ import html
 import math
 from pathlib import Path
 
+from hardware_specs.fileio import write_text_atomic
 from planners.whatif import Point, Sweep, describe_plan
 from simulator.costing import ENERGY_NOTE
 from simulator.result import BOTTLENECK_NAMES
@@ -418,4 +419,4 @@ def write_html(s: Sweep, path: str | Path) -> None:
             parts.append(f"<p class='note'>{html.escape(note)}</p>")
         parts.append(fig.to_html(full_html=False, include_plotlyjs=(i == 0)))
     parts.append("</body></html>")
-    Path(path).write_text("\n".join(parts))
+    write_text_atomic(path, "\n".join(parts), "output")

@@ -9,10 +9,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
+from typing import Annotated, Optional
 
 import yaml
 
 from hardware_specs.errors import SpecError
+from hardware_specs.fileio import write_text_atomic
 from hardware_specs.yamlio import read_yaml_mapping
 
 PROFILE_DIR = Path(__file__).resolve().parent.parent / "hardware_specs" / "profiles"
@@ -126,22 +128,70 @@ DEFAULT = Calibration()
 DICT_PARAMETERS = ("gemm_peak_fraction", "memory_op_fraction", "collective_fraction", "collective_alpha_fraction")
 
 
+FRACTIONS = ("gemm_unaligned_fraction", "hbm_fraction", "attention_fwd_fraction", "attention_bwd_fraction",
+             "attention_softmax_fraction")
+
+
+@lru_cache(maxsize=1)
+def _profile_schema() -> type:
+    """A strict pydantic model of a profile's ``parameters`` mapping with physical bounds: achieved
+    fractions of a datasheet peak in (0, 1]; relative collective factors positive; fixed costs
+    (seconds), tile overheads and exponents >= 0; every number finite. Missing keys keep the
+    defaults, so a profile may set only what it fitted."""
+    import pydantic
+    from pydantic import Field
+
+    cfg = pydantic.ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
+    fraction = Annotated[float, Field(gt=0, le=1)]
+    positive = Annotated[float, Field(gt=0)]
+    nonneg = Annotated[float, Field(ge=0)]
+    link = pydantic.create_model("LinkParameters", __config__=cfg, alpha_s=(nonneg, None),
+                                 bandwidth_fraction=(fraction, None), ll_alpha_s=(nonneg, None),
+                                 ll_bandwidth_fraction=(Annotated[float, Field(ge=0, le=1)], None),
+                                 ll_max_bytes=(nonneg, None))
+    spec = {name: (Optional[fraction if name in FRACTIONS else nonneg], None)
+            for name, value in DEFAULT.to_dict().items() if isinstance(value, float)}
+    spec.update(gemm_peak_fraction=(Optional[dict[str, fraction]], None),
+                memory_op_fraction=(Optional[dict[str, fraction]], None),
+                collective_fraction=(Optional[dict[str, positive]], None),
+                collective_alpha_fraction=(Optional[dict[str, positive]], None),
+                links=(Optional[dict[str, link]], None))
+    return pydantic.create_model("ProfileParameters", __config__=cfg, **spec)
+
+
+def _check_parameters(params, origin: str) -> dict:
+    """``params`` validated against :func:`_profile_schema`; the first problem is a SpecError
+    naming ``origin: parameters.<field>``."""
+    import pydantic
+
+    if not isinstance(params, dict):
+        raise SpecError(f"{origin}: parameters", f"expected a mapping of parameters, got {type(params).__name__}")
+    try:
+        _profile_schema().model_validate(params)
+    except pydantic.ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        msg = "unknown parameter" if err["type"] == "extra_forbid" or err["type"] == "extra_forbidden" else err["msg"]
+        raise SpecError(f"{origin}: parameters.{loc}", f"{msg[0].lower()}{msg[1:]}, got {err.get('input')!r}") from None
+    return params
+
+
 def calibration_from_dict(data: dict, origin: str = "profile") -> Calibration:
-    """Build a :class:`Calibration` from a profile mapping; unknown keys raise SpecError."""
+    """Build a :class:`Calibration` from a profile mapping (parameters under ``parameters:`` or
+    at the top level); unknown keys, wrong types and unphysical values raise SpecError."""
     base = DEFAULT.to_dict()
-    params = data.get("parameters", data)
-    unknown = set(params) - set(base)
-    if unknown:
-        raise SpecError(f"{origin}: parameters", f"unknown parameter(s) {sorted(unknown)}")
+    params = _check_parameters(data.get("parameters", data), origin)
+    params = {k: v for k, v in params.items() if v is not None}
     merged = {**base, **params}
     for key in DICT_PARAMETERS:
         merged[key] = {**base[key], **(params.get(key) or {})}
-    links = {**base["links"], **params.get("links", {})}
-    try:
-        merged["links"] = {k: LinkEfficiency(**v) for k, v in links.items()}
-        return Calibration(**merged)
-    except TypeError as exc:
-        raise SpecError(f"{origin}: links", str(exc)) from None
+    links = {k: {**base["links"].get(k, base["links"]["scale_out"]), **v} for k, v in params.get("links", {}).items()}
+    links = {**base["links"], **links}
+    merged["links"] = {k: LinkEfficiency(**{a: float(b) for a, b in v.items()}) for k, v in links.items()}
+    for k, v in list(merged.items()):
+        if isinstance(v, int) and not isinstance(v, bool):
+            merged[k] = float(v)
+    return Calibration(**merged)
 
 
 def load_calibration(name_or_path: str | None) -> Calibration:
@@ -179,7 +229,7 @@ def save_calibration(cal: Calibration, path: Path, meta: dict) -> None:
     """Write ``cal`` with provenance ``meta`` (fitted_on, residuals, ...) as a profile YAML."""
     doc = {**meta, "parameters": cal.to_dict()}
     doc["parameters"].pop("name", None)
-    Path(path).write_text(yaml.safe_dump(doc, sort_keys=False))
+    write_text_atomic(path, yaml.safe_dump(doc, sort_keys=False), "output")
 
 
 def calibration_for(accelerator, explicit: str | None = None) -> tuple[Calibration, str]:

@@ -25,7 +25,7 @@ from simulator.lowering import Context, embedding_ops, head_ops, layer_ops, p2p_
 from simulator.memory import (DS_REDUCE_BUCKET, StageFootprint, layer_activation_bytes, moe_layers_in,
                               stage_footprint, stage_memory, stage_params)
 from simulator.ops import Op
-from simulator.plan import ParallelPlan, resolve_plan, split_note
+from simulator.plan import ParallelPlan, check_precision, resolve_plan, split_note
 from hardware_specs.errors import PlanError
 from simulator.result import Result, StageCost
 from simulator.schedule import p2p_exposed as _p2p_exposed, pipeline_time, timeline
@@ -148,6 +148,7 @@ class _Step:
 
 def _step(model: ModelSpec, hardware: Hardware, plan: ParallelPlan, calibration: Calibration) -> _Step:
     plan = resolve_plan(model, plan, hardware.num_gpus)
+    check_precision(plan.precision, hardware.accelerator)
     dev = device_model(hardware.accelerator, calibration)
     ctx = Context(model, plan, dev, _fabric(hardware, calibration), hardware.node.host_link.bandwidth_per_direction_Bps)
     lowered = _lowered(ctx)

@@ -10,8 +10,9 @@ from __future__ import annotations
 import copy
 import operator
 from dataclasses import asdict, dataclass, fields
+from functools import lru_cache
 from pathlib import Path
-from typing import Optional
+from typing import Annotated, Optional, get_type_hints
 
 from hardware_specs.errors import PlanError, SpecError
 from hardware_specs.yamlio import read_yaml_mapping
@@ -22,6 +23,7 @@ SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
 RECIPES = ("megatron", "zero", "torch_amp", "torch_fsdp")
 PRECISIONS = ("bf16", "fp16", "fp8")
+ATTENTIONS = ("flash", "unfused", "math")
 
 
 @dataclass(frozen=True)
@@ -118,28 +120,73 @@ class ParallelPlan:
 
 
 PLAN_FIELDS = {f.name for f in fields(ParallelPlan)}
+_POSITIVE = {"tp", "pp", "vp", "cp", "ep", "etp", "dp", "mbs", "gbs", "seq", "recompute_layers", "num_gpus"}
+
+
+@lru_cache(maxsize=1)
+def _plan_schema() -> type:
+    """A strict pydantic model of a plan mapping, built from :class:`ParallelPlan`'s fields:
+    counts are positive integers (not floats, not text), switches are booleans (not "false"),
+    ``layers_per_stage`` a list of positive integers. ParallelPlan itself stays a plain
+    dataclass (the simulator's hot path); only the boundary pays for validation."""
+    import pydantic
+
+    hints = get_type_hints(ParallelPlan)
+    spec = {}
+    for f in fields(ParallelPlan):
+        typ = hints[f.name]
+        if f.name == "layers_per_stage":
+            typ = Optional[list[Annotated[int, pydantic.Field(gt=0)]]]
+        if f.name in _POSITIVE:
+            typ = Optional[Annotated[int, pydantic.Field(gt=0)]] if f.default is None else Annotated[
+                int, pydantic.Field(gt=0)]
+        if f.name == "zero_stage":
+            typ = Optional[Annotated[int, pydantic.Field(ge=0, le=3)]]
+        if f.name == "stage_clusters":
+            typ = Optional[list[str]]
+        spec[f.name] = (typ, f.default)
+    config = pydantic.ConfigDict(strict=True, extra="forbid")
+    return pydantic.create_model("PlanMapping", __config__=config, **spec)
 
 
 def plan_from_dict(data: dict, origin: str = "plan") -> ParallelPlan:
-    """Build a plan from a mapping (a plan YAML or CLI options); unknown keys raise SpecError."""
+    """Build a plan from a mapping (a plan YAML or CLI options); an unknown key or a value of the
+    wrong type or out of range raises :class:`SpecError` naming ``origin: field``."""
+    import pydantic
+
+    if not isinstance(data, dict):
+        raise SpecError(origin or "plan", f"expected a mapping of plan fields, got {type(data).__name__}")
     unknown = set(data) - PLAN_FIELDS
     if unknown:
-        raise SpecError(f"{origin}: {sorted(unknown)[0]}", "unknown plan field")
-    data = dict(data)
-    if data.get("layers_per_stage") is not None:
-        data["layers_per_stage"] = tuple(int(x) for x in data["layers_per_stage"])
-    if data.get("stage_clusters") is not None:
-        data["stage_clusters"] = tuple(str(x) for x in data["stage_clusters"])
+        name = sorted(map(str, unknown))[0]
+        raise SpecError(f"{origin}: {name}" if origin else name, "unknown plan field")
+    data = {k: (list(v) if k == "layers_per_stage" and isinstance(v, tuple) else v) for k, v in data.items()}
     try:
-        return ParallelPlan(**data)
-    except TypeError as exc:
-        raise SpecError(origin, str(exc)) from None
+        checked = _plan_schema().model_validate(data)
+    except pydantic.ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        field = f"{origin}: {loc}" if origin else loc
+        raise SpecError(field, f"{err['msg'][0].lower()}{err['msg'][1:]}, got {err.get('input')!r}") from None
+    values = {k: getattr(checked, k) for k in data}
+    for name, allowed in (("schedule", SCHEDULES), ("recompute", RECOMPUTE), ("recipe", RECIPES),
+                          ("precision", PRECISIONS), ("attention", ATTENTIONS)):
+        if values.get(name) is not None and values[name] not in allowed:
+            field = f"{origin}: {name}" if origin else name
+            raise SpecError(field, f"must be one of {', '.join(allowed)}; got {values[name]!r}")
+    for name in ("layers_per_stage", "stage_clusters"):
+        if values.get(name) is not None:
+            values[name] = tuple(values[name])
+    return ParallelPlan(**values)
 
 
 def load_plan(path: str | Path) -> ParallelPlan:
     """Read a plan YAML (fields of :class:`ParallelPlan`; nested under ``plan:`` or at top level)."""
     data = read_yaml_mapping(Path(path))
-    return plan_from_dict(data.get("plan", data), str(path))
+    body = data.get("plan", data)
+    if not body:
+        raise SpecError(str(path), "empty plan: expected plan fields (tp, pp, dp, mbs, gbs, ...)")
+    return plan_from_dict(body, str(path))
 
 
 _COUNT_FIELDS = ("tp", "pp", "vp", "cp", "ep", "etp", "dp", "mbs", "gbs", "seq", "recompute_layers")
@@ -162,13 +209,16 @@ def resolve_plan(model: ModelSpec, plan: ParallelPlan, num_gpus: int) -> Paralle
     _choice("recompute", plan.recompute, RECOMPUTE)
     _choice("recipe", plan.recipe, RECIPES, allow_none=True)
     _choice("precision", plan.precision, PRECISIONS)
-    _choice("attention", plan.attention, ("flash", "unfused", "math"), allow_none=True)
+    _choice("attention", plan.attention, ATTENTIONS, allow_none=True)
     fw = get_framework(plan.framework)
     if plan.zero_stage is None:
         plan = _with_derived(plan, zero_stage=fw.default_zero)
     if plan.zero_stage not in (0, 1, 2, 3) or plan.zero_stage.__class__ is not int:
         raise PlanError("zero_stage", f"must be 0, 1, 2 or 3, got {plan.zero_stage!r}")
-    gpus = plan.num_gpus or num_gpus
+    if plan.num_gpus is not None and plan.num_gpus != num_gpus:
+        raise PlanError("num_gpus", f"the plan is for {plan.num_gpus} GPUs but {num_gpus} are in use "
+                                    "(drop num_gpus from the plan or use --gpus to match)")
+    gpus = num_gpus
     model_par = plan.tp * plan.pp * plan.cp
     dp = plan.dp
     if dp is None:
@@ -198,6 +248,15 @@ def split_note(model: ModelSpec, plan: ParallelPlan) -> str:
         return ""
     split, how = default_split(get_framework(plan.framework), model.num_layers, plan.pp, plan.vp)
     return how if split == tuple(plan.layers_per_stage) else ""
+
+
+def check_precision(precision: str, accelerator) -> None:
+    """Raise :class:`PlanError` on ``precision`` when ``accelerator``'s datasheet has no dense
+    peak for it (fp8 GEMMs on an A100, say): there is no kernel to cost."""
+    if getattr(accelerator.peak_flops_dense, precision, None) is None:
+        have = [d for d in PRECISIONS if getattr(accelerator.peak_flops_dense, d, None)]
+        raise PlanError("precision", f"{accelerator.name} has no {precision} tensor-core peak; "
+                                     f"it supports {', '.join(have) or 'none of ' + ', '.join(PRECISIONS)}")
 
 
 def _with_derived(plan: ParallelPlan, **values) -> ParallelPlan:

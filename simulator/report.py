@@ -6,6 +6,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from hardware_specs.fileio import write_text_atomic
 from simulator.result import BOTTLENECK_NAMES, Result
 
 
@@ -42,4 +43,4 @@ def simulation_figure(r: Result) -> go.Figure:
 def write_simulation_report(r: Result, path: str | Path) -> None:
     """Write the report as one HTML file with plotly.js embedded (opens offline)."""
     fig = simulation_figure(r)
-    Path(path).write_text(fig.to_html(include_plotlyjs=True, full_html=True))
+    write_text_atomic(path, fig.to_html(include_plotlyjs=True, full_html=True), "output")

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from hardware_specs.fileio import write_text_atomic
 from simulator.result import Result
 
 
@@ -33,6 +34,6 @@ def chrome_trace(result: Result) -> dict:
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 
 
-def write_chrome_trace(result: Result, path: str | Path) -> None:
+def write_chrome_trace(result: Result, path: str | Path, field: str = "trace") -> None:
     """Write :func:`chrome_trace` to ``path`` (open in chrome://tracing or ui.perfetto.dev)."""
-    Path(path).write_text(json.dumps(chrome_trace(result)))
+    write_text_atomic(path, json.dumps(chrome_trace(result)), field)

@@ -140,7 +140,8 @@ JSON_COMMANDS = {
     "whatif": ["whatif", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "16", "--gbs", "32",
                "--sweep", "gpus=8,16", "--no-progress"],
     "validate": ["validate", "--measurements", MEAS],
-    "calibrate": ["calibrate", "--measurements", MEAS, "-o", "{tmp}/profile.yaml"],
+    "calibrate": ["calibrate", "--measurements", "validation/measurements/h200_host_phases.json", "-o",
+                  "{tmp}/profile.yaml"],   # host-bound tiny steps: they constrain the host parameters
     "catalog": ["catalog"],
     "catalog-model": ["catalog", "--model", "mixtral-8x7b"],
     "catalog-cluster": ["catalog", "--cluster", "dgx-h100"],

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hardware_specs.catalog import Hardware
+from hardware_specs.errors import MeshcastError
 from simulator.calibration import DEFAULT, Calibration
 from validation.accuracy import KindStats, evaluate, summarize
 from validation.fit import (COLLECTIVE_KINDS, COMPUTE_PARAMS, COMPUTE_SEEDS, HOST_PARAMS, comm_params, comm_seeds, fit,
@@ -43,8 +44,7 @@ def calibrate(files: list[tuple[MeasurementFile, Hardware]], name: str, start: C
     train, _ = _select(files, KERNEL_KINDS, holdout_every)
     if train:
         res = fit(train, COMPUTE_PARAMS, cal, name, seeds=COMPUTE_SEEDS)
-        report.fits["compute"] = res
-        cal = res.calibration
+        cal = _keep(report, "compute", res, cal)
     links = sorted({hw.node.intra_node.kind for mf, hw in files
                     if any(r.get("kind") in COLLECTIVE_KINDS for r in mf.records)})
     for link in links:
@@ -52,15 +52,17 @@ def calibrate(files: list[tuple[MeasurementFile, Hardware]], name: str, start: C
         train, _ = _select(sub, COLLECTIVE_KINDS, holdout_every)
         if train:
             res = fit(train, comm_params(link), cal, name, seeds=comm_seeds(link))
-            report.fits[f"comm:{link}"] = res
-            cal = res.calibration
+            cal = _keep(report, f"comm:{link}", res, cal)
     host = [(r, hw, what, v) for mf, hw in files for r in mf.records if host_bound(r) for what, v in host_targets(r)]
     if host:
         res = fit(host, HOST_PARAMS, cal, name, seeds=[{"host_op_s": 20e-6, "fsdp_unit_host_s": 2e-3,
                                                        "optimizer_tensor_host_s": 10e-6,
                                                        "fsdp_optimizer_tensor_host_s": 40e-6}])
-        report.fits["host"] = res
-        cal = res.calibration
+        cal = _keep(report, "host", res, cal)
+    if not report.fits:
+        raise MeshcastError("measurements", "no record constrains any parameter (kernel and collective "
+                                            "records, or training steps of tiny models, are needed); "
+                                            "no profile written")
     report.calibration = cal
     _, held = _select(files, KERNEL_KINDS + COLLECTIVE_KINDS, holdout_every)
     fitted_results, held_results = [], []
@@ -72,6 +74,14 @@ def calibrate(files: list[tuple[MeasurementFile, Hardware]], name: str, start: C
     return report
 
 
+def _keep(report: CalibrationReport, key: str, res, cal: Calibration) -> Calibration:
+    """Record fit ``res`` under ``key`` and return its calibration, if it fitted anything."""
+    if not res.params:
+        return cal
+    report.fits[key] = res
+    return res.calibration
+
+
 def profile_metadata(report: CalibrationReport, accelerator: str) -> dict:
     """Provenance written at the top of a profile YAML."""
     def stats(ks: list[KindStats]) -> dict:
@@ -81,7 +91,9 @@ def profile_metadata(report: CalibrationReport, accelerator: str) -> dict:
         "accelerator": accelerator,
         "fitted_on": report.files,
         "method": "scipy least_squares, soft-L1 loss on log(predicted/measured); every 5th record held out",
-        "fits": {k: {"records": f.n_records, "residual_rms_log": round(f.residual_rms, 4), "converged": f.success}
+        "fits": {k: {"records": f.n_records, "residual_rms_log": round(f.residual_rms, 4), "converged": f.success,
+                     "fitted": [p.path for p in f.params],
+                     "kept_from_start": [p.path for p in f.unconstrained]}
                  for k, f in report.fits.items()},
         "fitted_error": stats(report.fitted),
         "held_out_error": stats(report.held_out),

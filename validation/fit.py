@@ -9,7 +9,7 @@ the held-out test of the whole composition.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from scipy.optimize import least_squares
@@ -118,6 +118,7 @@ class FitResult:
     success: bool
     message: str
     cost: float = 0.0
+    unconstrained: list = field(default_factory=list)   # params no record moves: kept from the start
 
 
 def fit(samples: list[tuple[dict, Hardware]], params: list[Param], start: Calibration = DEFAULT,
@@ -125,36 +126,68 @@ def fit(samples: list[tuple[dict, Hardware]], params: list[Param], start: Calibr
     """Fit ``params`` to (record, hardware) samples by robust least squares on log errors.
     ``seeds`` ({path: value} overrides of ``start``) give extra starting points for models with
     several basins (NCCL's two protocols); the fit with the lowest cost wins."""
+    samples = _targets(samples)
+    used = constrained(samples, params, start)
     best = None
     for seed in [{}] + list(seeds or []):
         keys = list(seed)
         first = set_values(start, [Param(k, -math.inf, math.inf) for k in keys], [seed[k] for k in keys])
-        res = _fit_once(samples, params, first, start, name)
+        res = _fit_once(samples, used, first, start, name)
         if best is None or res.cost < best.cost:
             best = res
+    best.unconstrained = [p for p in params if p not in used]
     return best
+
+
+def _targets(samples) -> list[tuple]:
+    """(record, hardware, prediction field, measured value) of every usable sample: the
+    record's time unless given, records that ran out of memory or measured nothing dropped."""
+    samples = [s if len(s) == 4 else (s[0], s[1], "time_s", s[0].get("time_s")) for s in samples]
+    return [s for s in samples if s[3] and not s[0].get("oom")]
+
+
+def _log_errors(samples, cal: Calibration) -> np.ndarray:
+    """log(predicted / measured) of every sample under ``cal`` (0 where a record is unsupported)."""
+    out = np.empty(len(samples))
+    for i, (rec, hw, what, measured) in enumerate(samples):
+        try:
+            pred = getattr(predict_record(rec, hw, cal), what)
+        except Unsupported:
+            pred = measured
+        out[i] = math.log(max(pred, 1e-12) / measured)
+    return out
+
+
+def constrained(samples, params: list[Param], start: Calibration) -> list[Param]:
+    """The parameters these samples constrain: moving one to either end of its bounds changes
+    some prediction. The others (fp16 peak from bf16-only GEMMs, a link no collective crossed)
+    keep their starting values instead of drifting to wherever the optimizer leaves them."""
+    if not samples:
+        return []
+    base = _log_errors(samples, start)
+    out = []
+    for p in params:
+        for v in (p.lower, p.upper):
+            if np.any(np.abs(_log_errors(samples, set_values(start, [p], [v])) - base) > 1e-9):
+                out.append(p)
+                break
+    return out
 
 
 def _fit_once(samples, params, first: Calibration, start: Calibration, name: str) -> "FitResult":
     """Samples are (record, hardware) -- the target is the record's time -- or (record,
     hardware, prediction field, measured value) for other measured quantities."""
-    samples = [s if len(s) == 4 else (s[0], s[1], "time_s", s[0].get("time_s")) for s in samples]
-    samples = [s for s in samples if s[3] and not s[0].get("oom")]
+    if not samples or not params:
+        return FitResult(replace(start, name=name), [], [], float("nan"), len(samples), False,
+                         "nothing to fit: no usable record" if not samples else "no parameter is constrained",
+                         math.inf)
     x0 = np.array([min(max(get_value(first, p.path), p.lower), p.upper) for p in params])
     lo = np.array([p.lower for p in params])
     hi = np.array([p.upper for p in params])
     scale = np.maximum(np.abs(x0), 1e-9)
 
     def residuals(z):
-        cal = set_values(start, params, z * scale)
-        out = np.empty(len(samples))
-        for i, (rec, hw, what, measured) in enumerate(samples):
-            try:
-                pred = getattr(predict_record(rec, hw, cal), what)
-            except Unsupported:
-                pred = measured
-            out[i] = math.log(max(pred, 1e-12) / measured)
-        return out
+        return _log_errors(samples, set_values(start, params, z * scale))
 
     sol = least_squares(residuals, x0 / scale, bounds=(lo / scale, hi / scale), loss="soft_l1", f_scale=0.1,
                         x_scale="jac", max_nfev=400)

@@ -8,12 +8,12 @@ predicted/published is a ratio of step times whatever the formula.
 """
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass
 from pathlib import Path
 
 from hardware_specs.catalog import load_hardware
 from hardware_specs.errors import MeshcastError, SpecError
+from hardware_specs.fileio import finite_number, read_csv_rows
 from models.schema import ModelSpec
 from simulator.calibration import calibration_for
 from simulator.engine import simulate
@@ -47,6 +47,25 @@ class Skipped:
     source: str
     model: str
     reason: str
+
+
+RUN_COLUMNS = ("source", "model", "gpu", "num_gpus", "tp", "pp", "global_batch", "micro_batch")
+RUN_NUMBERS = ("params_b", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "seq_len", "moe_experts",
+               "moe_topk", "num_gpus", "tp", "pp", "vp", "cp", "ep", "dp", "global_batch", "micro_batch",
+               "measured_tflops_per_gpu", "measured_mfu", "tokens_per_sec_per_gpu", "iteration_time_s")
+LAYER_COLUMNS = ("gpu", "num_gpus", "implementation", "seq_len", "num_heads", "batch_size", "hidden", "metric",
+                 "value")
+LAYER_NUMBERS = ("num_gpus", "seq_len", "head_dim", "num_heads", "batch_size", "hidden", "value")
+
+
+def _check_numbers(rows: list[dict], path, columns) -> None:
+    """Every non-empty cell of ``columns`` is a positive finite number (a trailing % allowed):
+    a published count, time or rate cannot be zero, negative, NaN or infinite."""
+    for i, row in enumerate(rows):
+        for col in columns:
+            text = (row.get(col) or "").strip()
+            if text:
+                finite_number(text.rstrip("%"), f"{path}: line {i + 2}: {col}", positive=True)
 
 
 def _num(row: dict, key: str) -> float | None:
@@ -169,12 +188,8 @@ def compare_row(i: int, row: dict, calibration: str | None) -> RunComparison:
 
 def compare_published(path: str | Path, calibration: str | None = None) -> tuple[list[RunComparison], list[Skipped]]:
     """Every row of the CSV: compared where its configuration is complete, else skipped with the reason."""
-    try:
-        rows = list(csv.DictReader(Path(path).open()))
-    except OSError as exc:
-        raise SpecError(str(path), f"cannot read file ({exc.strerror})") from None
-    if not rows or "source" not in rows[0]:
-        raise SpecError(str(path), "expected a CSV with the published_runs.csv columns")
+    rows = read_csv_rows(path, RUN_COLUMNS)
+    _check_numbers(rows, path, RUN_NUMBERS)
     done, skipped = [], []
     for i, row in enumerate(rows):
         try:
@@ -217,7 +232,12 @@ def compare_layer_times(path: str | Path, calibration: str | None = None) -> lis
     from simulator.plan import resolve_plan
 
     out = []
-    rows = list(csv.DictReader(Path(path).open()))
+    rows = read_csv_rows(path, LAYER_COLUMNS)
+    _check_numbers(rows, path, LAYER_NUMBERS)
+    for i, row in enumerate(rows):
+        if row["metric"] not in ("forward_time", "backward_time", "combined_time"):
+            raise SpecError(f"{path}: line {i + 2}: metric", "must be forward_time, backward_time or combined_time, "
+                                                            f"got {row['metric']!r}")
     for row in rows:
         impl = row["implementation"].split(":", 1)[-1].strip().lower()
         if impl not in LAYER_IMPLEMENTATIONS:

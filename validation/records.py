@@ -1,11 +1,12 @@
 """Reading measurement files in the MEASUREMENTS.md format (version 1), from any source."""
 from __future__ import annotations
 
-import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from hardware_specs.errors import SpecError
+from hardware_specs.fileio import read_json_object
 from simulator.compute import TORCH_DTYPES
 
 
@@ -26,26 +27,48 @@ class MeasurementFile:
         return int(self.info.get("world", 1))
 
 
+COUNT_FIELDS = ("batch", "batch_ops", "bytes", "bytes_min", "bytes_moved", "head_dim", "heads", "hidden", "k",
+                "kv_heads", "layers", "m", "micro_batch", "n", "params", "reps", "seq", "tokens", "vocab", "world")
+BYTE_FIELDS = ("allocated_before_bytes", "peak_memory_bytes", "total_memory_bytes", "l2_bytes")
+_MEASURED_SUFFIXES = ("_s", "_GBps", "_mb")
+
+
 def load_measurements(path: str | Path) -> MeasurementFile:
-    """Parse a measurement JSON file; malformed files raise :class:`SpecError` naming the problem."""
+    """Parse a measurement JSON file; a malformed file, or a record whose counts are not
+    positive integers or whose measured values are not positive finite numbers, raises
+    :class:`SpecError` naming the file and the field."""
     p = Path(path)
-    try:
-        data = json.loads(p.read_text())
-    except OSError as exc:
-        raise SpecError(str(p), f"cannot read file ({exc.strerror})") from None
-    except json.JSONDecodeError as exc:
-        raise SpecError(str(p), f"malformed JSON at line {exc.lineno}: {exc.msg}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("records"), list):
+    data = read_json_object(p)
+    if not isinstance(data.get("records"), list):
         raise SpecError(f"{p}: records", "expected an object with a 'records' list")
-    info = data.get("info") or {}
-    if not isinstance(info, dict) or not info.get("gpu"):
+    info = data.get("info")
+    if not isinstance(info, dict) or not isinstance(info.get("gpu"), str) or not info["gpu"]:
         raise SpecError(f"{p}: info.gpu", "missing: the device name the records were taken on")
+    _check_fields(info, f"{p}: info")
     records = []
     for i, rec in enumerate(data["records"]):
-        if not isinstance(rec, dict) or "kind" not in rec:
-            raise SpecError(f"{p}: records[{i}]", "each record needs a 'kind'")
+        if not isinstance(rec, dict) or not isinstance(rec.get("kind"), str):
+            raise SpecError(f"{p}: records[{i}]", "each record needs a 'kind' (text)")
+        _check_fields(rec, f"{p}: records[{i}]")
         records.append(rec)
     return MeasurementFile(str(p), info, records)
+
+
+def _check_fields(rec: dict, where: str) -> None:
+    """Counts are positive integers; byte sizes non-negative integers (or null); measured
+    times, rates and sizes positive finite numbers (or null where nothing was measured)."""
+    for key, v in rec.items():
+        if key in COUNT_FIELDS:
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                raise SpecError(f"{where}.{key}", f"must be a positive integer, got {v!r}")
+        elif key in BYTE_FIELDS:
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+                raise SpecError(f"{where}.{key}", f"must be a non-negative integer of bytes, got {v!r}")
+        elif key.endswith(_MEASURED_SUFFIXES) or key in ("flops", "tokens_per_s"):
+            if v is None:
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+                raise SpecError(f"{where}.{key}", f"must be a positive finite number, got {v!r}")
 
 
 def record_dtype(rec: dict) -> str:

@@ -7,6 +7,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from hardware_specs.fileio import write_text_atomic
 from validation.accuracy import RecordResult
 
 
@@ -60,4 +61,4 @@ def write_report(path: str | Path, figures: list[tuple[str, go.Figure]]) -> None
         parts.append(f"<h2>{title}</h2>")
         parts.append(fig.to_html(full_html=False, include_plotlyjs=(i == 0)))
     parts.append("</body></html>")
-    Path(path).write_text("\n".join(parts))
+    write_text_atomic(path, "\n".join(parts), "output")

@@ -5,7 +5,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from meshcast.commands.common import emit_json
+from meshcast.commands.common import check_outputs, emit_json
 
 
 def add_parser(sub) -> None:
@@ -39,6 +39,11 @@ def run(args: argparse.Namespace) -> int:
     from validation.hardware import hardware_for
     from validation.records import load_measurements
 
+    from hardware_specs.errors import MeshcastError
+
+    check_outputs(args)
+    if args.holdout_every < 0 or args.holdout_every == 1:
+        raise MeshcastError("holdout-every", f"must be 0 (hold nothing out) or at least 2, got {args.holdout_every}")
     files = []
     for path in args.measurements:
         mf = load_measurements(path)
@@ -63,6 +68,9 @@ def run(args: argparse.Namespace) -> int:
               f"{'converged' if res.success else 'NOT converged: ' + res.message}")
         for p, v in zip(res.params, res.values):
             print(f"  {p.path:<44} {v:.4g}")
+        if res.unconstrained:
+            print(f"  kept from the starting profile (no record constrains them): "
+                  f"{', '.join(p.path for p in res.unconstrained)}")
     print(f"\n{'kind':<20}{'fitted MAPE':>12}{'held-out MAPE':>15}{'held-out worst':>16}")
     held = {s.kind: s for s in report.held_out}
     for s in report.fitted:

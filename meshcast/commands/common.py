@@ -10,6 +10,7 @@ import argparse
 import json
 import math
 import sys
+from pathlib import Path
 
 from meshcast import __version__
 
@@ -100,6 +101,10 @@ def plan_from_args(args: argparse.Namespace):
 
     data = load_plan(args.plan).to_dict() if getattr(args, "plan", None) else {}
     data = {k: v for k, v in data.items() if v is not None}
+    gpus = getattr(args, "gpus", None)
+    if data.get("num_gpus") is not None and gpus is not None and gpus != data["num_gpus"]:
+        raise MeshcastError("gpus", f"--gpus {gpus} conflicts with num_gpus: {data['num_gpus']} in {args.plan} "
+                                    "(give one of them, or make them agree)")
     for _, field, _, _, _ in PLAN_OPTIONS:
         value = getattr(args, field, None)
         if value is not None:
@@ -118,19 +123,56 @@ def plan_from_args(args: argparse.Namespace):
                                ("offload_params", "offload_params", True), ("dropout", "dropout", True)):
         if getattr(args, flag, False):
             data[field] = value
-    return plan_from_dict(data, "plan")
+    return plan_from_dict(data, "")   # the file was checked by load_plan; name the flags plainly
 
 
-def load_inputs(args: argparse.Namespace):
-    """(model, hardware, calibration, where the calibration came from) from the common options."""
+def load_inputs(args: argparse.Namespace, plan=None):
+    """(model, hardware, calibration, where the calibration came from) from the common options;
+    without --gpus, a plan's ``num_gpus`` sets the GPU count (else the whole cluster)."""
     from hardware_specs import load_hardware
     from models import load_model
     from simulator.calibration import calibration_for
 
     model = load_model(args.model)
-    hw = load_hardware(args.cluster, args.gpus)
+    gpus = args.gpus if args.gpus is not None else (plan.num_gpus if plan is not None else None)
+    hw = load_hardware(args.cluster, gpus)
     cal, note = calibration_for(hw.accelerator, args.calibration)
     return model, hw, cal, note
+
+
+OUTPUT_OPTIONS = (("output", "output"), ("trace", "trace"), ("write_plan", "write-plan"))
+
+
+def _input_paths(args: argparse.Namespace) -> list[str]:
+    """Every option value that names an existing file: the command's inputs."""
+    found = []
+    for name, value in vars(args).items():
+        if name in {a for a, _ in OUTPUT_OPTIONS} or name == "trace_dir":
+            continue
+        for v in value if isinstance(value, list) else [value]:
+            if isinstance(v, str) and v and Path(v).is_file():
+                found.append(v)
+    return found
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    """Before any work: every output file (-o, --trace, --write-plan) can be written, is not an
+    input of the command and is not another output; a --trace-dir folder can be created."""
+    from hardware_specs.errors import MeshcastError
+    from hardware_specs.fileio import check_output, check_output_dir
+
+    inputs = _input_paths(args)
+    seen: dict[str, str] = {}
+    for attr, field in OUTPUT_OPTIONS:
+        path = getattr(args, attr, None)
+        if path is None:
+            continue
+        check_output(path, field, inputs)
+        key = str(Path(path).resolve())
+        if key in seen:
+            raise MeshcastError(field, f"{path} is also the --{seen[key]} file; give each output its own file")
+        seen[key] = field
+    check_output_dir(getattr(args, "trace_dir", None), "trace-dir")
 
 
 JSON_SCHEMA_REVISION = 1

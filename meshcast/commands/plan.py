@@ -129,8 +129,14 @@ def run(args: argparse.Namespace) -> int:
     from planners.ties import apply_ties
     from planners.space import make_constraints
     from simulator.calibration import calibration_for
-    from simulator.plan import ParallelPlan
+    from meshcast.commands.common import check_outputs
+    from simulator.plan import ParallelPlan, check_precision
 
+    check_outputs(args)
+    if not args.time_limit > 0 or args.time_limit == float("inf"):
+        raise MeshcastError("time-limit", f"must be a positive number of seconds, got {args.time_limit:g}")
+    if args.min_headroom_gb is not None and not args.min_headroom_gb >= 0:
+        raise MeshcastError("min-headroom-gb", f"must be >= 0, got {args.min_headroom_gb:g}")
     model = load_model(args.model)
     headroom_note = resolve_headroom(args)
     if args.pool:
@@ -141,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
     node = load_node(cluster.node)
     hw0 = load_hardware(args.cluster, min(node.gpus_per_node, cluster.num_nodes * node.gpus_per_node))
     cal, cal_note = calibration_for(hw0.accelerator, args.calibration)
+    check_precision(args.precision, hw0.accelerator)
     if args.top < 1:
         raise MeshcastError("top", f"must be at least 1, got {args.top}")
     if args.days is not None and args.tokens is None:
@@ -296,15 +303,16 @@ def _best_heterogeneous(args: argparse.Namespace, model, pools, plan, modes: lis
 def _write_heterogeneous_plan(args: argparse.Namespace, model, out) -> None:
     import yaml
 
+    from hardware_specs.fileio import write_text_atomic
+
     sol = out.solution
     doc = {"plan": {k: v for k, v in out.plan.to_dict().items() if v is not None}, "stage_gpu_types": list(sol.types),
            "stage_recomputed_layers": list(sol.recomputed),
            "meshcast_plan": {"model": model.name, "pools": args.pool, "predicted_step_time_s": out.step_time_s}}
-    with open(args.write_plan, "w") as fh:
-        fh.write(f"# written by meshcast plan --pool: stages on several GPU types (plan.stage_clusters);\n"
-                 f"# meshcast simulate --model {args.model} --cluster {out.plan.stage_clusters[0]} "
-                 f"--gpus {out.plan.num_gpus} --plan {args.write_plan}\n")
-        yaml.safe_dump(doc, fh, sort_keys=False)
+    head = (f"# written by meshcast plan --pool: stages on several GPU types (plan.stage_clusters);\n"
+            f"# meshcast simulate --model {args.model} --cluster {out.plan.stage_clusters[0]} "
+            f"--gpus {out.plan.num_gpus} --plan {args.write_plan}\n")
+    write_text_atomic(args.write_plan, head + yaml.safe_dump(doc, sort_keys=False), "write-plan")
 
 
 def _print_heterogeneous(args: argparse.Namespace, model, plan, out, rows: list, mode: str) -> None:

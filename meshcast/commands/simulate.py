@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import argparse
 
-from meshcast.commands.common import (add_model_cluster, add_plan_options, emit_json, fmt_bytes, fmt_time,
-                                      load_inputs, plan_from_args)
+from meshcast.commands.common import (add_model_cluster, add_plan_options, check_outputs, emit_json, fmt_bytes,
+                                      fmt_time, load_inputs, plan_from_args)
 
 
 def framework_line(p) -> str:
@@ -37,8 +37,9 @@ def run(args: argparse.Namespace) -> int:
     from simulator import simulate
     from simulator.costing import train_cost
 
-    model, hw, cal, cal_note = load_inputs(args)
+    check_outputs(args)
     plan = plan_from_args(args)
+    model, hw, cal, cal_note = load_inputs(args, plan)
     want_timeline = bool(args.output or args.trace)
     result = simulate(model, hw, plan, cal, with_timeline=want_timeline)
     if args.output:

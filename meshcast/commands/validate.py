@@ -32,8 +32,11 @@ def run(args: argparse.Namespace) -> int:
     from validation.hardware import hardware_for
     from validation.records import load_measurements
 
+    from hardware_specs.errors import MeshcastError
+    from meshcast.commands.common import check_outputs
+
+    check_outputs(args)
     if not args.measurements and not args.published and not args.published_layers:
-        from hardware_specs.errors import MeshcastError
         raise MeshcastError("measurements", "give --measurements FILE... and/or --published FILE.csv")
     out: dict = {"files": []}
     figures = []
@@ -43,6 +46,9 @@ def run(args: argparse.Namespace) -> int:
         hw = hardware_for(mf, args.hardware)
         cal, note = calibration_for(hw.accelerator, args.calibration)
         results, unsupported = evaluate(mf, hw, cal)
+        if not results:
+            why = f" (first: #{unsupported[0]['index']} {unsupported[0]['reason']})" if unsupported else ""
+            raise MeshcastError(f"{path}: records", f"no record the simulator can predict{why}")
         baseline, _ = evaluate(mf, hw, PLAIN_ROOFLINE)
         kinds = summarize(results, baseline)
         all_results += results
@@ -56,12 +62,18 @@ def run(args: argparse.Namespace) -> int:
     if args.published:
         from validation.published import compare_published, per_source
         done, skipped = compare_published(args.published, args.calibration)
+        if not done:
+            raise MeshcastError(args.published, f"no row could be modelled (first: row {skipped[0].row}: "
+                                                f"{skipped[0].reason})")
         out["published"] = {"per_source": per_source(done), "runs": [c.__dict__ for c in done],
                             "skipped": [s.__dict__ for s in skipped],
                             "mape": sum(abs(c.error) for c in done) / max(1, len(done))}
     if args.published_layers:
-        from validation.published import compare_layer_times
+        from validation.published import LAYER_IMPLEMENTATIONS, compare_layer_times
         layers = compare_layer_times(args.published_layers, args.calibration)
+        if not layers:
+            raise MeshcastError(f"{args.published_layers}: implementation", "no row names a layer implementation "
+                                f"meshcast models ({', '.join(LAYER_IMPLEMENTATIONS)})")
         out["published_layers"] = {"rows": [c.__dict__ for c in layers],
                                    "mape": sum(abs(c.error) for c in layers) / max(1, len(layers))}
     if args.output:

@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from meshcast.commands.common import add_model_cluster, add_plan_options, emit_json, plan_from_args
+from meshcast.commands.common import add_model_cluster, add_plan_options, check_outputs, emit_json, plan_from_args
 
 EXAMPLES = """\
 sweeps (repeat --sweep for a grid; NAME=V1,V2,... or NAME=LO:HI:STEP or NAME=LO:HI:xFACTOR):
@@ -65,8 +65,12 @@ def run(args: argparse.Namespace) -> int:
     from planners.whatif import DEGREES, Base, parse_price, parse_sweeps, run_sweep
     from planners.whatif_report import format_text, write_html
 
+    check_outputs(args)
     axes = parse_sweeps(args.sweep)
     plan = plan_from_args(args)
+    if plan.num_gpus is not None and any(a.name == "gpus" for a in axes):
+        raise MeshcastError("gpus", f"the plan file fixes num_gpus: {plan.num_gpus}, which a sweep over gpus "
+                                    "would contradict at every other point; drop num_gpus from the plan")
     price, prices = parse_price(args.price)
     if args.tokens is not None and not args.tokens > 0:
         raise MeshcastError("tokens", f"must be positive, got {args.tokens:g}")
@@ -107,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
     jobs = args.jobs or (min(2, os.cpu_count() or 1) if args.replan and npoints > 1 else 1)
     progress = args.progress if args.progress is not None else sys.stderr.isatty()
     sweep = run_sweep(base, axes, jobs=jobs, progress=progress)
+    _fail_if_nothing_valid(sweep)
     if args.output:
         write_html(sweep, args.output)
     if args.json:
@@ -118,3 +123,13 @@ def run(args: argparse.Namespace) -> int:
         if args.trace_dir:
             print(f"wrote {sum(1 for p in sweep.points if p.trace)} traces to {args.trace_dir}")
     return 0
+
+
+def _fail_if_nothing_valid(sweep) -> None:
+    """Every point invalid (a base plan wrong everywhere, e.g. layers_per_stage that sums to
+    another model's layers): the first point's error, not a table of failures and exit 0."""
+    from hardware_specs.errors import MeshcastError
+
+    if sweep.points and all(p.status in ("error", "invalid") for p in sweep.points):
+        field, _, reason = (sweep.points[0].reason or "sweep: no valid point").partition(": ")
+        raise MeshcastError(field, f"{reason} (at every point of the sweep)")

@@ -22,7 +22,7 @@ from simulator.frameworks import get_framework
 from simulator.flops import step_hardware_flops, step_model_flops
 from simulator.identity_cache import IdentityCache
 from simulator.lowering import Context, embedding_ops, head_ops, layer_ops, p2p_time
-from simulator.memory import (DS_REDUCE_BUCKET, StageFootprint, layer_activation_bytes, moe_layers_in,
+from simulator.memory import (DS_REDUCE_BUCKET, StageFootprint, fits_in, layer_activation_bytes, moe_layers_in,
                               stage_footprint, stage_memory, stage_params)
 from simulator.ops import Op
 from simulator.plan import ParallelPlan, check_precision, resolve_plan, split_note
@@ -311,7 +311,7 @@ def evaluate_plans(model: ModelSpec, hardware: Hardware, plans, calibration: Cal
             continue
         p = st.plan
         totals = [stage_total_bytes(p, b.footprint, i) for i, b in enumerate(st.bundles)]
-        fits = all(t <= cap for t, (_, cap) in zip(totals, _stage_caps(st, hardware)))
+        fits = all(fits_in(t, cap) for t, (_, cap) in zip(totals, _stage_caps(st, hardware)))
         out.append(PlanEvaluation(p, st.step, p.gbs * p.seq / st.step, max(totals), fits))
     return out
 

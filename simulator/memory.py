@@ -53,6 +53,13 @@ STATE_BYTES = {  # (weights, gradients, optimizer) bytes per parameter
 }
 
 
+def fits_in(total_bytes: float, capacity_bytes: float) -> bool:
+    """meshcast's one "does it fit" verdict, used by simulate, the planner and validate alike: the
+    fit-verdict bytes (live tensors x (1 + FRAGMENTATION) + WORKSPACE_BYTES, ``total_bytes``) within
+    the device's capacity (the catalog's HBM, or the memory a measured GPU actually showed)."""
+    return total_bytes <= capacity_bytes
+
+
 @dataclass
 class MemoryBreakdown:
     """Bytes on the fullest device, by kind; ``peak_allocated_bytes`` is live tensors at the
@@ -72,7 +79,7 @@ class MemoryBreakdown:
 
     @property
     def fits(self) -> bool:
-        return self.total_bytes <= self.capacity_bytes
+        return fits_in(self.total_bytes, self.capacity_bytes)
 
     @property
     def headroom_bytes(self) -> float:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from hardware_specs.catalog import Hardware
 from simulator.calibration import Calibration, LinkEfficiency
+from simulator.memory import fits_in
 from validation.predict import Prediction, Unsupported, predict_record
 from validation.records import MeasurementFile
 
@@ -56,7 +57,9 @@ def relative_error(predicted: float, measured: float) -> float:
 
 def evaluate(mf: MeasurementFile, hw: Hardware, cal: Calibration,
              indices: list[int] | None = None) -> tuple[list[RecordResult], list[dict]]:
-    """Predict every record (or those at ``indices``); returns results and the unsupported ones."""
+    """Predict every record (or those at ``indices``); returns results and the unsupported ones.
+    Fit verdicts compare with the memory the measured GPU had (``info.total_memory_bytes``),
+    else the catalog's HBM capacity."""
     results, unsupported = [], []
     usable = float(mf.info.get("total_memory_bytes") or hw.accelerator.hbm_capacity_bytes)
     for i in (indices if indices is not None else range(len(mf.records))):
@@ -78,7 +81,8 @@ def _compare(i: int, rec: dict, pred: Prediction, usable: float) -> RecordResult
     if rec["kind"] == "train_step":
         if pred.peak_memory_bytes is not None and rec.get("peak_memory_bytes") and not oom:
             m_err = relative_error(pred.peak_memory_bytes, rec["peak_memory_bytes"])
-        predicted_fits = pred.peak_memory_bytes is not None and pred.peak_memory_bytes <= usable
+        # simulate's own verdict (simulator.memory.fits_in), against the memory the GPU showed
+        predicted_fits = pred.total_memory_bytes is not None and fits_in(pred.total_memory_bytes, usable)
         fit_ok = predicted_fits == (not oom)
     return RecordResult(i, rec, pred, t_err, m_err, fit_ok)
 

@@ -5,8 +5,8 @@ Residuals are log(predicted step time / measured step time) of whole training st
       profile (regime ``calibrated``) and with the other Hopper profile (``transfer``: H100 <->
       H200). Host-bound tiny-model steps fitted the host parameters: they are kept, labelled
       ``in_fit``, and left out of every band;
-  (b) every published run validation/published.py can model (the committed published_runs.csv and
-      ../shared/validation/published_runs_more.csv), with the calibration simulate() would pick:
+  (b) every published run validation/published.py can model (the committed copies of
+      published_runs.csv and published_runs_more.csv), with the calibration simulate() would pick:
       A100 rows are the residuals of a GPU never measured here (``datasheet``).
 
 For each cell (GPU regime x workload) the band at coverage 1 - alpha is the split-conformal
@@ -29,7 +29,7 @@ from simulator.regimes import GPU_REGIMES, WORKLOADS, feature_tags, gpu_regime, 
 ROOT = Path(__file__).resolve().parent.parent
 BANDS_FILE = ROOT / "simulator" / "confidence_bands.yaml"
 PUBLISHED = (ROOT / "validation" / "published" / "published_runs.csv",
-             ROOT.parent / "shared" / "validation" / "published_runs_more.csv")
+             ROOT / "validation" / "published" / "published_runs_more.csv")   # verbatim copies of ../shared
 ALPHAS = (0.2, 0.1)          # 80% (shown on every prediction) and 90% bands
 FEATURE_MIN = 3              # held-out residuals a feature needs to count as validated
 

@@ -25,12 +25,14 @@ class Unsupported(Exception):
 @dataclass(frozen=True)
 class Prediction:
     """A prediction for one record: seconds, and for training steps peak bytes, fit and the
-    host's seconds to issue forward+backward and the optimizer step."""
+    host's seconds to issue forward+backward and the optimizer step. ``total_memory_bytes`` is the
+    fit-verdict bytes (peak x fragmentation + workspace) that simulator.memory.fits_in compares."""
     time_s: float | None
     peak_memory_bytes: float | None = None
     fits: bool | None = None
     host_issue_s: float | None = None
     host_optimizer_s: float | None = None
+    total_memory_bytes: float | None = None
 
 
 def predict_record(rec: dict, hw: Hardware, cal: Calibration) -> Prediction:
@@ -93,4 +95,5 @@ def train_step_prediction(rec: dict, hw: Hardware, cal: Calibration) -> Predicti
     world = int(rec.get("world", 1))
     hw = Hardware(hw.cluster, hw.node, hw.accelerator, world)
     r = simulate(reference_gpt(rec), hw, reference_plan(rec), cal)
-    return Prediction(r.step_time_s, r.memory.peak_allocated_bytes, r.fits, r.host_issue_s, r.host_optimizer_s)
+    return Prediction(r.step_time_s, r.memory.peak_allocated_bytes, r.fits, r.host_issue_s, r.host_optimizer_s,
+                      r.memory.total_bytes)

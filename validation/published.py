@@ -8,25 +8,51 @@ predicted/published is a ratio of step times whatever the formula.
 """
 from __future__ import annotations
 
+import re
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
 from hardware_specs.catalog import load_hardware
 from hardware_specs.errors import MeshcastError, SpecError
 from hardware_specs.fileio import finite_number, read_csv_rows
-from models.schema import ModelSpec
+from models.schema import ModelSpec, MoEConfig
 from simulator.calibration import calibration_for
 from simulator.engine import simulate
 from simulator.flops import step_model_flops
 from simulator.plan import ParallelPlan
 
-GPU_CLUSTERS = (("A100-80GB", "dgx-a100-superpod"), ("A100-40GB", "dgx-a100-40gb-superpod"),
-                ("H100", "dgx-h100"), ("H200", "dgx-h200"))
+ROOT = Path(__file__).resolve().parent.parent
+RUN_FILES = ("published_runs.csv", "published_runs_more.csv")
+
+
+def published_csvs() -> list[Path]:
+    """The published-run CSVs: ../shared/validation/ beside the checkout when it is there (the
+    reference), else the verbatim copies committed in validation/published/ (a clean clone, CI)."""
+    shared = ROOT.parent / "shared" / "validation"
+    base = shared if all((shared / f).exists() for f in RUN_FILES) else ROOT / "validation" / "published"
+    return [base / f for f in RUN_FILES]
+
+
+# GPU description (as the CSVs print it) -> catalog cluster; first match wins, so GB200 precedes B200
+GPU_CLUSTERS = (("GB200", "gb200-nvl72"), ("B200", "dgx-b200"), ("A100-80GB", "dgx-a100-superpod"),
+                ("A100-40GB", "dgx-a100-40gb-superpod"), ("H100", "dgx-h100"), ("H200", "dgx-h200"))
+NOT_IN_CATALOG = ("GB300", "B300")   # published GPUs hardware_specs/catalog has no datasheet entry for
+
+# A row's model name (lower case, letters and digits only, parenthesised remarks dropped) -> catalog model
+CATALOG_MODELS = {
+    "llama38b": "llama3-8b", "llama318b": "llama3-8b", "llama370b": "llama3-70b", "llama3170b": "llama3-70b",
+    "llama31405b": "llama3-405b", "deepseekv3": "deepseek-v3", "qwen330ba3b": "qwen3-30b-a3b",
+    "qwen3235ba22b": "qwen3-235b-a22b", "gptoss120b": "gpt-oss-120b", "grok1314b": "grok-1",
+    "nemotron415b": "nemotron-4-15b", "nemotron4340b": "nemotron-4-340b", "gpt3175b": "gpt3-175b",
+}
+TOKEN_DROP_CAPACITY = 1.0   # Megatron-Core's token-drop MoE recipes: moe_expert_capacity_factor 1.0
 
 
 @dataclass
 class RunComparison:
-    """One published run: the metric compared, published and predicted values, relative error."""
+    """One published run: the metric compared, published and predicted values, relative error;
+    ``note`` says which calibration was used and every value filled in for the row."""
     row: int
     source: str
     model: str
@@ -38,6 +64,9 @@ class RunComparison:
     plan: dict
     fits: bool
     note: str = ""
+    gpu: str = ""
+    dtype: str = ""
+    file: str = ""
 
 
 @dataclass
@@ -47,10 +76,13 @@ class Skipped:
     source: str
     model: str
     reason: str
+    gpu: str = ""
+    dtype: str = ""
+    file: str = ""
 
 
 RUN_COLUMNS = ("source", "model", "gpu", "num_gpus", "tp", "pp", "global_batch", "micro_batch")
-RUN_NUMBERS = ("params_b", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "seq_len", "moe_experts",
+RUN_NUMBERS = ("params_b", "layers", "hidden", "heads", "kv_heads", "vocab", "seq_len", "moe_experts",
                "moe_topk", "num_gpus", "tp", "pp", "vp", "cp", "ep", "dp", "global_batch", "micro_batch",
                "measured_tflops_per_gpu", "measured_mfu", "tokens_per_sec_per_gpu", "iteration_time_s")
 LAYER_COLUMNS = ("gpu", "num_gpus", "implementation", "seq_len", "num_heads", "batch_size", "hidden", "metric",
@@ -60,12 +92,31 @@ LAYER_NUMBERS = ("num_gpus", "seq_len", "head_dim", "num_heads", "batch_size", "
 
 def _check_numbers(rows: list[dict], path, columns) -> None:
     """Every non-empty cell of ``columns`` is a positive finite number (a trailing % allowed):
-    a published count, time or rate cannot be zero, negative, NaN or infinite."""
+    a published count, time or rate cannot be zero, negative, NaN or infinite. ``ffn_hidden``
+    may also read ``<dense> dense / <expert> expert`` (MoE rows)."""
     for i, row in enumerate(rows):
         for col in columns:
             text = (row.get(col) or "").strip()
             if text:
                 finite_number(text.rstrip("%"), f"{path}: line {i + 2}: {col}", positive=True)
+        ffn = (row.get("ffn_hidden") or "").strip()
+        if ffn:
+            parse_ffn(ffn, f"{path}: line {i + 2}: ffn_hidden")
+
+
+def parse_ffn(text: str, field: str = "ffn_hidden") -> tuple[int | None, int | None]:
+    """(dense, expert) FFN sizes of an ``ffn_hidden`` cell: ``28672``, ``12288 dense / 1536 expert``
+    or ``2880 expert``; raises SpecError on anything else."""
+    dense = expert = None
+    for part in (p.strip() for p in text.split("/")):
+        m = re.fullmatch(r"(\d+)\s*(dense|expert)?", part)
+        if not m or int(m.group(1)) <= 0:
+            raise SpecError(field, f"expected a size, or '<n> dense / <n> expert', got {text!r}")
+        if m.group(2) == "expert":
+            expert = int(m.group(1))
+        else:
+            dense = int(m.group(1))
+    return dense, expert
 
 
 def _num(row: dict, key: str) -> float | None:
@@ -86,61 +137,172 @@ def source_family(source: str) -> str:
     s = source.lower()
     for key, name in (("narayanan", "narayanan2021"), ("korthikanti", "korthikanti2022"),
                       ("examples/llama", "megatron-llama"), ("megatron-lm readme", "megatron-readme"),
-                      ("nemo", "nemo"), ("flashattention", "flashattention2")):
+                      ("megatron-bridge", "megatron-bridge"), ("dgxc-benchmarking", "dgxc-benchmarking"),
+                      ("llm-foundry", "llm-foundry"), ("nemo", "nemo"), ("flashattention", "flashattention2")):
         if key in s:
             return name
     return s.split(" ")[0]
 
 
-def model_from_row(row: dict) -> ModelSpec:
-    """A ModelSpec from the row's columns (GPT layout unless the name says Llama/Nemotron)."""
+def catalog_name(model: str) -> str | None:
+    """The catalog model a row's model name stands for (``LLAMA3.1_405B`` -> llama3-405b), or None."""
+    key = re.sub(r"[^a-z0-9]", "", re.sub(r"\(.*?\)", "", model.lower()))
+    return CATALOG_MODELS.get(key)
+
+
+def model_from_row(row: dict, fills: list[str] | None = None) -> ModelSpec:
+    """The row's model: the catalog model its name names (the row's layers and seq_len kept: proxy
+    configurations shorten the model), else one built from the row's columns."""
+    fills = fills if fills is not None else []
+    name = row["model"]
+    low = name.lower()
+    if re.search(r"nemotron[ _-]?3[ _-]?(nano|super|ultra)", low):
+        raise MeshcastError("model", "Nemotron 3 is a hybrid Mamba-Transformer MoE; meshcast models attention "
+                                     "layers only")
+    cat = catalog_name(name)
+    if cat is None:
+        return _model_from_columns(row)
+    from models.catalog import load_model
+    base = load_model(cat)
+    upd: dict = {"name": name}
+    for col, field in (("layers", "num_layers"), ("seq_len", "seq_len")):
+        v = _int(row, col)
+        if v and v != getattr(base, field):
+            upd[field] = v
+    if "w/o mtp" in low and base.mtp_layers:
+        upd["mtp_layers"] = 0
+    if "tokendrop" in low and base.moe:
+        upd["moe"] = base.moe.model_copy(update={"capacity_factor": TOKEN_DROP_CAPACITY})
+        fills.append(f"token drop: capacity factor {TOKEN_DROP_CAPACITY:g} (Megatron-Core token-drop default)")
+    if upd.get("num_layers") and base.moe and base.moe.first_dense_layers >= upd["num_layers"]:
+        raise MeshcastError("layers", f"{upd['num_layers']} layers leave no MoE layer of {cat}")
+    fills.append(f"model: catalog {cat}" + (f" with {upd['num_layers']} layers (proxy)" if "num_layers" in upd else ""))
+    return base.model_copy(update=upd)
+
+
+def _model_from_columns(row: dict) -> ModelSpec:
+    """A ModelSpec from the row's columns (GPT layout unless the name says Llama/Nemotron/MPT;
+    MoE from moe_experts / moe_topk with the expert size of ``ffn_hidden``)."""
     name = row["model"]
     h, layers, heads = _int(row, "hidden"), _int(row, "layers"), _int(row, "heads")
     if not (h and layers and heads):
-        raise MeshcastError("model", "layers, hidden or heads not stated")
+        raise MeshcastError("model", "layers, hidden or heads not stated, and the name is not a catalog model")
     low = name.lower()
-    llama = "llama" in low
-    nemotron = "nemotron" in low
-    ffn = _int(row, "ffn_hidden") or 4 * h
+    llama, nemotron, mpt = "llama" in low, "nemotron" in low, "mpt" in low
+    dense, expert = parse_ffn(row["ffn_hidden"]) if (row.get("ffn_hidden") or "").strip() else (None, None)
+    ffn = dense or expert or 4 * h
+    moe = None
+    if _int(row, "moe_experts"):
+        if not (_int(row, "moe_topk") and expert):
+            raise MeshcastError("moe_topk", "an MoE row needs moe_topk and an expert FFN size")
+        moe = MoEConfig(num_experts=_int(row, "moe_experts"), top_k=_int(row, "moe_topk"), expert_ffn_hidden=expert)
+    rope = llama or nemotron
     return ModelSpec(
-        name=name, family="llama" if llama else "gpt", num_layers=layers, hidden=h, ffn_hidden=ffn,
-        num_heads=heads, num_kv_heads=_int(row, "kv_heads"), vocab=_int(row, "vocab") or 51200,
+        name=name, family="llama" if llama else "mpt" if mpt else "gpt", num_layers=layers, hidden=h,
+        ffn_hidden=ffn, num_heads=heads, num_kv_heads=_int(row, "kv_heads"), vocab=_int(row, "vocab") or 51200,
         seq_len=_int(row, "seq_len") or 2048,
         activation="swiglu" if llama else ("squared_relu" if nemotron else "gelu"),
-        norm="rmsnorm" if llama else "layernorm", linear_bias=not (llama or nemotron),
-        position="rope" if (llama or nemotron) else "learned", tied_embeddings=not (llama or nemotron))
+        norm="rmsnorm" if llama else "layernorm", linear_bias=not (llama or nemotron or mpt),
+        position="rope" if rope else "alibi" if mpt else "learned", tied_embeddings=not rope, moe=moe)
 
 
-def plan_from_row(row: dict, model: ModelSpec) -> ParallelPlan:
-    """The row's parallel plan; raises MeshcastError naming what the row does not state."""
+# the precision a plan runs for a row's dtype, and what the row's note says about the mapping
+PRECISION_WORDS = (("nvfp4", None), ("mxfp8", "fp8"), ("fp8-mx", "fp8"), ("fp8", "fp8"), ("bf16", "bf16"),
+                   ("fp16", "fp16"), ("16-bit", "bf16"))
+
+
+def row_precision(row: dict, fills: list[str]) -> str:
+    """The plan precision of a row's ``dtype``: BF16/FP16/FP8 as printed ("16-bit" as bf16: the same
+    peak); MXFP8 costed as FP8 (the same
+    tensor-core peak; its block scaling is not modelled); NVFP4 rejected (meshcast has no fp4 plans)."""
+    text = (row.get("dtype") or "").lower()
+    if not text:
+        fills.append("dtype not stated: bf16")
+        return "bf16"
+    for word, precision in PRECISION_WORDS:
+        if word in text:
+            if precision is None:
+                raise MeshcastError("dtype", "NVFP4 training is not modelled (plan precisions: bf16, fp16, fp8)")
+            if word in ("mxfp8", "fp8-mx"):
+                fills.append("MXFP8 costed as FP8 (same tensor-core peak; block-scale overhead not modelled)")
+            if word == "16-bit":
+                fills.append("16-bit mixed precision costed as bf16 (fp16 and bf16 share the tensor-core peak)")
+            return precision
+    raise MeshcastError("dtype", f"unknown precision {row.get('dtype')!r}")
+
+
+def row_zero_stage(row: dict, family: str, fills: list[str]) -> int:
+    """The ZeRO stage of a row: a number, or text starting with one (``3 (FSDP FULL_SHARD)``);
+    unstated: 0 for the 2021-22 Megatron papers, else 1 (Megatron-Core's distributed optimizer,
+    the NeMo / Megatron-Bridge recipes' default)."""
+    text = (row.get("zero_stage") or "").strip()
+    m = re.match(r"(\d)\b", text)
+    if m:
+        return int(m.group(1))
+    if text:
+        raise MeshcastError("zero_stage", f"{text!r}: no ZeRO stage meshcast can read (a framework without a "
+                                          "profile in simulator/frameworks, e.g. MaxText's FSDP + DP)")
+    if family in ("narayanan2021", "korthikanti2022"):
+        return 0
+    fills.append("zero_stage not stated: 1 (Megatron-Core distributed optimizer)")
+    return 1
+
+
+def _degree(row: dict, col: str, fills: list[str], label: str) -> int:
+    """A parallel degree of the row; unstated -> 1, said in the note."""
+    v = _int(row, col)
+    if v is None:
+        fills.append(f"{label} not stated: 1")
+        return 1
+    return v
+
+
+def plan_from_row(row: dict, model: ModelSpec, fills: list[str] | None = None) -> ParallelPlan:
+    """The row's parallel plan; raises MeshcastError naming what the row does not state and what
+    cannot be filled. Every value filled in is appended to ``fills``."""
+    fills = fills if fills is not None else []
+    fam = source_family(row["source"])
     gpus = _int(row, "num_gpus")
     tp, pp, gbs, mbs = _int(row, "tp"), _int(row, "pp"), _int(row, "global_batch"), _int(row, "micro_batch")
+    if mbs is None and fam in RECIPE_FAMILIES:
+        mbs = 1
+        fills.append("micro_batch not stated: 1 (the NeMo / Megatron-Bridge recipes' default)")
+    if "maxtext" in (row["model"] + row["source"]).lower():
+        raise MeshcastError("framework", "MaxText (JAX/XLA) has no framework profile in simulator/frameworks")
     for name, value in (("num_gpus", gpus), ("tp", tp), ("pp", pp), ("global_batch", gbs), ("micro_batch", mbs)):
         if value is None:
             raise MeshcastError(name, "not stated in the source")
     rec = (row.get("recompute") or "").lower()
     recompute = "full" if rec.startswith("full") else "selective" if "selective" in rec else "none"
-    fam = source_family(row["source"])
-    zero = _int(row, "zero_stage")
-    if zero is None:
-        zero = 0 if fam in ("narayanan2021", "korthikanti2022") else 1
-    vp = _int(row, "vp") or 1
-    cp = _int(row, "cp") or 1
-    sp = "sequence parallel" in rec and "no sequence" not in rec or fam not in ("narayanan2021", "korthikanti2022")
-    precision = "fp8" if "fp8" in (row.get("dtype") or "").lower() else "bf16"
-    return ParallelPlan(tp=tp, pp=pp, vp=vp, cp=cp, ep=_int(row, "ep") or 1, mbs=mbs, gbs=gbs, seq=model.seq_len,
-                        zero_stage=zero, recompute=recompute, sequence_parallel=sp, precision=precision,
-                        dropout=fam in ("narayanan2021", "korthikanti2022"), 
+    zero = row_zero_stage(row, fam, fills)
+    vp = _degree(row, "vp", fills, "vp") if pp > 1 else (_int(row, "vp") or 1)
+    cp = _degree(row, "cp", fills, "cp") if fam in RECIPE_FAMILIES else (_int(row, "cp") or 1)
+    ep = _degree(row, "ep", fills, "ep") if model.moe else (_int(row, "ep") or 1)
+    framework = source_framework(row, fam)
+    sp = ("sequence parallel" in rec and "no sequence" not in rec
+          or fam not in ("narayanan2021", "korthikanti2022") and framework.startswith("megatron") and tp > 1)
+    return ParallelPlan(tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, mbs=mbs, gbs=gbs, seq=model.seq_len,
+                        zero_stage=zero, recompute=recompute, sequence_parallel=sp,
+                        precision=row_precision(row, fills), dropout=fam in ("narayanan2021", "korthikanti2022"),
                         num_gpus=gpus, overlap_grad_reduce="no grad-allreduce overlap" not in row.get("notes", ""),
-                        framework=source_framework(row, fam),
+                        framework=framework,
                         attention="unfused" if fam in ("narayanan2021", "korthikanti2022") else None)
 
 
+# sources whose runs are NeMo / Megatron-Bridge recipes (their defaults fill what a row leaves out)
+RECIPE_FAMILIES = ("megatron-bridge", "dgxc-benchmarking", "nemo")
+
+
 def source_framework(row: dict, family: str) -> str:
-    """The framework a published run used: DeepSpeed where the notes say so, Megatron-LM's 2021-22
-    code (unfused attention: the local layer spec) for the Megatron papers, else Megatron-Core + TE."""
+    """The framework a published run used: DeepSpeed where the notes say so; plain PyTorch for
+    MosaicML llm-foundry (Composer wraps torch FSDP FULL_SHARD around each block, eager, no
+    tensor or pipeline parallelism: the ``pytorch`` profile's ZeRO-3, not torchtitan's TP/PP
+    composition); Megatron-LM's 2021-22 code (unfused attention: the local layer spec) for the
+    Megatron papers; else Megatron-Core + Transformer Engine."""
     if "deepspeed" in (row.get("notes") or "").lower():
         return "deepspeed"
+    if family == "llm-foundry":
+        return "pytorch"
     return "megatron-core-local" if family in ("narayanan2021", "korthikanti2022") else "megatron-core"
 
 
@@ -154,6 +316,9 @@ def source_flops(row: dict, model: ModelSpec, plan: ParallelPlan) -> float:
 
 def cluster_for(gpu: str) -> str:
     """The catalog cluster for a row's GPU description (A100-80GB -> dgx-a100-superpod, ...)."""
+    for key in NOT_IN_CATALOG:
+        if key.lower() in gpu.lower():
+            raise MeshcastError("gpu", f"{key} is not in the catalog (hardware_specs/catalog/accelerators)")
     for key, cluster in GPU_CLUSTERS:
         if key.lower() in gpu.lower():
             return cluster
@@ -162,9 +327,11 @@ def cluster_for(gpu: str) -> str:
 
 def compare_row(i: int, row: dict, calibration: str | None) -> RunComparison:
     """Simulate one published row's plan and compare with its published throughput or time."""
-    model = model_from_row(row)
-    plan = plan_from_row(row, model)
-    hw = load_hardware(cluster_for(row["gpu"]), plan.num_gpus)
+    fills: list[str] = []
+    cluster = cluster_for(row["gpu"])
+    model = model_from_row(row, fills)
+    plan = plan_from_row(row, model, fills)
+    hw = load_hardware(cluster, plan.num_gpus)
     cal, note = calibration_for(hw.accelerator, calibration)
     r = simulate(model, hw, plan, cal)
     t_pred = r.step_time_s
@@ -182,29 +349,74 @@ def compare_row(i: int, row: dict, calibration: str | None) -> RunComparison:
         error = predicted / published - 1
     else:
         raise MeshcastError("measured", "no iteration time, tokens/s or TFLOP/s to compare")
+    note = "; ".join([note] + fills)
     return RunComparison(i, row["source"], row["model"], plan.num_gpus, metric, published, predicted, error,
-                         r.plan.to_dict(), r.fits, note)
+                         r.plan.to_dict(), r.fits, note, row.get("gpu", ""), row.get("dtype", ""))
 
 
-def compare_published(path: str | Path, calibration: str | None = None) -> tuple[list[RunComparison], list[Skipped]]:
-    """Every row of the CSV: compared where its configuration is complete, else skipped with the reason."""
-    rows = read_csv_rows(path, RUN_COLUMNS)
-    _check_numbers(rows, path, RUN_NUMBERS)
+def compare_published(paths, calibration: str | None = None) -> tuple[list[RunComparison], list[Skipped]]:
+    """Every row of one CSV or several: compared where its configuration is complete (values the
+    source's framework defaults are filled and named in the note), else skipped with the reason."""
     done, skipped = [], []
-    for i, row in enumerate(rows):
-        try:
-            done.append(compare_row(i, row, calibration))
-        except MeshcastError as exc:
-            skipped.append(Skipped(i, row.get("source", ""), row.get("model", ""), f"{exc.field}: {exc.reason}"))
+    for path in [paths] if isinstance(paths, (str, Path)) else paths:
+        rows = read_csv_rows(path, RUN_COLUMNS)
+        _check_numbers(rows, path, RUN_NUMBERS)
+        name = Path(path).name
+        for i, row in enumerate(rows):
+            try:
+                c = compare_row(i, row, calibration)
+                c.file = name
+                done.append(c)
+            except MeshcastError as exc:
+                skipped.append(Skipped(i, row.get("source", ""), row.get("model", ""), f"{exc.field}: {exc.reason}",
+                                       row.get("gpu", ""), row.get("dtype", ""), name))
     return done, skipped
 
 
+def _stats(errors: list[float]) -> dict:
+    """Count, MAPE, signed median and worst absolute error of a list of signed errors."""
+    return {"count": len(errors), "mape": sum(map(abs, errors)) / len(errors),
+            "median_error": statistics.median(errors), "worst": max(map(abs, errors))}
+
+
 def per_source(done: list[RunComparison]) -> dict[str, dict]:
-    """MAPE and count of the comparisons of each source family."""
+    """MAPE, signed median error, count and worst of the comparisons of each source family."""
+    return group_stats(done, lambda c: source_family(c.source))
+
+
+def group_stats(done: list[RunComparison], key) -> dict[str, dict]:
+    """The figures of :func:`_stats` per group of comparisons (``key(c)`` names the group)."""
     out: dict[str, list[float]] = {}
     for c in done:
-        out.setdefault(source_family(c.source), []).append(abs(c.error))
-    return {k: {"count": len(v), "mape": sum(v) / len(v), "worst": max(v)} for k, v in sorted(out.items())}
+        out.setdefault(key(c), []).append(c.error)
+    return {k: _stats(v) for k, v in sorted(out.items())}
+
+
+def coverage(done: list[RunComparison], skipped: list[Skipped]) -> dict[str, dict]:
+    """Per source family: rows evaluated, rows skipped, and the skip reasons with their counts."""
+    out: dict[str, dict] = {}
+    for c in done:
+        out.setdefault(source_family(c.source), {"evaluated": 0, "skipped": 0, "reasons": {}})["evaluated"] += 1
+    for s in skipped:
+        d = out.setdefault(source_family(s.source), {"evaluated": 0, "skipped": 0, "reasons": {}})
+        d["skipped"] += 1
+        d["reasons"][s.reason] = d["reasons"].get(s.reason, 0) + 1
+    return dict(sorted(out.items()))
+
+
+def gpu_label(gpu: str) -> str:
+    """A short GPU name for grouping (``A100-80GB (1600Gbps RoCE)`` -> A100-80GB)."""
+    return gpu.split(" (")[0].replace(" SXM", "").strip()
+
+
+def dtype_label(dtype: str) -> str:
+    """A short precision name for grouping (``amp_bf16`` -> BF16, ``FP8-CS (FP8-MX)`` -> FP8)."""
+    d = dtype.lower()
+    for word, label in (("nvfp4", "NVFP4"), ("mxfp8", "MXFP8"), ("fp8-mx", "MXFP8"), ("fp8", "FP8"),
+                        ("bf16", "BF16"), ("fp16", "FP16"), ("16-bit", "16-bit")):
+        if word in d:
+            return label
+    return "not stated"
 
 
 @dataclass

@@ -16,7 +16,8 @@ def add_parser(sub) -> None:
                                    "worst error, the five worst records, and a plain datasheet roofline for scale. "
                                    "With --published, simulate each complete published run and compare throughput.")
     p.add_argument("--measurements", nargs="*", default=[], help="measurement JSON files")
-    p.add_argument("--published", help="published runs CSV (columns of shared/validation/published_runs.csv)")
+    p.add_argument("--published", nargs="+", help="published runs CSVs (columns of shared/validation/published_runs.csv; "
+                                                  "validation/published/ holds both published_runs*.csv)")
     p.add_argument("--published-layers", help="published per-layer times CSV (published_layer_times.csv)")
     p.add_argument("--hardware", help="accelerator or cluster the measurements ran on (default: from info.gpu)")
     p.add_argument("--calibration", help="calibration profile (default: the accelerator's own, or nearest)")
@@ -60,14 +61,7 @@ def run(args: argparse.Namespace) -> int:
     if repeats:
         out["repeats"] = [r.to_dict() for r in repeats]
     if args.published:
-        from validation.published import compare_published, per_source
-        done, skipped = compare_published(args.published, args.calibration)
-        if not done:
-            raise MeshcastError(args.published, f"no row could be modelled (first: row {skipped[0].row}: "
-                                                f"{skipped[0].reason})")
-        out["published"] = {"per_source": per_source(done), "runs": [c.__dict__ for c in done],
-                            "skipped": [s.__dict__ for s in skipped],
-                            "mape": sum(abs(c.error) for c in done) / max(1, len(done))}
+        done, out["published"] = published_summary(args.published, args.calibration)
     if args.published_layers:
         from validation.published import LAYER_IMPLEMENTATIONS, compare_layer_times
         layers = compare_layer_times(args.published_layers, args.calibration)
@@ -88,6 +82,44 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(format_text(out))
     return 0
+
+
+def published_summary(paths: list[str], calibration: str | None) -> tuple[list, dict]:
+    """Compare every row of the published CSVs: per source the rows evaluated and skipped (reasons
+    grouped), MAPE and signed median error; the same per GPU and per precision."""
+    from hardware_specs.errors import MeshcastError
+    from validation.published import (compare_published, coverage, dtype_label, gpu_label, group_stats,
+                                       per_source)
+    done, skipped = compare_published(paths, calibration)
+    if not done:
+        raise MeshcastError(paths[0], f"no row could be modelled (first: row {skipped[0].row}: {skipped[0].reason})")
+    return done, {"per_source": per_source(done), "coverage": coverage(done, skipped),
+                  "per_gpu": group_stats(done, lambda c: gpu_label(c.gpu)),
+                  "per_dtype": group_stats(done, lambda c: dtype_label(c.dtype)),
+                  "evaluated": len(done), "rows": len(done) + len(skipped),
+                  "runs": [c.__dict__ for c in done], "skipped": [s.__dict__ for s in skipped],
+                  "mape": sum(abs(c.error) for c in done) / len(done)}
+
+
+def format_published(pub: dict) -> list[str]:
+    """The text report of the published-run comparison."""
+    lines = [f"published runs: {pub['evaluated']} of {pub['rows']} rows evaluated, MAPE {pub['mape']:.1%}; "
+             f"{len(pub['skipped'])} skipped"]
+    for title, key in (("per source", "per_source"), ("per GPU", "per_gpu"), ("per precision", "per_dtype")):
+        lines.append(f"  {title}:")
+        for name, v in pub[key].items():
+            lines.append(f"    {name:<20} {v['count']:>4} runs  MAPE {v['mape']:6.1%}  median {v['median_error']:+6.1%}  "
+                         f"worst {v['worst']:6.1%}")
+    lines.append("  rows evaluated / skipped per source (why):")
+    for src, v in pub["coverage"].items():
+        lines.append(f"    {src:<20} {v['evaluated']:>4} evaluated {v['skipped']:>4} skipped")
+        for reason, n in sorted(v["reasons"].items(), key=lambda kv: -kv[1]):
+            lines.append(f"      {n:>4} x {reason}")
+    for c in pub["runs"]:
+        lines.append(f"  #{c['row']:<3} {c['model'][:26]:<26} {c['num_gpus']:>5} GPUs  {c['metric']:<22} "
+                     f"published {c['published']:>9.4g}  predicted {c['predicted']:>9.4g}  {c['error']:+.1%}"
+                     f"  [{c['file']}]")
+    return lines
 
 
 def _pct(x) -> str:
@@ -127,15 +159,7 @@ def format_text(out: dict) -> str:
                          f"up to {_pct(r['max_cv'])})")
         lines.append("")
     if "published" in out:
-        pub = out["published"]
-        lines.append(f"published runs: {len(pub['runs'])} compared, MAPE {pub['mape']:.1%}; {len(pub['skipped'])} not modelled")
-        for src, v in pub["per_source"].items():
-            lines.append(f"  {src:<22} {v['count']:>3} runs  MAPE {v['mape']:6.1%}  worst {v['worst']:6.1%}")
-        for c in pub["runs"]:
-            lines.append(f"  #{c['row']:<3} {c['model'][:26]:<26} {c['num_gpus']:>5} GPUs  {c['metric']:<22} "
-                         f"published {c['published']:>9.4g}  predicted {c['predicted']:>9.4g}  {c['error']:+.1%}")
-        for s in pub["skipped"]:
-            lines.append(f"  not modelled #{s['row']} {s['model'][:40]}: {s['reason']}")
+        lines += format_published(out["published"])
     if "published_layers" in out:
         pl = out["published_layers"]
         lines.append(f"published per-layer times: {len(pl['rows'])} compared, MAPE {pl['mape']:.1%}")

@@ -1,0 +1,80 @@
+"""Reading published-run rows: what each column says, what is filled and how the note says so."""
+import csv
+
+import pytest
+
+from hardware_specs.errors import MeshcastError, SpecError
+from validation.published import (catalog_name, cluster_for, compare_row, model_from_row, parse_ffn,
+                                  plan_from_row, published_csvs)
+
+MORE = published_csvs()[1]
+
+
+def _rows() -> list[dict]:
+    with open(MORE, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _first(pred) -> tuple[int, dict]:
+    return next((i, r) for i, r in enumerate(_rows()) if pred(r))
+
+
+def test_ffn_cell_forms():
+    assert parse_ffn("28672") == (28672, None)
+    assert parse_ffn("12288 dense / 1536 expert") == (12288, 1536)
+    assert parse_ffn("2880 expert") == (None, 2880)
+    with pytest.raises(SpecError):
+        parse_ffn("lots")
+
+
+def test_model_names_map_to_the_catalog():
+    assert catalog_name("LLAMA3.1_405B") == catalog_name("Llama3.1-405B") == "llama3-405b"
+    assert catalog_name("Grok-1 314B (MoE)") == "grok-1"
+    assert catalog_name("DeepSeekV3 (tokendrop)") == "deepseek-v3"
+    assert catalog_name("MPT-7b") is None
+
+
+def test_gpus_outside_the_catalog_are_named():
+    assert cluster_for("GB200 (NVL72)") == "gb200-nvl72" and cluster_for("B200") == "dgx-b200"
+    for gpu in ("GB300 (NVL72)", "B300 (DGX-B300)"):
+        with pytest.raises(MeshcastError, match="not in the catalog"):
+            cluster_for(gpu)
+
+
+def test_fsdp_text_is_zero3_under_plain_pytorch():
+    _, row = _first(lambda r: r["zero_stage"].startswith("3 (FSDP"))
+    plan = plan_from_row(row, model_from_row(row))
+    assert plan.zero_stage == 3 and plan.framework == "pytorch"
+
+
+def test_moe_row_by_name_takes_the_catalog_model_and_notes_fills():
+    i, row = _first(lambda r: r["model"] == "Qwen3_30B_a3B" and r["gpu"].startswith("GB200") and not r["vp"])
+    fills: list = []
+    m = model_from_row(row, fills)
+    assert m.moe.num_experts == 128 and m.moe.top_k == 8 and m.moe.expert_ffn_hidden == 768
+    c = compare_row(i, row, None)
+    assert "model: catalog qwen3-30b-a3b" in c.note and "vp" not in c.note       # pp=1: vp is moot
+    assert c.plan["ep"] == int(row["ep"])
+
+
+def test_mxfp8_is_costed_as_fp8_and_says_so():
+    i, row = _first(lambda r: r["dtype"] == "MXFP8" and r["gpu"].startswith("GB200") and r["model"] == "LLAMA3_70B")
+    c = compare_row(i, row, None)
+    assert c.plan["precision"] == "fp8" and "MXFP8 costed as FP8" in c.note
+
+
+def test_nvfp4_and_hybrid_models_are_skipped_with_the_reason():
+    _, row = _first(lambda r: r["dtype"] == "NVFP4" and r["gpu"].startswith("GB200"))
+    with pytest.raises(MeshcastError, match="NVFP4"):
+        compare_row(0, row, None)
+    _, row = _first(lambda r: r["model"].startswith("Nemotron_3"))
+    with pytest.raises(MeshcastError, match="hybrid Mamba"):
+        model_from_row(row)
+
+
+def test_missing_micro_batch_takes_the_recipe_default():
+    _, row = _first(lambda r: r["source"].startswith("NVIDIA-NeMo/Megatron-Bridge") and r["model"] == "LLAMA3_70B"
+                    and r["gpu"].startswith("GB200") and r["dtype"] != "NVFP4")
+    fills: list = []
+    plan = plan_from_row({**row, "micro_batch": ""}, model_from_row(row), fills)
+    assert plan.mbs == 1 and any("micro_batch not stated: 1" in f for f in fills)

@@ -57,9 +57,9 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--dropout", action="store_true", help="model has dropout (stores masks)")
 
 
-def plan_from_args(args: argparse.Namespace) -> ParallelPlan:
-    """A plan from --plan FILE overridden by explicit flags."""
-    data = load_plan(args.plan).to_dict() if getattr(args, "plan", None) else {}
+def plan_from_args(args: argparse.Namespace, base: dict | None = None) -> ParallelPlan:
+    """A plan from ``base`` (fields read from a launch config) or --plan FILE, overridden by explicit flags."""
+    data = load_plan(args.plan).to_dict() if getattr(args, "plan", None) else dict(base or {})
     data = {k: v for k, v in data.items() if v is not None}
     for _, field, _, _ in PLAN_OPTIONS:
         value = getattr(args, field, None)
@@ -78,6 +78,66 @@ def plan_from_args(args: argparse.Namespace) -> ParallelPlan:
         if getattr(args, flag, False):
             data[field] = value
     return plan_from_dict(data, "plan")
+
+
+def add_export_options(g) -> None:
+    """--export FORMAT, -O FILE and --megatron-args (an alias of --export megatron)."""
+    from simulator.frameworks.launch import FORMATS
+    g.add_argument("--export", choices=FORMATS, help="print (or with -O write) the plan's launch config in its "
+                                                      "framework's format: a Megatron-LM script, a torchtitan TOML, "
+                                                      "a DeepSpeed JSON")
+    g.add_argument("--megatron-args", dest="export", action="store_const", const="megatron",
+                   help="alias of --export megatron")
+    g.add_argument("-O", "--export-file", metavar="FILE", help="write the launch config to FILE (needs --export)")
+
+
+def emit_export(args: argparse.Namespace, model, plan, to_stdout: bool = True) -> None:
+    """Print or write the launch config of a resolved plan when --export was given."""
+    from simulator.frameworks.launch import export_config, require_format
+    if args.export_file and not args.export:
+        raise MeshcastError("export-file", "-O FILE needs --export megatron|torchtitan|deepspeed")
+    if not args.export:
+        return
+    require_format(plan, args.export)
+    cfg = export_config(model, plan)
+    if args.export_file:
+        with open(args.export_file, "w") as fh:
+            fh.write(cfg.text)
+        for note in cfg.notes:
+            print(f"note: {note}", file=sys.stderr)
+        print(f"wrote {args.export_file} ({args.export} launch config)", file=sys.stderr)
+    elif to_stdout:
+        print(f"\n{args.export} launch config ({cfg.filename}):")
+        print(cfg.with_notes())
+        if cfg.format == "deepspeed":
+            for note in cfg.notes:
+                print(f"# note: {note}")
+
+
+def add_import_options(p: argparse.ArgumentParser) -> None:
+    """--from-megatron-args / --from-torchtitan / --from-deepspeed FILE: the plan from a launch config."""
+    g = p.add_argument_group("plan from a launch config (plan flags override it)")
+    x = g.add_mutually_exclusive_group()
+    x.add_argument("--from-megatron-args", metavar="FILE", help="a Megatron-LM command line or argument list")
+    x.add_argument("--from-torchtitan", metavar="FILE", help="a torchtitan TOML job config")
+    x.add_argument("--from-deepspeed", metavar="FILE", help="a DeepSpeed JSON config (needs --gpus)")
+
+
+def imported_plan(args: argparse.Namespace, model):
+    """(plan fields from the launch config given, its notes); ({}, []) when none was given."""
+    from simulator.frameworks.launch import check_dims, import_config
+    for fmt, path in (("megatron", args.from_megatron_args), ("torchtitan", args.from_torchtitan),
+                      ("deepspeed", args.from_deepspeed)):
+        if path:
+            try:
+                with open(path) as fh:
+                    text = fh.read()
+            except OSError as exc:
+                raise MeshcastError(f"from-{fmt}", f"cannot read {path}: {exc.strerror}") from None
+            got = import_config(fmt, text, model, args.gpus)
+            check_dims(model, got.dims, path)
+            return got.plan.to_dict(), list(got.notes)
+    return {}, []
 
 
 def load_inputs(args: argparse.Namespace):

@@ -163,34 +163,36 @@ def _parallel_args(m: ModelSpec, p: ParallelPlan, a: list, notes: list) -> None:
 
 
 def _pipeline_args(m: ModelSpec, p: ParallelPlan, a: list, notes: list) -> None:
-    """Pipeline degree, virtual stages and the layer split (even, automatic, first/last or layout)."""
-    from simulator.frameworks import default_split, get_framework
+    """Pipeline degree, virtual stages and the layer split (even, automatic, first/last or layout:
+    Megatron takes at most one of --num-virtual-stages-per-pipeline-rank and the layout)."""
     _add(a, "--pipeline-model-parallel-size", p.pp)
     if p.pp == 1:
         return
-    if p.vp > 1:
-        _add(a, "--num-virtual-stages-per-pipeline-rank", p.vp)
     if p.overlap_p2p is False and p.vp > 1:
         _add(a, "--no-overlap-p2p-communication")
     if p.schedule == "1f1b" and p.vp > 1:
         notes.append("Megatron-LM interleaves whenever vp > 1; the plan's 1f1b schedule runs interleaved")
-    lps = p.layers_per_stage
-    L = m.num_layers
-    if lps is None or (len(set(lps)) == 1 and not m.mtp_layers):
-        return
-    if lps == default_split(get_framework(p.framework), L, p.pp, p.vp)[0] and not m.mtp_layers:
+    split = _split_flags(m, p)
+    if p.vp > 1 and split[:1] != ["--pipeline-model-parallel-layout"]:
+        _add(a, "--num-virtual-stages-per-pipeline-rank", p.vp)
+    a.extend(split)
+
+
+def _split_flags(m: ModelSpec, p: ParallelPlan) -> list[str]:
+    """The flags of the layer split: none when even, the account-for flags where they give the
+    plan's split, first/last when the middle stages are equal (and divisible by vp), else a layout."""
+    from simulator.frameworks import default_split, get_framework
+    lps, L = p.layers_per_stage, m.num_layers
+    if m.mtp_layers and p.pp > 1:
+        return ["--pipeline-model-parallel-layout", pipeline_layout(lps or (L // p.pp,) * p.pp, p.vp, m.mtp_layers)]
+    if lps is None or len(set(lps)) == 1:
+        return []
+    if lps == default_split(get_framework(p.framework), L, p.pp, p.vp)[0]:
         loss = (L + 2) % p.pp == 0 and _accounted(L, p.pp, True, True) == lps
-        _add(a, "--account-for-embedding-in-pipeline-split")
-        if loss:
-            _add(a, "--account-for-loss-in-pipeline-split")
-        return
-    mids = set(lps[1:-1])
-    if p.pp > 2 and len(mids) == 1 and lps[1] % p.vp == 0 and lps[0] % p.vp == 0 and lps[-1] % p.vp == 0 \
-            and not m.mtp_layers:
-        _add(a, "--decoder-first-pipeline-num-layers", lps[0])
-        _add(a, "--decoder-last-pipeline-num-layers", lps[-1])
-        return
-    _add(a, "--pipeline-model-parallel-layout", pipeline_layout(lps, p.vp, m.mtp_layers))
+        return ["--account-for-embedding-in-pipeline-split"] + (["--account-for-loss-in-pipeline-split"] if loss else [])
+    if p.pp > 2 and len(set(lps[1:-1])) == 1 and all(n % p.vp == 0 for n in (lps[0], lps[1], lps[-1])):
+        return ["--decoder-first-pipeline-num-layers", str(lps[0]), "--decoder-last-pipeline-num-layers", str(lps[-1])]
+    return ["--pipeline-model-parallel-layout", pipeline_layout(lps, p.vp)]
 
 
 def pipeline_layout(lps, vp: int, mtp: int = 0) -> str:
@@ -227,6 +229,7 @@ def _zero_args(m: ModelSpec, p: ParallelPlan, a: list, notes: list) -> None:
     if p.offload_optimizer:
         _add(a, "--optimizer-cpu-offload")
         _add(a, "--optimizer-offload-fraction", 1.0)
+        _add(a, "--use-precision-aware-optimizer")   # Megatron's hybrid device optimizer requires it
 
 
 def _recompute_args(m: ModelSpec, p: ParallelPlan, a: list, notes: list) -> None:
@@ -349,7 +352,7 @@ _PLAN_FLAGS = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size",
                "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
                "--use-distributed-optimizer", "--use-megatron-fsdp", "--data-parallel-sharding-strategy",
                "--use-torch-fsdp2", "--overlap-grad-reduce", "--overlap-param-gather", "--tp-comm-overlap",
-               "--overlap-moe-expert-parallel-comm", "--optimizer-cpu-offload", "--optimizer-offload-fraction",
+               "--overlap-moe-expert-parallel-comm", "--optimizer-cpu-offload", "--optimizer-offload-fraction", "--use-precision-aware-optimizer",
                "--recompute-granularity", "--recompute-method", "--recompute-num-layers", "--bf16", "--fp16",
                "--fp8-format", "--transformer-impl", "--attention-backend", "--attention-dropout", "--hidden-dropout",
                "--no-overlap-p2p-communication", "--group-query-attention", "--num-query-groups",

@@ -174,3 +174,42 @@ def test_cli_plan_export_alias(capsys):
     rc, out, err = _cli(["plan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--gbs", "16",
                          "--top", "1", "--no-progress", "--framework", "torchtitan", "--export", "megatron"], capsys)
     assert rc == 2 and "torchtitan" in err and "not 'megatron'" in err
+
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hardware_specs.errors import MeshcastError
+
+_TOKENS = ["--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--num-layers", "--moe-layer-freq",
+           "--pipeline-model-parallel-layout", "--decoder-first-pipeline-num-layers", "--recompute-method", "block",
+           "--num-virtual-stages-per-pipeline-rank", "--use-megatron-fsdp", "--foo", "2", "0", "-3", "x", "Et|tL",
+           "([0]*2+[1]*3)", "__import__('os')", "pretrain_gpt.py", "'", "\\", "=", "--a=b"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(_TOKENS), max_size=12))
+def test_megatron_reader_never_crashes(tokens):
+    """Any argument list reads to a plan or ends in one MeshcastError (never another exception)."""
+    try:
+        read_config(" ".join(tokens), load_model("llama3-8b"))
+    except MeshcastError:
+        pass
+
+
+def test_cli_deepspeed_round_trip_and_plan_export_file(tmp_path, capsys):
+    base = ["simulate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "64", "--json"]
+    path = tmp_path / "ds.json"
+    rc, out, err = _cli(base + ["--framework", "deepspeed", "--zero", "3", "--gbs", "128", "--recompute", "full",
+                                "--export", "deepspeed", "-O", str(path)], capsys)
+    assert rc == 0, err
+    want = json.loads(out)["step_time_s"]
+    rc, out, err = _cli(base + ["--from-deepspeed", str(path)], capsys)
+    assert rc == 0, err
+    assert json.loads(out)["step_time_s"] == want and json.loads(out)["plan"]["recompute"] == "full"
+    job = tmp_path / "best.toml"
+    rc, out, err = _cli(["plan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--gbs", "16",
+                         "--top", "1", "--no-progress", "--framework", "torchtitan", "--export", "torchtitan",
+                         "-O", str(job)], capsys)
+    assert rc == 0, err
+    assert tomllib.loads(job.read_text())["training"]["global_batch_size"] == 16

@@ -120,11 +120,12 @@ def add_import_options(p: argparse.ArgumentParser) -> None:
     x = g.add_mutually_exclusive_group()
     x.add_argument("--from-megatron-args", metavar="FILE", help="a Megatron-LM command line or argument list")
     x.add_argument("--from-torchtitan", metavar="FILE", help="a torchtitan TOML job config")
-    x.add_argument("--from-deepspeed", metavar="FILE", help="a DeepSpeed JSON config (needs --gpus)")
+    x.add_argument("--from-deepspeed", metavar="FILE", help="a DeepSpeed JSON config (world size: --gpus or the cluster)")
 
 
-def imported_plan(args: argparse.Namespace, model):
-    """(plan fields from the launch config given, its notes); ({}, []) when none was given."""
+def imported_plan(args: argparse.Namespace, model, num_gpus: int | None = None):
+    """(plan fields from the launch config given, its notes); ({}, []) when none was given.
+    ``num_gpus`` (the world size: --gpus or the whole cluster) gives DeepSpeed's data parallelism."""
     from simulator.frameworks.launch import check_dims, import_config
     for fmt, path in (("megatron", args.from_megatron_args), ("torchtitan", args.from_torchtitan),
                       ("deepspeed", args.from_deepspeed)):
@@ -134,7 +135,7 @@ def imported_plan(args: argparse.Namespace, model):
                     text = fh.read()
             except OSError as exc:
                 raise MeshcastError(f"from-{fmt}", f"cannot read {path}: {exc.strerror}") from None
-            got = import_config(fmt, text, model, args.gpus)
+            got = import_config(fmt, text, model, num_gpus or args.gpus)
             check_dims(model, got.dims, path)
             return got.plan.to_dict(), list(got.notes)
     return {}, []

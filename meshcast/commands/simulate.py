@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "plan", None) and imported_source(args):
         from hardware_specs.errors import MeshcastError
         raise MeshcastError("plan", "give --plan FILE or a launch config (--from-...), not both")
-    base, import_notes = imported_plan(args, model)
+    base, import_notes = imported_plan(args, model, hw.num_gpus)
     plan = plan_from_args(args, base)
     for note in import_notes:
         print(f"note: {note}", file=sys.stderr)

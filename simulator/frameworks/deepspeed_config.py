@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Optional
 
-from hardware_specs.errors import SpecError
+from hardware_specs.errors import MeshcastError, SpecError
 from models.schema import ModelSpec
 from simulator.frameworks.launch import ImportedConfig, LaunchConfig
 from simulator.memory import DS_MAX_LIVE_PARAMS, DS_PREFETCH_PARAMS, DS_REDUCE_BUCKET
@@ -80,13 +80,22 @@ def read_config(text: str, model: Optional[ModelSpec] = None, num_gpus: Optional
     """The plan (framework deepspeed) a DeepSpeed JSON describes; needs the world size (``num_gpus``)
     for the data-parallel degree."""
     try:
+        return _read(text, model, num_gpus)
+    except MeshcastError:
+        raise
+    except (ValueError, ArithmeticError, TypeError, AttributeError, KeyError) as exc:
+        raise SpecError("deepspeed config", f"cannot read it: {type(exc).__name__}: {exc}") from None
+
+
+def _read(text: str, model: Optional[ModelSpec], num_gpus: Optional[int]) -> ImportedConfig:
+    try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise SpecError("deepspeed config", f"not JSON: {exc}") from None
     if not isinstance(doc, dict):
         raise SpecError("deepspeed config", "expected a JSON object")
     if not num_gpus:
-        raise SpecError("gpus", "a DeepSpeed config does not state the world size; give --gpus")
+        raise SpecError("gpus", "a DeepSpeed config does not state the world size; give the GPU count (--gpus)")
     z = doc.get("zero_optimization", {}) or {}
     pp = int((doc.get("pipeline") or {}).get("stages", 1)) if doc.get("pipeline") else 1
     if num_gpus % pp:

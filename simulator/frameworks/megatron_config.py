@@ -12,7 +12,7 @@ import re
 import shlex
 from typing import Optional
 
-from hardware_specs.errors import SpecError
+from hardware_specs.errors import MeshcastError, SpecError
 from models.schema import ModelSpec
 from simulator.frameworks.launch import ImportedConfig, LaunchConfig
 from simulator.plan import ParallelPlan
@@ -295,9 +295,14 @@ def read_config(text: str, model: Optional[ModelSpec] = None, num_gpus: Optional
     """The plan (framework megatron-core or -local), the model dimensions stated and notes, from a
     launch script or argument list; flags meshcast does not read are listed in the notes."""
     vals, notes = parse_flags(text)
-    dims = _dims(vals)
-    L = dims.get("num_layers") or (model.num_layers if model is not None else None)
-    plan, more = _plan(vals, L, model)
+    try:
+        dims = _dims(vals)
+        L = dims.get("num_layers") or (model.num_layers if model is not None else None)
+        plan, more = _plan(vals, L, model)
+    except MeshcastError:
+        raise
+    except (ValueError, ArithmeticError, SyntaxError, TypeError, RecursionError) as exc:
+        raise SpecError("megatron args", f"cannot read the arguments: {exc}") from None
     unknown = sorted(set(vals) - _KNOWN)
     if unknown:
         more.append(f"ignored {len(unknown)} argument(s) meshcast does not model: {' '.join(unknown)}")
@@ -413,7 +418,10 @@ def _eval_list(node) -> list:
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
         return _eval_list(node.left) + _eval_list(node.right)
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
-        return _eval_list(node.left) * int(_eval_const(node.right))
+        base, times = _eval_list(node.left), int(_eval_const(node.right))
+        if len(base) * times > 100_000:
+            raise SpecError("megatron args: --moe-layer-freq", "pattern longer than 100000 layers")
+        return base * times
     raise SpecError("megatron args: --moe-layer-freq", "expected a list expression like ([0]*3+[1]*58)")
 
 

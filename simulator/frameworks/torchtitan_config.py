@@ -11,7 +11,7 @@ import json
 import tomllib
 from typing import Optional
 
-from hardware_specs.errors import SpecError
+from hardware_specs.errors import MeshcastError, SpecError
 from models.schema import ModelSpec
 from simulator.frameworks.launch import ImportedConfig, LaunchConfig
 from simulator.plan import ParallelPlan
@@ -141,6 +141,15 @@ def _stage_size(m: ModelSpec, p: ParallelPlan) -> int:
 def read_config(text: str, model: Optional[ModelSpec] = None, num_gpus: Optional[int] = None) -> ImportedConfig:
     """The plan (framework torchtitan) a TOML job config describes; the model shapes live in
     torchtitan's flavor registry, so no dimensions come back (the flavor is noted)."""
+    try:
+        return _read(text, model, num_gpus)
+    except MeshcastError:
+        raise
+    except (ValueError, ArithmeticError, TypeError, AttributeError, KeyError) as exc:
+        raise SpecError("torchtitan config", f"cannot read it: {type(exc).__name__}: {exc}") from None
+
+
+def _read(text: str, model: Optional[ModelSpec], num_gpus: Optional[int]) -> ImportedConfig:
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

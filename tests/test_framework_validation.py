@@ -21,6 +21,10 @@ from simulator.plan import resolve_plan
 from tests.frameworks_support import FakeMPU, megatron_arguments_module, megatron_validate, torchtitan_modules
 from tests.launch_grid import GRID
 
+# the frameworks warn about performance choices and missing GPU libraries (apex, TE); not failures
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning",
+                                        "ignore::FutureWarning")
+
 
 def _cases(fmt: str):
     out = []

@@ -61,9 +61,21 @@ def test_megatron_lm_accepts_the_export(megatron, model, gpus, plan):
     ns.apply_rope_fusion = False   # its check is that Transformer Engine is installed (no CPU build)
     cfg = core_transformer_config_from_args(ns)
     assert cfg.num_layers == model.num_layers and cfg.hidden_size == model.hidden
+    assert cfg.ffn_hidden_size == model.ffn_hidden and cfg.num_attention_heads == model.num_heads
+    assert cfg.gated_linear_unit == model.gated_mlp and cfg.add_bias_linear == model.linear_bias
+    assert cfg.normalization == ("RMSNorm" if model.norm == "rmsnorm" else "LayerNorm")
+    if model.mla is not None:
+        assert (cfg.kv_lora_rank, cfg.q_lora_rank, cfg.v_head_dim) == \
+            (model.mla.kv_lora_rank, model.mla.q_lora_rank, model.mla.v_head_dim)
+    else:
+        assert cfg.kv_channels == model.dim_head
     assert cfg.num_query_groups in (model.kv_heads, None) or model.mla is not None
     if model.moe is not None:
         assert cfg.num_moe_experts == model.moe.num_experts and cfg.moe_router_topk == model.moe.top_k
+        assert cfg.moe_ffn_hidden_size == model.moe.expert_ffn_hidden
+        freq = cfg.moe_layer_freq
+        flags = [int(i % freq == 0) for i in range(model.num_layers)] if isinstance(freq, int) else list(freq)
+        assert flags == [int(model.is_moe_layer(i)) for i in range(model.num_layers)]
     layout = getattr(cfg, "pipeline_model_parallel_layout", None)
     if layout is not None and plan.layers_per_stage:
         per_rank = [sum(str(x).count("decoder") for v in rank for x in v) for rank in layout.layout]

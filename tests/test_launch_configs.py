@@ -213,3 +213,12 @@ def test_cli_deepspeed_round_trip_and_plan_export_file(tmp_path, capsys):
                          "-O", str(job)], capsys)
     assert rc == 0, err
     assert tomllib.loads(job.read_text())["training"]["global_batch_size"] == 16
+
+
+def test_megatron_script_world_size_is_checked():
+    from simulator.frameworks.megatron_config import script_world_size
+    m = load_model("llama3-8b")
+    cfg = export_config(m, resolve_plan(m, ParallelPlan(tp=2, gbs=64), 64))
+    assert script_world_size(cfg.text) == 64
+    assert not any("processes" in n for n in import_config("megatron", cfg.text, m, 64).notes)
+    assert any("launches 64 processes but 32 GPUs" in n for n in import_config("megatron", cfg.text, m, 32).notes)

@@ -303,10 +303,24 @@ def read_config(text: str, model: Optional[ModelSpec] = None, num_gpus: Optional
         raise
     except (ValueError, ArithmeticError, SyntaxError, TypeError, RecursionError) as exc:
         raise SpecError("megatron args", f"cannot read the arguments: {exc}") from None
+    world = script_world_size(text)
+    if world is not None and num_gpus and world != num_gpus:
+        more.append(f"the script launches {world} processes but {num_gpus} GPUs were given; data parallelism "
+                    f"follows the {num_gpus} GPUs")
     unknown = sorted(set(vals) - _KNOWN)
     if unknown:
         more.append(f"ignored {len(unknown)} argument(s) meshcast does not model: {' '.join(unknown)}")
     return ImportedConfig(plan, dims, tuple(notes + more))
+
+
+def script_world_size(text: str) -> Optional[int]:
+    """GPUS_PER_NODE x NNODES as a launch script sets them (literal or ``${VAR:-N}`` defaults), else None."""
+    found = {}
+    for var in ("GPUS_PER_NODE", "NNODES"):
+        m = re.search(rf"^\s*(?:export\s+)?{var}=(?:\$\{{{var}:-)?(\d+)", text, re.M)
+        if m:
+            found[var] = int(m.group(1))
+    return found["GPUS_PER_NODE"] * found["NNODES"] if len(found) == 2 else None
 
 
 def parse_flags(text: str) -> tuple[dict[str, Optional[str]], list[str]]:

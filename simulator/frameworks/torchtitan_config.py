@@ -150,6 +150,7 @@ def read_config(text: str, model: Optional[ModelSpec] = None, num_gpus: Optional
 
 
 def _read(text: str, model: Optional[ModelSpec], num_gpus: Optional[int]) -> ImportedConfig:
+    """read_config without the conversion of stray value errors into SpecError."""
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

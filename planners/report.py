@@ -9,7 +9,6 @@ from typing import Optional
 import yaml
 
 from hardware_specs.fileio import write_text_atomic
-from planners.megatron_args import format_args, megatron_args
 from planners.search import Candidate, SearchResult
 from planners.ties import rank_labels, tie_sentence
 
@@ -88,7 +87,6 @@ def why_loses(best: Candidate, other: Candidate, name: str = "it") -> str:
 
 def candidate_dict(c: Candidate, rank: int, best: Candidate, model) -> dict:
     """One ranked candidate as plain data (units in key names)."""
-    args, notes = megatron_args(c.plan, model)
     d = {
         "rank": rank,
         "score": c.score,
@@ -104,8 +102,7 @@ def candidate_dict(c: Candidate, rank: int, best: Candidate, model) -> dict:
         "bottleneck": c.result.bottleneck,
         "bottleneck_description": c.result.bottleneck_sentence(),
         "time_breakdown_s": dict(c.result.breakdown),
-        "megatron_args": args,
-        "megatron_notes": notes,
+        **_launch_fields(c.plan, model),
         "why": None if rank == 1 else why_loses(best, c, "the runner-up" if rank == 2 else f"#{rank}"),
         "confidence": c.result.confidence.to_dict(),
     }
@@ -204,13 +201,26 @@ def _confidence_lines(r: SearchResult) -> list[str]:
     return out
 
 
-def format_megatron(c: Candidate, model) -> str:
-    """The best plan as ready-to-paste Megatron-LM command-line arguments."""
-    args, notes = megatron_args(c.plan, model)
-    out = format_args(args)
-    if notes:
-        out += "\n" + "\n".join(f"# note: {n}" for n in notes)
+def _launch_fields(plan, model) -> dict:
+    """The plan's launch config in its framework's format (and, for Megatron, the argument list)."""
+    from simulator.frameworks import get_framework
+    from simulator.frameworks.launch import export_config
+    if get_framework(plan.framework).export == "none":
+        return {"launch_config": None}
+    cfg = export_config(model, plan)
+    out = {"launch_config": {"format": cfg.format, "filename": cfg.filename, "text": cfg.text, "notes": list(cfg.notes)}}
+    if cfg.format == "megatron":
+        from simulator.frameworks.megatron_config import megatron_arguments
+        out["megatron_args"] = megatron_arguments(model, plan)[0]
+        out["megatron_notes"] = list(cfg.notes)
     return out
+
+
+def format_launch(c: Candidate, model, fmt: str) -> str:
+    """The best plan's launch config in format ``fmt`` (PlanError if its framework writes another)."""
+    from simulator.frameworks.launch import export_config, require_format
+    require_format(c.plan, fmt)
+    return export_config(model, c.plan).with_notes()
 
 
 def write_plan_yaml(c: Candidate, path: str | Path, model_name: str, cluster: str) -> None:

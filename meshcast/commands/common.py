@@ -20,6 +20,7 @@ RECOMPUTE = ("none", "selective", "full")
 # simulator/frameworks/*.yaml (kept here so --help imports nothing heavy; a test checks they agree)
 FRAMEWORKS = ("deepspeed", "megatron-core", "megatron-core-local", "pytorch", "torchtitan")
 DEFAULT_FRAMEWORK = "megatron-core"
+EXPORT_FORMATS = ("megatron", "torchtitan", "deepspeed")   # simulator.frameworks.launch.FORMATS (tested)
 PRECISIONS = ("bf16", "fp16", "fp8")
 ATTENTION = ("flash", "unfused", "math")
 
@@ -94,12 +95,13 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--dropout", action="store_true", help="model has dropout (stores masks)")
 
 
-def plan_from_args(args: argparse.Namespace):
-    """A :class:`~simulator.plan.ParallelPlan` from --plan FILE overridden by explicit flags."""
+def plan_from_args(args: argparse.Namespace, base: dict | None = None):
+    """A :class:`~simulator.plan.ParallelPlan` from ``base`` (fields read from a launch config) or
+    --plan FILE, overridden by explicit flags."""
     from hardware_specs.errors import MeshcastError
     from simulator.plan import load_plan, plan_from_dict
 
-    data = load_plan(args.plan).to_dict() if getattr(args, "plan", None) else {}
+    data = load_plan(args.plan).to_dict() if getattr(args, "plan", None) else dict(base or {})
     data = {k: v for k, v in data.items() if v is not None}
     gpus = getattr(args, "gpus", None)
     if data.get("num_gpus") is not None and gpus is not None and gpus != data["num_gpus"]:
@@ -124,6 +126,66 @@ def plan_from_args(args: argparse.Namespace):
         if getattr(args, flag, False):
             data[field] = value
     return plan_from_dict(data, "")   # the file was checked by load_plan; name the flags plainly
+
+
+def add_export_options(g) -> None:
+    """--export FORMAT, -O FILE and --megatron-args (an alias of --export megatron)."""
+    g.add_argument("--export", choices=EXPORT_FORMATS, help="print (or with -O write) the plan's launch config in its "
+                                                      "framework's format: a Megatron-LM script, a torchtitan TOML, "
+                                                      "a DeepSpeed JSON")
+    g.add_argument("--megatron-args", dest="export", action="store_const", const="megatron",
+                   help="alias of --export megatron")
+    g.add_argument("-O", "--export-file", metavar="FILE", help="write the launch config to FILE (needs --export)")
+
+
+def emit_export(args: argparse.Namespace, model, plan, to_stdout: bool = True) -> None:
+    """Print or write the launch config of a resolved plan when --export was given."""
+    from hardware_specs.errors import MeshcastError
+    from hardware_specs.fileio import write_text_atomic
+    from simulator.frameworks.launch import export_config, require_format
+
+    if args.export_file and not args.export:
+        raise MeshcastError("export-file", "-O FILE needs --export megatron|torchtitan|deepspeed")
+    if not args.export:
+        return
+    require_format(plan, args.export)
+    cfg = export_config(model, plan)
+    if args.export_file:
+        write_text_atomic(args.export_file, cfg.text, "export-file")
+        for note in cfg.notes:
+            print(f"note: {note}", file=sys.stderr)
+        print(f"wrote {args.export_file} ({args.export} launch config)", file=sys.stderr)
+    elif to_stdout:
+        print(f"\n{args.export} launch config ({cfg.filename}):")
+        print(cfg.with_notes())
+        if cfg.format == "deepspeed":
+            for note in cfg.notes:
+                print(f"# note: {note}")
+
+
+def add_import_options(p: argparse.ArgumentParser) -> None:
+    """--from-megatron-args / --from-torchtitan / --from-deepspeed FILE: the plan from a launch config."""
+    g = p.add_argument_group("plan from a launch config (plan flags override it)")
+    x = g.add_mutually_exclusive_group()
+    x.add_argument("--from-megatron-args", metavar="FILE", help="a Megatron-LM command line or argument list")
+    x.add_argument("--from-torchtitan", metavar="FILE", help="a torchtitan TOML job config")
+    x.add_argument("--from-deepspeed", metavar="FILE", help="a DeepSpeed JSON config (world size: --gpus or the cluster)")
+
+
+def imported_plan(args: argparse.Namespace, model, num_gpus: int | None = None):
+    """(plan fields from the launch config given, its notes); ({}, []) when none was given.
+    ``num_gpus`` (the world size: --gpus or the whole cluster) gives DeepSpeed's data parallelism."""
+    from hardware_specs.fileio import read_text
+    from simulator.frameworks.launch import check_dims, import_config
+
+    for fmt, path in (("megatron", args.from_megatron_args), ("torchtitan", args.from_torchtitan),
+                      ("deepspeed", args.from_deepspeed)):
+        if path:
+            text = read_text(path)
+            got = import_config(fmt, text, model, num_gpus or args.gpus)
+            check_dims(model, got.dims, path)
+            return got.plan.to_dict(), list(got.notes)
+    return {}, []
 
 
 def load_inputs(args: argparse.Namespace, plan=None):

@@ -85,7 +85,8 @@ def add_parser(subparsers) -> None:
     s.add_argument("--time-limit", type=float, default=10.0, metavar="S", help="seconds per ILP solve (default 10)")
     s.add_argument("--json", action="store_true", help="print one JSON object")
     s.add_argument("--write-plan", metavar="FILE", help="write the best plan as YAML for meshcast simulate --plan")
-    s.add_argument("--megatron-args", action="store_true", help="print the best plan as Megatron-LM arguments")
+    from meshcast.commands.common import add_export_options
+    add_export_options(s)
     s.add_argument("-o", "--output", metavar="FILE", help="write a self-contained HTML page: Pareto front throughput vs headroom")
     s.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto trace JSON of one step of the best plan")
     s.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
@@ -124,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     from hardware_specs.catalog import load_cluster, load_node
     from hardware_specs.errors import MeshcastError
     from models import load_model
-    from planners.report import format_megatron, format_text, result_dict, write_html, write_plan_yaml
+    from planners.report import format_text, result_dict, write_html, write_plan_yaml
     from planners.search import Objective, search
     from planners.ties import apply_ties
     from planners.space import make_constraints
@@ -162,6 +163,9 @@ def run(args: argparse.Namespace) -> int:
         raise MeshcastError("price", f"{hw0.accelerator.name} has no catalog price; pass --price USD per GPU-hour")
     schedules = [x.strip() for x in args.schedules.split(",")] if args.schedules else None
     base = ParallelPlan(precision=args.precision, framework=args.framework)
+    if args.export:   # before the search: a torchtitan plan is no Megatron config
+        from simulator.frameworks.launch import require_format
+        require_format(base, args.export)
     c = make_constraints(model, args.cluster, gpus=args.gpus, gbs=args.gbs, seq=args.seq, fixed=_fixed(args),
                          min_headroom_gb=args.min_headroom_gb, base=base, schedules=schedules,
                          max_tp=args.max_tp, max_pp=args.max_pp, max_cp=args.max_cp, max_vp=args.max_vp,
@@ -187,7 +191,9 @@ def run(args: argparse.Namespace) -> int:
     if args.output:
         write_html(res, res.explored, args.output,
                    f"meshcast plan: {model.name} on {gpus_text} x {hw0.accelerator.name}, gbs {args.gbs} x seq {c.seq}")
+    from meshcast.commands.common import emit_export
     if args.json:
+        emit_export(args, model, best.plan, to_stdout=False)
         emit_json(result_dict(res, request), "plan")
         return 0
     line = (f"{model.name} on {gpus_text} x {hw0.accelerator.name} ({cluster.name}), gbs {args.gbs} x seq {c.seq}, "
@@ -195,9 +201,7 @@ def run(args: argparse.Namespace) -> int:
             f"framework: {args.framework}{' (the default; --framework chooses)' if args.framework == DEFAULT_FRAMEWORK else ''}"
             f": only plans it can launch are searched\n{headroom_note}")
     print(format_text(res, line))
-    if args.megatron_args:
-        print("\nMegatron-LM arguments (best plan):")
-        print(format_megatron(best, model))
+    emit_export(args, model, best.plan)
     if args.write_plan:
         print(f"\nwrote {args.write_plan} (meshcast simulate --model {args.model} --cluster {args.cluster} "
               f"--gpus {best.result.num_gpus} --plan {args.write_plan})")

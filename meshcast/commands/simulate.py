@@ -3,8 +3,11 @@ from __future__ import annotations
 
 import argparse
 
-from meshcast.commands.common import (add_model_cluster, add_plan_options, check_outputs, emit_json, fmt_bytes,
-                                      fmt_time, load_inputs, plan_from_args)
+import sys
+
+from meshcast.commands.common import (add_export_options, add_import_options, add_model_cluster, add_plan_options,
+                                      check_outputs, emit_export, emit_json, fmt_bytes, fmt_time, imported_plan,
+                                      load_inputs, plan_from_args)
 
 
 def framework_line(p) -> str:
@@ -22,6 +25,8 @@ def add_parser(sub) -> None:
                                    "device (fits or not), the time breakdown and the bottleneck.")
     add_model_cluster(p)
     add_plan_options(p)
+    add_import_options(p)
+    add_export_options(p.add_argument_group("launch config"))
     g = p.add_argument_group("cost to train")
     g.add_argument("--tokens", type=float, metavar="N", help="token budget, e.g. 15e12: prints days, dollars and energy")
     g.add_argument("--price", type=float, metavar="USD", help="USD per GPU-hour (default: the accelerator's catalog price)")
@@ -38,8 +43,19 @@ def run(args: argparse.Namespace) -> int:
     from simulator.costing import train_cost
 
     check_outputs(args)
-    plan = plan_from_args(args)
-    model, hw, cal, cal_note = load_inputs(args, plan)
+    if getattr(args, "plan", None) and imported_source(args):
+        from hardware_specs.errors import MeshcastError
+        raise MeshcastError("plan", "give --plan FILE or a launch config (--from-...), not both")
+    model, hw, cal, cal_note = load_inputs(args)
+    base, import_notes = imported_plan(args, model, hw.num_gpus)
+    plan = plan_from_args(args, base)
+    if plan.num_gpus is not None and args.gpus is None and plan.num_gpus != hw.num_gpus:
+        model, hw, cal, cal_note = load_inputs(args, plan)
+    for note in import_notes:
+        print(f"note: {note}", file=sys.stderr)
+    if args.export:   # fail before simulating: a Megatron plan is no torchtitan config
+        from simulator.frameworks.launch import require_format
+        require_format(plan, args.export)
     want_timeline = bool(args.output or args.trace)
     result = simulate(model, hw, plan, cal, with_timeline=want_timeline)
     if args.output:
@@ -50,12 +66,24 @@ def run(args: argparse.Namespace) -> int:
         write_chrome_trace(result, args.trace)
     cost = train_cost(result, args.tokens, args.price, args.pue, accelerator=hw.accelerator)
     if args.json:
-        emit_json({**result.to_dict(), "calibration_note": cal_note, "cost": cost}, "simulate")
+        emit_export(args, model, result.plan, to_stdout=False)
+        doc = {**result.to_dict(), "calibration_note": cal_note, "cost": cost}
+        if args.export and not args.export_file:
+            from simulator.frameworks.launch import export_config
+            cfg = export_config(model, result.plan)
+            doc["launch_config"] = {"format": cfg.format, "text": cfg.text, "notes": list(cfg.notes)}
+        emit_json(doc, "simulate")
     else:
         print(format_result(result))
         print(f"calibration: {cal_note}")
         print(format_cost(cost))
+        emit_export(args, model, result.plan)
     return 0
+
+
+def imported_source(args: argparse.Namespace) -> bool:
+    """Whether a launch config was given (--from-megatron-args, --from-torchtitan, --from-deepspeed)."""
+    return bool(args.from_megatron_args or args.from_torchtitan or args.from_deepspeed)
 
 
 def format_cost(c: dict) -> str:

@@ -107,8 +107,8 @@ def _deepspeed_rule(fw: FrameworkProfile, model: ModelSpec, plan) -> Violation:
     """DeepSpeed's pipeline engine runs one model chunk per stage (no interleaving)."""
     if plan.vp > 1:
         return _say(fw, "vp", "its pipeline engine has no virtual stages")
-    if plan.layers_per_stage is not None and tuple(plan.layers_per_stage) != default_split(
-            fw, sum(plan.layers_per_stage), plan.pp, plan.vp)[0]:
+    lps = plan.layers_per_stage
+    if lps is not None and len(set(lps)) > 1 and tuple(lps) != default_split(fw, sum(lps), plan.pp, plan.vp)[0]:
         return _say(fw, "layers_per_stage", "PipelineModule partitions the layers itself (partition_method "
                                             "'uniform'); it takes no explicit split")
     return None

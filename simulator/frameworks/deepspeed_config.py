@@ -1,0 +1,139 @@
+"""DeepSpeed launch config: the JSON for ``deepspeed.initialize`` (``--deepspeed_config``), and back.
+
+Keys follow DeepSpeed 0.19 (deepspeed/runtime/config.py, zero/config.py, pipe config). What the
+model code decides (sequence length, recompute, attention kernel, the pipeline split given to
+PipelineModule) is not DeepSpeed config: meshcast records what it simulated under the top-level
+key ``"meshcast"``, which DeepSpeed ignores and the reader reads back. docs/frameworks.md maps
+every field.
+"""
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+from hardware_specs.errors import MeshcastError, SpecError
+from models.schema import ModelSpec
+from simulator.frameworks.launch import ImportedConfig, LaunchConfig
+from simulator.memory import DS_MAX_LIVE_PARAMS, DS_PREFETCH_PARAMS, DS_REDUCE_BUCKET
+from simulator.plan import ParallelPlan
+
+# the budgets the simulator assumes (simulator.memory), written out so the run matches them
+REDUCE_BUCKET = int(DS_REDUCE_BUCKET)
+MAX_LIVE_PARAMETERS = int(DS_MAX_LIVE_PARAMS)
+PREFETCH_BUCKET = int(DS_PREFETCH_PARAMS)
+
+
+# ---- writer ------------------------------------------------------------------------------------
+def write_config(model: ModelSpec, plan: ParallelPlan) -> LaunchConfig:
+    """The DeepSpeed JSON of a resolved plan, with the launcher line and notes."""
+    notes = [f"launch: deepspeed --num_gpus {min(8, _gpus(plan))} --num_nodes {max(1, _gpus(plan) // 8)} "
+             f"train.py --deepspeed_config ds_config.json"]
+    if plan.pp > 1:
+        notes.append(f"pipeline: build deepspeed.pipe.PipelineModule(layers, num_stages={plan.pp}, "
+                     f"partition_method=...) placing {list(plan.layers_per_stage or ())} layers per stage "
+                     f"(\"uniform\" gives the even split)" if plan.layers_per_stage else
+                     f"pipeline: build deepspeed.pipe.PipelineModule(layers, num_stages={plan.pp}, "
+                     "partition_method=\"uniform\") and call engine.train_batch()")
+    if plan.recompute != "none":
+        notes.append(f"recompute ({plan.recompute}) is the model code's choice: wrap layers in "
+                     "deepspeed.checkpointing.checkpoint (pipeline: activation_checkpoint_interval)")
+    doc = {"train_batch_size": plan.gbs, "train_micro_batch_size_per_gpu": plan.mbs,
+           "gradient_accumulation_steps": plan.gbs // (plan.mbs * plan.dp),
+           "bf16": {"enabled": plan.precision == "bf16"}, "fp16": {"enabled": plan.precision == "fp16"},
+           "zero_optimization": _zero(plan), "gradient_clipping": 1.0,
+           "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "betas": [0.9, 0.95], "weight_decay": 0.1}},
+           "steps_per_print": 1, "wall_clock_breakdown": False}
+    if plan.pp > 1:
+        doc["pipeline"] = {"stages": plan.pp, "partition": "uniform",
+                           "activation_checkpoint_interval": 1 if plan.recompute == "full" else 0}
+    doc["meshcast"] = _meshcast_keys(model, plan)
+    return LaunchConfig("deepspeed", json.dumps(doc, indent=2) + "\n", "ds_config.json", tuple(notes))
+
+
+def _gpus(plan: ParallelPlan) -> int:
+    return plan.num_gpus or plan.dp * plan.pp
+
+
+def _zero(p: ParallelPlan) -> dict:
+    z = {"stage": p.zero_stage, "overlap_comm": p.overlap_grad_reduce, "contiguous_gradients": True,
+         "reduce_bucket_size": REDUCE_BUCKET}
+    if p.zero_stage == 3:
+        z["stage3_max_live_parameters"] = MAX_LIVE_PARAMETERS
+        z["stage3_prefetch_bucket_size"] = PREFETCH_BUCKET
+    if p.offload_optimizer:
+        z["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+    if p.offload_params:
+        z["offload_param"] = {"device": "cpu", "pin_memory": True}
+    return z
+
+
+def _meshcast_keys(m: ModelSpec, p: ParallelPlan) -> dict:
+    """What the model code decides, as meshcast simulated it (DeepSpeed ignores this key)."""
+    return {"model": m.name, "seq": p.seq, "recompute": p.recompute, "recompute_layers": p.recompute_layers,
+            "layers_per_stage": list(p.layers_per_stage) if p.layers_per_stage else None,
+            "attention": p.attention, "dropout": p.dropout,
+            "overlap_param_gather": p.overlap_param_gather}
+
+
+# ---- reader ------------------------------------------------------------------------------------
+def read_config(text: str, model: Optional[ModelSpec] = None, num_gpus: Optional[int] = None) -> ImportedConfig:
+    """The plan (framework deepspeed) a DeepSpeed JSON describes; needs the world size (``num_gpus``)
+    for the data-parallel degree."""
+    try:
+        return _read(text, model, num_gpus)
+    except MeshcastError:
+        raise
+    except (ValueError, ArithmeticError, TypeError, AttributeError, KeyError) as exc:
+        raise SpecError("deepspeed config", f"cannot read it: {type(exc).__name__}: {exc}") from None
+
+
+def _read(text: str, model: Optional[ModelSpec], num_gpus: Optional[int]) -> ImportedConfig:
+    """read_config without the conversion of stray value errors into SpecError."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SpecError("deepspeed config", f"not JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise SpecError("deepspeed config", "expected a JSON object")
+    if not num_gpus:
+        raise SpecError("gpus", "a DeepSpeed config does not state the world size; give the GPU count (--gpus)")
+    z = doc.get("zero_optimization", {}) or {}
+    pp = int((doc.get("pipeline") or {}).get("stages", 1)) if doc.get("pipeline") else 1
+    if num_gpus % pp:
+        raise SpecError("deepspeed config: pipeline.stages", f"{pp} stages do not divide {num_gpus} GPUs")
+    dp = num_gpus // pp
+    mbs, gbs = _batch(doc, dp)
+    ms = doc.get("meshcast") or {}
+    notes = [] if ms else ["no \"meshcast\" key: sequence length, recompute and layer split are the defaults"]
+    precision = "fp16" if (doc.get("fp16") or {}).get("enabled") else "bf16"
+    lps = ms.get("layers_per_stage")
+    plan = ParallelPlan(pp=pp, dp=dp, zero_stage=int(z.get("stage", 0)), mbs=mbs, gbs=gbs, seq=ms.get("seq"),
+                        precision=precision, recompute=ms.get("recompute", "none"),
+                        recompute_layers=ms.get("recompute_layers"), attention=ms.get("attention"),
+                        dropout=bool(ms.get("dropout", False)), overlap_grad_reduce=bool(z.get("overlap_comm", False)),
+                        overlap_param_gather=bool(ms.get("overlap_param_gather", True)),
+                        offload_optimizer=_offloaded(z, "offload_optimizer"),
+                        offload_params=_offloaded(z, "offload_param"),
+                        layers_per_stage=tuple(lps) if lps else None, framework="deepspeed")
+    return ImportedConfig(plan, {}, tuple(notes))
+
+
+def _batch(doc: dict, dp: int) -> tuple[int, int]:
+    """(micro-batch, global batch) from any two of DeepSpeed's three batch keys, as DeepSpeed derives them."""
+    gbs, mbs, gas = (doc.get(k) for k in ("train_batch_size", "train_micro_batch_size_per_gpu",
+                                           "gradient_accumulation_steps"))
+    if mbs is None and gbs is not None:
+        mbs = gbs // (dp * (gas or 1))
+    if gbs is None and mbs is not None:
+        gbs = mbs * dp * (gas or 1)
+    if mbs is None or gbs is None:
+        raise SpecError("deepspeed config: train_batch_size", "give train_batch_size or train_micro_batch_size_per_gpu")
+    if gas is not None and gbs != mbs * dp * gas:
+        raise SpecError("deepspeed config: train_batch_size",
+                        f"{gbs} != micro-batch {mbs} x gradient accumulation {gas} x data parallel {dp}")
+    return int(mbs), int(gbs)
+
+
+def _offloaded(z: dict, key: str) -> bool:
+    o = z.get(key)
+    return bool(o) and (o.get("device", "none") if isinstance(o, dict) else "none") != "none"

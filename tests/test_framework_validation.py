@@ -1,0 +1,122 @@
+"""Every exported launch config of the grid passes the framework's own checks (the optional
+``frameworks`` extra: torch CPU, megatron-core + a Megatron-LM checkout, torchtitan 0.2.x, deepspeed):
+
+- Megatron-LM: megatron.training.arguments parse_args + validate_args, then
+  core_transformer_config_from_args (TransformerConfig.__post_init__: pipeline layout, MoE, MLA);
+- torchtitan: ConfigManager.parse_args(--job.config_file) and ParallelDims (its degree checks);
+- DeepSpeed: DeepSpeedConfig (batch arithmetic, ZeRO config with extra keys forbidden).
+
+Each test skips with the reason when its framework is not installed.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from models import load_model
+from simulator.frameworks.launch import export_config
+from simulator.frameworks.megatron_config import megatron_arguments
+from simulator.plan import resolve_plan
+from tests.frameworks_support import FakeMPU, megatron_arguments_module, megatron_validate, torchtitan_modules
+from tests.launch_grid import GRID
+
+# the frameworks warn about performance choices and missing GPU libraries (apex, TE); not failures
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning",
+                                        "ignore::FutureWarning")
+
+
+def _cases(fmt: str):
+    out = []
+    for i, (name, gpus, plan) in enumerate(GRID):
+        model = load_model(name)
+        resolved = resolve_plan(model, plan, gpus)
+        if export_config(model, resolved).format == fmt:
+            out.append(pytest.param(model, gpus, resolved, id=f"{name}-{plan.framework}-{i}"))
+    return out
+
+
+@pytest.fixture(scope="module")
+def megatron():
+    module, why = megatron_arguments_module()
+    if module is None:
+        pytest.skip(why)
+    return module
+
+
+@pytest.mark.parametrize("model,gpus,plan", _cases("megatron"))
+def test_megatron_lm_accepts_the_export(megatron, model, gpus, plan):
+    text = export_config(model, plan).text
+    env = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} if "export CUDA_DEVICE_MAX_CONNECTIONS=1" in text else {}
+    ns = megatron_validate(megatron, megatron_arguments(model, plan)[0], gpus, env)
+    assert (ns.tensor_model_parallel_size, ns.pipeline_model_parallel_size, ns.context_parallel_size) == \
+        (plan.tp, plan.pp, plan.cp)
+    assert ns.data_parallel_size == plan.dp
+    assert (ns.virtual_pipeline_model_parallel_size or 1) == plan.vp
+    assert ns.global_batch_size == plan.gbs and ns.micro_batch_size == plan.mbs and ns.seq_length == plan.seq
+    assert bool(ns.use_distributed_optimizer) == (plan.zero_stage >= 1)
+    assert bool(ns.use_megatron_fsdp) == (plan.zero_stage >= 2)
+    from megatron.training.argument_utils import core_transformer_config_from_args
+    ns.padded_vocab_size = model.vocab
+    ns.apply_rope_fusion = False   # its check is that Transformer Engine is installed (no CPU build)
+    cfg = core_transformer_config_from_args(ns)
+    assert cfg.num_layers == model.num_layers and cfg.hidden_size == model.hidden
+    assert cfg.ffn_hidden_size == model.ffn_hidden and cfg.num_attention_heads == model.num_heads
+    assert cfg.gated_linear_unit == model.gated_mlp and cfg.add_bias_linear == model.linear_bias
+    assert cfg.normalization == ("RMSNorm" if model.norm == "rmsnorm" else "LayerNorm")
+    if model.mla is not None:
+        assert (cfg.kv_lora_rank, cfg.q_lora_rank, cfg.v_head_dim) == \
+            (model.mla.kv_lora_rank, model.mla.q_lora_rank, model.mla.v_head_dim)
+    else:
+        assert cfg.kv_channels == model.dim_head
+    assert cfg.num_query_groups in (model.kv_heads, None) or model.mla is not None
+    if model.moe is not None:
+        assert cfg.num_moe_experts == model.moe.num_experts and cfg.moe_router_topk == model.moe.top_k
+        assert cfg.moe_ffn_hidden_size == model.moe.expert_ffn_hidden
+        freq = cfg.moe_layer_freq
+        flags = [int(i % freq == 0) for i in range(model.num_layers)] if isinstance(freq, int) else list(freq)
+        assert flags == [int(model.is_moe_layer(i)) for i in range(model.num_layers)]
+    layout = getattr(cfg, "pipeline_model_parallel_layout", None)
+    if layout is not None and plan.layers_per_stage:
+        per_rank = [sum(str(x).count("decoder") for v in rank for x in v) for rank in layout.layout]
+        assert tuple(per_rank) == tuple(plan.layers_per_stage)
+
+
+@pytest.mark.parametrize("model,gpus,plan", _cases("torchtitan"))
+def test_torchtitan_accepts_the_export(model, gpus, plan, tmp_path):
+    found, why = torchtitan_modules()
+    if found is None:
+        pytest.skip(why)
+    manager, ParallelDims = found
+    path = tmp_path / "job.toml"
+    path.write_text(export_config(model, plan).text)
+    job = manager.ConfigManager().parse_args(["--job.config_file", str(path)])
+    par = job.parallelism
+    dims = ParallelDims(dp_replicate=par.data_parallel_replicate_degree, dp_shard=par.data_parallel_shard_degree,
+                        cp=par.context_parallel_degree, tp=par.tensor_parallel_degree,
+                        pp=par.pipeline_parallel_degree, ep=par.expert_parallel_degree,
+                        etp=par.expert_tensor_parallel_degree, world_size=gpus)
+    assert dims.dp_replicate * dims.dp_shard == plan.dp
+    assert job.training.global_batch_size == plan.gbs and job.training.seq_len == plan.seq
+    if plan.pp > 1:
+        parts = par.module_fqns_per_model_part
+        assert len(parts) == plan.pp * plan.vp
+        assert sum(fqn.startswith("layers.") for part in parts for fqn in part) == model.num_layers
+        assert job.training.local_batch_size % par.pipeline_parallel_microbatch_size == 0
+
+
+@pytest.mark.parametrize("model,gpus,plan", _cases("deepspeed"))
+def test_deepspeed_accepts_the_export(model, gpus, plan, monkeypatch):
+    config = pytest.importorskip("deepspeed.runtime.config", reason="deepspeed is not installed")
+    monkeypatch.setattr(config.dist, "get_rank", lambda *a, **k: 0)   # no process group on CPU
+    doc = json.loads(export_config(model, plan).text)
+    cfg = config.DeepSpeedConfig(doc, mpu=FakeMPU(plan.dp))
+    assert (cfg.train_batch_size, cfg.train_micro_batch_size_per_gpu) == (plan.gbs, plan.mbs)
+    assert cfg.gradient_accumulation_steps == plan.microbatches()
+    assert cfg.zero_optimization_stage == plan.zero_stage
+    assert cfg.bfloat16_config.enabled == (plan.precision == "bf16")
+    assert cfg.float16_config.enabled == (plan.precision == "fp16")
+    if plan.zero_stage == 3:
+        assert cfg.zero_config.max_live_parameters == 1_000_000_000
+    if plan.pp > 1:
+        assert cfg.pipeline["stages"] == plan.pp

@@ -33,9 +33,11 @@ SERIES = ["#4E79A7", "#F28E2B", "#E15759", "#76B7B2", "#59A14F", "#EDC948", "#B0
           "#9C755F", "#BAB0AC", "#A0CBE8", "#FFBE7D", "#FF9D9A", "#8CD17D", "#B6992D", "#F1CE63",
           "#499894", "#86BCB6", "#D37295", "#D4A6C8"]
 
-# Validation record kinds in a fixed order, so a kind has one colour whichever files are shown.
-KINDS = ["gemm", "attention", "elementwise", "memory", "allreduce", "allgather", "reduce_scatter",
-         "alltoall", "broadcast", "sendrecv", "p2p", "layer", "train_step", "host", "optimizer"]
+# Validation record kinds (MEASUREMENTS.md) and published-run metrics, each its own colour from SERIES.
+KINDS = ["gemm", "attention_fwd", "attention_fwd_bwd", "add", "copy", "gelu", "layernorm", "rmsnorm", "silu_mul",
+         "softmax", "train_step", "all_gather", "all_reduce", "all_to_all", "broadcast", "reduce_scatter",
+         "send_recv", "iteration_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu"]
+assert len(KINDS) <= 20 and len(set(KINDS)) == len(KINDS)
 
 CATEGORY_COLORS: dict[str, str] = {}
 for _table in (BREAKDOWN, MEMORY, OPS, PASSES, MARKS):
@@ -55,8 +57,6 @@ def series_color(i: int) -> str:
 
 def kind_color(kind: str) -> str:
     """A validation record kind's colour: fixed by KINDS order, else a stable hash into SERIES."""
-    if kind in OPS:
-        return OPS[kind]
     if kind in KINDS:
         return series_color(KINDS.index(kind))
     return series_color(sum(map(ord, kind)))

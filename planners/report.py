@@ -304,7 +304,7 @@ def ranked_table(r: SearchResult):
                      num(res.step_time_s, ".3f", f"plans.{i - 1}.step_time_s"), Cell(res.confidence.short()),
                      num(res.tokens_per_s, ",.0f", f"plans.{i - 1}.tokens_per_s"),
                      num(res.mfu, ".1%", f"plans.{i - 1}.mfu"),
-                     num(c.headroom_bytes / GB, ".1f", f"plans.{i - 1}.headroom_bytes"),
+                     num(c.headroom_bytes, ".1f", f"plans.{i - 1}.headroom_bytes", div=GB),
                      Cell(f"{res.bottleneck} ({res.breakdown[res.bottleneck] / res.step_time_s:.0%})",
                           key=f"plans.{i - 1}.bottleneck"),
                      Cell("best" if i == 1 else _why(r, r.best, c, i))])

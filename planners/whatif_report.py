@@ -342,6 +342,9 @@ def cost_figure(s: Sweep):
     fig.update_xaxes(type="category", tickangle=0, tickfont=dict(size=10))
     fig.update_traces(texttemplate="%{y:.3s}", textposition="outside", selector=dict(type="bar"))
     fig.update_xaxes(title_text="point")
+    units = ("days", "USD", "MWh") if tokens else ("USD per million tokens", "GPU-hours per million tokens")
+    for col, unit in enumerate(units, 1):
+        fig.update_yaxes(title_text=unit, row=1, col=col)
     fig.update_layout(height=520, template="plotly_white", barmode="group", margin=dict(t=90, b=80),
                       title="Cost and time to train" + ("" if tokens else " (give --tokens for totals)"))
     return fig
@@ -361,7 +364,7 @@ def points_table(s: Sweep):
                       Cell(r.confidence.short()), num(r.tokens_per_s, ",.0f", f"{key}.result.tokens_per_s"),
                       num(r.mfu, ".1%", f"{key}.result.mfu"),
                       Cell(f"{r.memory.total_bytes / 1e9:.1f} / {r.memory.capacity_bytes / 1e9:.0f}",
-                           r.memory.total_bytes / 1e9),
+                           r.memory.total_bytes, f"{key}.result.memory.total_bytes"),
                       Cell(f"{r.bottleneck} ({r.breakdown[r.bottleneck] / r.step_time_s:.0%})",
                            key=f"{key}.result.bottleneck"),
                       num(c.get("days"), ".1f", f"{key}.cost.days"), Cell(_money(c.get("cost_usd"))),

@@ -31,12 +31,25 @@ def meshcast_version() -> str:
         return __version__
 
 
+def pointer(key) -> str:
+    """A JSON Pointer (RFC 6901) into the command's --json object: from a dotted string
+    ('plans.0.mfu') or a tuple of parts (for parts that hold dots themselves)."""
+    parts = key.split(".") if isinstance(key, str) else key
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+
+
 @dataclass
 class Cell:
-    """One table cell: shown text, and the raw number it shows (``data-value``) when numeric."""
+    """One table cell: shown text, and the raw number it shows (``data-value``) when numeric.
+    ``key`` names the value in the command's --json object (``pointer``): the browser tests hold
+    the page to the JSON through it, so ``value`` is always in the JSON's own unit."""
     text: str
     value: float | None = None
-    key: str = ""
+    key: object = ""
+
+    @property
+    def pointer(self) -> str:
+        return pointer(self.key) if self.key else ""
 
 
 @dataclass
@@ -87,6 +100,16 @@ class Page:
     verdict_ok: bool = True
     sections: list = field(default_factory=list)
 
+    def summary_cells(self) -> list:
+        """The summary as (label, Cell): items are (label, text[, value[, key]])."""
+        out = []
+        for item in self.summary:
+            label, text = item[0], item[1]
+            value = item[2] if len(item) > 2 else None
+            key = item[3] if len(item) > 3 else ""
+            out.append((label, Cell(text, value, key if value is not None else "")))
+        return out
+
     def add(self, section: Section) -> Section:
         self.sections.append(section)
         return section
@@ -129,8 +152,8 @@ def write_page(page: Page, path) -> None:
     write_text_atomic(path, render_page(page), "output")
 
 
-def num(v, fmt: str, key: str = "", suffix: str = "") -> Cell:
-    """A numeric cell: ``format(v, fmt) + suffix`` shown, ``v`` kept in ``data-value``."""
+def num(v, fmt: str, key: object = "", suffix: str = "", div: float = 1.0) -> Cell:
+    """A numeric cell: ``format(v / div, fmt) + suffix`` shown, ``v`` itself kept in ``data-value``."""
     if v is None:
         return Cell("-", None, key)
-    return Cell(format(v, fmt) + suffix, float(v), key)
+    return Cell(format(v / div if div != 1.0 else v, fmt) + suffix, float(v), key)

@@ -14,6 +14,8 @@ from simulator.palette import BREAKDOWN, MARKS, MEMORY, OPS, PASSES
 from simulator.result import BOTTLENECK_NAMES, Result
 
 GB = 1e9
+MEMORY_KEYS = {"weights": "weights_bytes", "gradients": "gradients_bytes", "optimizer states": "optimizer_bytes",
+               "activations": "activations_bytes", "logits / loss": "logits_bytes"}
 SHORT = {"compute": "compute", "tp": "TP comm", "cp": "CP comm", "ep": "EP all-to-all", "dp": "DP comm",
          "pp": "PP send/recv", "bubble": "pipeline bubble", "optimizer": "optimizer step", "host": "host-bound"}
 
@@ -58,7 +60,8 @@ def summary_of(r: Result) -> list:
             ("80% band", r.confidence.short(), None),
             ("tokens/s", f"{r.tokens_per_s:,.0f}", r.tokens_per_s, "tokens_per_s"),
             ("MFU", f"{r.mfu:.1%}", r.mfu, "mfu"),
-            ("dominant", f"{SHORT.get(r.bottleneck, r.bottleneck)} {share:.0%}", share, "bottleneck_share"),
+            ("dominant", f"{SHORT.get(r.bottleneck, r.bottleneck)} {share:.0%}",
+             r.breakdown[r.bottleneck], f"time_breakdown_s.{r.bottleneck}"),
             ("memory (fullest GPU)", f"{m.total_bytes / GB:.1f} / {m.capacity_bytes / GB:.1f} GB",
              m.total_bytes, "memory.total_bytes"),
             ("headroom" if m.fits else "over HBM by", f"{abs(m.headroom_bytes) / GB:.1f} GB", m.headroom_bytes,
@@ -69,11 +72,11 @@ def breakdown_section(r: Result) -> Section:
     """Horizontal bars of the exposed step time per category, values printed on the bars."""
     import plotly.graph_objects as go
     items = [(k, v) for k, v in sorted(r.breakdown.items(), key=lambda kv: -kv[1]) if v > 0]
-    fig = go.Figure(go.Bar(
-        y=[SHORT.get(k, k) for k, _ in items], x=[v for _, v in items], orientation="h",
-        marker_color=[BREAKDOWN.get(k, "#888") for k, _ in items],
-        text=[f"{v:.3g} s ({v / r.step_time_s:.0%})" for _, v in items], textposition="auto",
-        hovertext=[BOTTLENECK_NAMES.get(k, k) for k, _ in items]))
+    fig = go.Figure()
+    for k, v in items:        # one trace per category: its legend words and colour match every report
+        fig.add_trace(go.Bar(y=[SHORT.get(k, k)], x=[v], orientation="h", name=SHORT.get(k, k),
+                             marker_color=BREAKDOWN.get(k, "#888"), text=[f"{v:.3g} s ({v / r.step_time_s:.0%})"],
+                             textposition="auto", hovertext=[BOTTLENECK_NAMES.get(k, k)]))
     fig.update_layout(title=f"Step time breakdown: {r.step_time_s:.3g} s per step (exposed, critical path)",
                       xaxis_title="seconds per step", yaxis_title="category", yaxis_autorange="reversed",
                       template="plotly_white", height=120 + 42 * len(items), showlegend=False,
@@ -109,12 +112,13 @@ def memory_section(r: Result) -> Section:
                       legend=dict(traceorder="normal", orientation="h", y=-0.22, yanchor="top", x=0),
                       margin=dict(l=80, r=30, t=80, b=110))
     m = r.memory
-    rows = [[Cell(k), num(v / GB, ".2f", f"memory.{k}", " GB")] for k, v in memory_parts(m).items()]
-    rows += [[Cell("total"), num(m.total_bytes / GB, ".2f", "memory.total_bytes", " GB")],
-             [Cell("HBM capacity"), num(m.capacity_bytes / GB, ".2f", "memory.capacity_bytes", " GB")],
-             [Cell("headroom" if m.fits else "over by"), num(m.headroom_bytes / GB, ".2f", "memory.headroom_bytes", " GB")]]
-    per_stage = [[Cell(f"stage {i}"), num(x.total_bytes / GB, ".2f", f"stage_memory_total_bytes.{i}", " GB"),
-                  num(x.headroom_bytes / GB, ".2f", suffix=" GB")] for i, x in enumerate(stages)]
+    rows = [[Cell(k), num(v, ".2f", f"memory.{MEMORY_KEYS[k]}" if k in MEMORY_KEYS else "", " GB", GB)]
+            for k, v in memory_parts(m).items()]
+    rows += [[Cell("total"), num(m.total_bytes, ".2f", "memory.total_bytes", " GB", GB)],
+             [Cell("HBM capacity"), num(m.capacity_bytes, ".2f", "memory.capacity_bytes", " GB", GB)],
+             [Cell("headroom" if m.fits else "over by"), num(m.headroom_bytes, ".2f", "memory.headroom_bytes", " GB", GB)]]
+    per_stage = [[Cell(f"stage {i}"), num(x.total_bytes, ".2f", f"stage_memory_total_bytes.{i}", " GB", GB),
+                  num(x.headroom_bytes, ".2f", suffix=" GB", div=GB)] for i, x in enumerate(stages)]
     return Section("Does it fit", figure=fig, tables=[
         Table("memory", ["fullest GPU (stage %d)" % m.stage, "GB"], rows,
               f"{m.in_flight_microbatches:g} micro-batches of activations in flight"),
@@ -157,10 +161,10 @@ def timeline_section(r: Result, max_bars: int = 6000) -> Section:
     rows = []
     for st in r.stages:
         per = st.forward_s + st.backward_s
-        rows.append([Cell(f"stage {st.index}"), Cell(str(st.layers)), num(st.forward_s * 1e3, ".3g", suffix=" ms"),
-                     num(st.backward_s * 1e3, ".3g", suffix=" ms"),
+        rows.append([Cell(f"stage {st.index}"), Cell(str(st.layers)), num(st.forward_s, ".3g", f"stages.{st.index}.forward_s", " ms", 1e-3),
+                     num(st.backward_s, ".3g", f"stages.{st.index}.backward_s", " ms", 1e-3),
                      Cell(", ".join(f"{SHORT.get(k, k)} {v / per:.0%}" for k, v in st.groups.items() if v > 0 and per > 0))])
-    info = [[Cell("PP transfer (one send)"), num(r.p2p_s * 1e3, ".3g", "p2p_s_ms", " ms")],
+    info = [[Cell("PP transfer (one send)"), num(r.p2p_s, ".3g", "p2p_s", " ms", 1e-3)],
             [Cell("pipeline sends drawn"), Cell(str(len(flows)))],
             [Cell("DP comm per step (total)"), num(r.dp_comm_total_s, ".3g", "dp_comm_total_s", " s")],
             [Cell("pipeline (first forward to last backward)"), num(r.pipeline_s, ".4g", "pipeline_s", " s")]]
@@ -246,7 +250,7 @@ def roofline_section(r: Result, peak: float, bw: float) -> Section:
     rows = []
     for name, items in (*got["placed"].items(), ("memory-bound (no FLOPs)", got["no_flops"])):
         t = sum(op.time_s for _, op in items)
-        rows.append([Cell(name), Cell(str(len(items))), num(t * 1e3, ".3g", suffix=" ms")])
+        rows.append([Cell(name), Cell(str(len(items))), num(t, ".3g", suffix=" ms", div=1e-3)])
     return Section("Roofline of the step's kernels", figure=fig, wide=True,
                    tables=[Table("roofline", ["kernels", "count", "time per layer-kind set"], rows)],
                    note="Each marker is one kernel of one micro-batch (per layer kind, embedding and head; forward, "

@@ -64,7 +64,8 @@ def histogram_figure(results: list[RecordResult]):
     kinds = sorted(_by_kind(results).items())
     cols = min(3, max(1, len(kinds)))
     rows = math.ceil(len(kinds) / cols)
-    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[f"{k} ({len(rs)} records)" for k, rs in kinds],
+    specs = [[{} if r * cols + c < len(kinds) else None for c in range(cols)] for r in range(rows)]
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[f"{k} ({len(rs)} records)" for k, rs in kinds], specs=specs,
                         vertical_spacing=0.5 / max(rows, 1) if rows > 1 else 0.1, horizontal_spacing=0.07)
     for i, (kind, rs) in enumerate(kinds):
         r, c = i // cols + 1, i % cols + 1
@@ -88,9 +89,9 @@ def _by_kind(results: list[RecordResult]) -> dict:
 def published_section(pub: dict) -> Section:
     """The per-source table, every compared run, and predicted against published (y = x)."""
     import plotly.graph_objects as go
-    src_rows = [[Cell(s, key=f"published.per_source.{s}"), num(v["count"], "d", f"published.per_source.{s}.count"),
-                 num(v["mape"], ".1%", f"published.per_source.{s}.mape"),
-                 num(v["worst"], ".1%", f"published.per_source.{s}.worst")] for s, v in pub["per_source"].items()]
+    src = ("published", "per_source")
+    src_rows = [[Cell(s), num(v["count"], "d", (*src, s, "count")), num(v["mape"], ".1%", (*src, s, "mape")),
+                 num(v["worst"], ".1%", (*src, s, "worst"))] for s, v in pub["per_source"].items()]
     runs = [[Cell(f"#{c['row']}"), Cell(c["source"]), Cell(c["model"]), Cell(str(c["num_gpus"])), Cell(c["metric"]),
              num(c["published"], ".4g", f"published.runs.{i}.published"),
              num(c["predicted"], ".4g", f"published.runs.{i}.predicted"),
@@ -117,8 +118,8 @@ def published_section(pub: dict) -> Section:
 
 def layers_section(pl: dict) -> Section:
     """Published per-layer times against predictions."""
-    rows = [[Cell(c["implementation"]), Cell(c["metric"]), num(c["published_ms"], ".1f", suffix=" ms"),
-             num(c["predicted_ms"], ".1f", suffix=" ms"), num(c["error"], "+.1%", f"published_layers.rows.{i}.error")]
+    rows = [[Cell(c["implementation"]), Cell(c["metric"]), num(c["published_ms"], ".1f", f"published_layers.rows.{i}.published_ms", " ms"),
+             num(c["predicted_ms"], ".1f", f"published_layers.rows.{i}.predicted_ms", " ms"), num(c["error"], "+.1%", f"published_layers.rows.{i}.error")]
             for i, c in enumerate(pl["rows"])]
     return Section("Published per-layer times", note=f"MAPE {pl['mape']:.1%}", tables=[
         Table("layers", ["implementation", "metric", "published", "predicted", "error"], rows)])

@@ -199,6 +199,25 @@ def _op_slices(result: Result, e) -> list[dict]:
     return out
 
 
+def _lanes(segs: list[Segment]) -> dict:
+    """Thread ids: slices of one stage's track that overlap in time (a receive from each
+    neighbour, a hidden DP transfer beside a ZeRO-3 gather) go to extra lanes, so each thread's
+    slices nest as the trace-event format requires. Keys: id(segment) and (stage, track, lane);
+    ('send', i) is the thread of the i-th pipeline send (for its flow arrow)."""
+    out: dict = {}
+    ends: dict[tuple, list[float]] = {}
+    for g in sorted(segs, key=lambda g: (g.start_s, -g.end_s)):
+        lanes = ends.setdefault((g.stage, g.track), [])
+        lane = next((i for i, e in enumerate(lanes) if e <= g.start_s + 1e-12), len(lanes))
+        if lane == len(lanes):
+            lanes.append(g.end_s)
+        lanes[lane] = g.end_s
+        out[id(g)] = out[(g.stage, g.track, lane)] = TRACKS.index(g.track) * 10 + lane
+    for i, g in enumerate(g for g in segs if g.track == "pp send"):
+        out[("send", i)] = out[id(g)]
+    return out
+
+
 def chrome_trace(result: Result, ops: bool = False) -> dict:
     """The trace-event JSON (microseconds): a process per stage, a track per kind of work, flow
     arrows for pipeline sends, a memory counter; ``ops`` nests each layer and op of micro-batch 0
@@ -206,22 +225,23 @@ def chrome_trace(result: Result, ops: bool = False) -> dict:
     segs, flows = step_segments(result)
     if ops and result.ops is None:
         raise ValueError("simulate(..., with_ops=True) is needed for the per-op level")
-    used = {(s.stage, s.track) for s in segs}
+    tids = _lanes(segs)
     events: list[dict] = []
     for s in range(result.plan.pp):
         events.append({"name": "process_name", "ph": "M", "pid": s, "tid": 0,
                        "args": {"name": f"stage {s} ({result.model} on {result.accelerator})"}})
         events.append({"name": "process_sort_index", "ph": "M", "pid": s, "tid": 0, "args": {"sort_index": s}})
-        for i, t in enumerate(TRACKS):
-            if (s, t) in used or t == "compute":
-                events.append({"name": "thread_name", "ph": "M", "pid": s, "tid": i, "args": {"name": TRACK_NAMES[t]}})
-                events.append({"name": "thread_sort_index", "ph": "M", "pid": s, "tid": i, "args": {"sort_index": i}})
+    tracks = [(k, v) for k, v in tids.items() if isinstance(k, tuple) and len(k) == 3]
+    for (s, track, lane), tid in sorted(tracks, key=lambda kv: (kv[0][0], kv[1])):
+        name = TRACK_NAMES[track] + (f" ({lane + 1})" if lane else "")
+        events.append({"name": "thread_name", "ph": "M", "pid": s, "tid": tid, "args": {"name": name}})
+        events.append({"name": "thread_sort_index", "ph": "M", "pid": s, "tid": tid, "args": {"sort_index": tid}})
     for g in segs:
-        events.append({"name": g.name, "cat": g.cat, "ph": "X", "pid": g.stage, "tid": TRACKS.index(g.track),
+        events.append({"name": g.name, "cat": g.cat, "ph": "X", "pid": g.stage, "tid": tids[id(g)],
                        "ts": g.start_s * 1e6, "dur": (g.end_s - g.start_s) * 1e6, "args": g.args})
     for i, f in enumerate(flows):
         events.append({"name": f.name, "cat": "pp", "ph": "s", "id": i, "pid": f.src,
-                       "tid": TRACKS.index("pp send"), "ts": f.send_s * 1e6})
+                       "tid": tids[("send", i)], "ts": f.send_s * 1e6})
         events.append({"name": f.name, "cat": "pp", "ph": "f", "bp": "e", "id": i, "pid": f.dst,
                        "tid": TRACKS.index("compute"), "ts": f.recv_s * 1e6})
     for s, points in memory_counter(result).items():

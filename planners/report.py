@@ -342,7 +342,8 @@ def write_html(r: SearchResult, explored: list, path: str | Path, title: str, mo
                     ("MFU", f"{res.mfu:.1%}", res.mfu, "plans.0.mfu"),
                     ("headroom", f"{best.headroom_bytes / GB:.1f} GB", best.headroom_bytes, "plans.0.headroom_bytes")]
     notes = [n for n in (tie_sentence(r), f"Confidence (plan 1): {res.confidence.sentence}") if n] + list(r.notes)
-    page.add(Section("Ranked plans", tables=[ranked_table(r)], note=" ".join(notes)))
+    page.add(Section("Ranked plans", tables=[ranked_table(r)],
+                     note=" ".join(n[0].upper() + n[1:].rstrip(".") + "." for n in notes)))
     page.add(Section("Pareto front: throughput against memory headroom", figure=pareto_figure(r, explored),
                      note="Every plan the search simulated that fits (plans ruled out by bounds are not simulated, "
                           "so they are not shown); the top plans carry their rank."))

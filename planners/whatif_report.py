@@ -177,7 +177,8 @@ def throughput_figure(s: Sweep):
         for col, metric in ((1, lambda r: r.tokens_per_s), (2, lambda r: r.mfu)):
             ys = [metric(p.result) if p.status == "ok" else None for p in pts]
             fig.add_trace(go.Scatter(x=[x_of(p) for p in pts], y=ys, mode="lines+markers", name=name,
-                                     legendgroup=name, showlegend=col == 1, line=dict(color=color),
+                                     legendgroup=name, showlegend=col == 1,
+                                     line=dict(color=color, dash=("solid", "dash", "dot", "dashdot")[gi % 4]),
                                      hovertext=[f"{p.label}<br>{describe_plan(p.result.plan)}" if p.result else p.label
                                                 for p in pts], connectgaps=False), row=1, col=col)
             if bad:

@@ -131,9 +131,9 @@ def timeline_section(r: Result, max_bars: int = 6000) -> Section:
     from simulator.trace import step_segments
     segs, flows = step_segments(r)
     color = {"forward": PASSES["forward"], "backward": PASSES["backward"], "optimizer": BREAKDOWN["optimizer"],
-             "host": BREAKDOWN["host"], **{k: BREAKDOWN[k] for k in ("tp", "cp", "ep", "dp", "pp")}}
+             "host": BREAKDOWN["host"], **{k: BREAKDOWN[k] for k in ("tp", "cp", "ep", "dp", "pp", "bubble")}}
     label = {"forward": "forward pass", "backward": "backward pass", "optimizer": "optimizer step",
-             "host": "host-bound wait", "tp": "TP comm (exposed in pass)", "cp": "CP comm (exposed in pass)",
+             "host": "host-bound wait", "bubble": "idle (closed form beyond the replay)", "tp": "TP comm (exposed in pass)", "cp": "CP comm (exposed in pass)",
              "ep": "EP all-to-all (exposed in pass)", "dp": "DP comm", "pp": "PP send/recv"}
     row = {"compute": "stage {s}", "pp recv": None}
     fig = go.Figure()
@@ -252,7 +252,7 @@ def roofline_section(r: Result, peak: float, bw: float) -> Section:
         t = sum(op.time_s for _, op in items)
         rows.append([Cell(name), Cell(str(len(items))), num(t, ".3g", suffix=" ms", div=1e-3)])
     return Section("Roofline of the step's kernels", figure=fig, wide=True,
-                   tables=[Table("roofline", ["kernels", "count", "time per layer-kind set"], rows)],
+                   tables=[Table("roofline", ["kernels", "count", "predicted time (one of each)"], rows)],
                    note="Each marker is one kernel of one micro-batch (per layer kind, embedding and head; forward, "
                         "backward and recompute) at its predicted time. Left of the ridge a kernel is memory-bound, "
                         "right of it compute-bound (circles: GEMMs). Kernels with no counted FLOPs are on the right "

@@ -14,7 +14,8 @@ Every time comes from the simulator's Result, no second cost model:
   PP          one send of Result.p2p_s after each pass whose output another stage consumes
   DP          Result.dp_comm_total_s, its exposed tail (breakdown 'dp' less ZeRO-3 gathers inside
               passes) after the last backward and the rest hidden under the backward before it
-  optimizer   breakdown 'optimizer' after the DP tail; host-bound time fills up to the step time
+  optimizer   breakdown 'optimizer' after the DP tail; host-bound time (or, without a host term, the
+              closed form's small excess over the replay) fills up to the step time
   memory      stage_memory: everything but activations, plus activations/in-flight per chunk live
               from each forward's start to its backward's end
 """
@@ -122,7 +123,10 @@ def _tail(result: Result, end_s: float) -> list[Segment]:
             out.append(Segment(s, "compute", "optimizer step", "optimizer", t, t + opt))
             t += opt
         if result.step_time_s > t * (1 + 1e-9):
-            out.append(Segment(s, "compute", "host-bound wait (CPU issuing kernels)", "host", t, result.step_time_s))
+            host = b.get("host", 0.0) > 0
+            out.append(Segment(s, "compute", "host-bound wait (CPU issuing kernels)" if host else
+                               "idle: the step's closed form beyond the replayed schedule", "host" if host else "bubble",
+                               t, result.step_time_s))
     return out
 
 

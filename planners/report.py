@@ -223,7 +223,7 @@ def format_launch(c: Candidate, model, fmt: str) -> str:
     return export_config(model, c.plan).with_notes()
 
 
-def write_plan_yaml(c: Candidate, path: str | Path, model_name: str, cluster: str) -> None:
+def plan_yaml_text(c: Candidate, model_name: str, cluster: str, filename: str = "plan.yaml") -> str:
     """The plan as YAML that ``meshcast simulate --plan`` (simulator.plan.load_plan) reads."""
     doc = {
         "plan": c.plan.to_dict(),
@@ -234,8 +234,26 @@ def write_plan_yaml(c: Candidate, path: str | Path, model_name: str, cluster: st
         },
     }
     text = (f"# written by meshcast plan: {model_name} on {c.result.num_gpus} GPUs of {cluster}\n"
-            f"# meshcast simulate --model {model_name} --cluster {cluster} --gpus {c.result.num_gpus} --plan {Path(path).name}\n")
-    write_text_atomic(path, text + yaml.safe_dump(doc, sort_keys=False), "write-plan")
+            f"# meshcast simulate --model {model_name} --cluster {cluster} --gpus {c.result.num_gpus} --plan {filename}\n")
+    return text + yaml.safe_dump(doc, sort_keys=False)
+
+
+def write_plan_yaml(c: Candidate, path: str | Path, model_name: str, cluster: str) -> None:
+    """Write :func:`plan_yaml_text` to ``path``."""
+    write_text_atomic(path, plan_yaml_text(c, model_name, cluster, Path(path).name), "write-plan")
+
+
+def launch_config_text(model, plan) -> tuple[str, str]:
+    """(title, text) of the launch config for ``plan`` in its framework's own format: the one place
+    the reports ask for it (simulator/frameworks/launch.py: a Megatron-LM launch script, a
+    torchtitan TOML or a DeepSpeed JSON with its launcher line), notes appended as comments."""
+    from simulator.frameworks import get_framework
+    from simulator.frameworks.launch import export_config
+    fw = get_framework(plan.framework)
+    if fw.export == "none":
+        return f"{fw.name}: no launch config (it has no config format of its own)", ""
+    cfg = export_config(model, plan)
+    return f"{cfg.format} launch config ({cfg.filename})", cfg.with_notes()
 
 
 def pareto_front(points: list[tuple[float, float]]) -> list[int]:
@@ -249,36 +267,101 @@ def pareto_front(points: list[tuple[float, float]]) -> list[int]:
     return front
 
 
-def write_html(r: SearchResult, explored: list, path: str | Path, title: str) -> None:
-    """Self-contained plotly page: every simulated plan that fits, its Pareto front, the top-k."""
+def _label_groups(top: list, key) -> list[tuple[float, float, str]]:
+    """Top plans that sit on the same point (rounded) share one label, so labels never overlap
+    each other exactly: [(x, y, '1, 2'), ...]."""
+    groups: dict[tuple, list[str]] = {}
+    for i, c in enumerate(top, 1):
+        x, y = key(c)
+        groups.setdefault((round(x, 1), float(f"{y:.3g}")), []).append(str(i))
+    return [(x, y, ", ".join(v)) for (x, y), v in groups.items()]
+
+
+def pareto_figure(r: SearchResult, explored: list):
+    """Throughput against memory headroom: every simulated plan that fits, the front, the top plans."""
     import plotly.graph_objects as go
+    from simulator.palette import MARKS
 
     pts = [(e["tokens_per_s"], e["headroom_bytes"] / GB) for e in explored]
     labels = [e["label"] for e in explored]
     fig = go.Figure()
     fig.add_trace(go.Scatter(x=[p[1] for p in pts], y=[p[0] for p in pts], mode="markers", name="simulated plans",
-                             marker=dict(color="lightgray", size=6), text=labels, hoverinfo="text+x+y"))
+                             marker=dict(color=MARKS["simulated plans"], size=6), text=labels, hoverinfo="text+x+y"))
     front = sorted(pareto_front(pts), key=lambda i: pts[i][1])
     fig.add_trace(go.Scatter(x=[pts[i][1] for i in front], y=[pts[i][0] for i in front], mode="lines+markers",
-                             name="Pareto front", line=dict(color="royalblue"), text=[labels[i] for i in front],
-                             hoverinfo="text+x+y"))
+                             name="Pareto front", line=dict(color=MARKS["Pareto front"]),
+                             text=[labels[i] for i in front], hoverinfo="text+x+y"))
     top = r.candidates
     fig.add_trace(go.Scatter(x=[c.headroom_bytes / GB for c in top], y=[c.result.tokens_per_s for c in top],
-                             mode="markers+text", name="top plans", marker=dict(color="crimson", size=11),
-                             text=[str(i) for i in range(1, len(top) + 1)], textposition="top center",
-                             hovertext=[f"{c.shape.describe()} {switches(c)}" for c in top], hoverinfo="text+x+y"))
-    fig.update_layout(title=title, xaxis_title="memory headroom of the fullest device (GB)",
-                      yaxis_title="throughput (tokens/s)", template="plotly_white")
-    table = "".join(f"<tr><td>{i}</td><td>{c.shape.describe()}</td><td>{switches(c)}</td>"
-                    f"<td>{c.result.step_time_s:.3f}</td><td>{c.result.tokens_per_s:,.0f}</td>"
-                    f"<td>{c.result.mfu:.1%}</td><td>{c.headroom_bytes / GB:.1f}</td></tr>"
-                    for i, c in enumerate(top, 1))
-    why = "".join(f"<li>{why_loses(r.best, c, 'the runner-up' if i == 2 else f'#{i}')}</li>"
-                  for i, c in enumerate(top[1:], 2))
-    html = fig.to_html(include_plotlyjs=True, full_html=False)
-    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title></head><body>"
-            f"<h2>{title}</h2><p>Every plan the search simulated that fits (plans ruled out by bounds are "
-            f"not simulated, so they are not shown).</p>{html}"
-            f"<table border=1 cellpadding=4><tr><th>#</th><th>layout</th><th>switches</th><th>step s</th>"
-            f"<th>tokens/s</th><th>MFU</th><th>headroom GB</th></tr>{table}</table><ul>{why}</ul></body></html>")
-    write_text_atomic(path, page, "output")
+                             mode="markers", name="top plans (rank)", marker=dict(color=MARKS["top plans"], size=11),
+                             hovertext=[f"#{i} {c.shape.describe()} {switches(c)}" for i, c in enumerate(top, 1)],
+                             hoverinfo="text+x+y"))
+    for k, (x, y, text) in enumerate(_label_groups(top, lambda c: (c.headroom_bytes / GB, c.result.tokens_per_s))):
+        fig.add_annotation(x=x, y=y, text=text, showarrow=True, arrowhead=0, ax=18 + 14 * (k % 3), ay=-22 - 12 * (k % 4),
+                           font=dict(color=MARKS["top plans"], size=12), bgcolor="rgba(255,255,255,0.8)")
+    fig.update_layout(title="Throughput against memory headroom of every simulated plan that fits",
+                      xaxis_title="memory headroom of the fullest GPU (GB)", yaxis_title="throughput (tokens/s)",
+                      template="plotly_white", height=520, legend=dict(orientation="h", y=-0.18, x=0))
+    return fig
+
+
+def ranked_table(r: SearchResult):
+    """The ranked plans with their band, bottleneck and why each loses, as a report table."""
+    from simulator.htmlpage import Cell, Table, num
+    rows = []
+    for i, (label, c) in enumerate(zip(rank_labels(r), r.candidates), 1):
+        res = c.result
+        rows.append([Cell(label), Cell(c.shape.describe()), Cell(switches(c)),
+                     num(res.step_time_s, ".3f", f"plans.{i - 1}.step_time_s"), Cell(res.confidence.short()),
+                     num(res.tokens_per_s, ",.0f", f"plans.{i - 1}.tokens_per_s"),
+                     num(res.mfu, ".1%", f"plans.{i - 1}.mfu"),
+                     num(c.headroom_bytes, ".1f", f"plans.{i - 1}.headroom_bytes", div=GB),
+                     Cell(f"{res.bottleneck} ({res.breakdown[res.bottleneck] / res.step_time_s:.0%})",
+                          key=f"plans.{i - 1}.bottleneck"),
+                     Cell("best" if i == 1 else _why(r, r.best, c, i))])
+    return Table("plans", ["#", "layout", "switches", "step (s)", "80% band", "tokens/s", "MFU", "headroom (GB)",
+                           "bottleneck (share)", "why not first"], rows)
+
+
+def write_html(r: SearchResult, explored: list, path: str | Path, title: str, model=None,
+               request: Optional[dict] = None) -> None:
+    """The plan report: inputs, the ranked table (band, bottleneck, ties), the Pareto chart and the
+    chosen plan's YAML and launch config, copyable (simulator/htmlpage.py renders it)."""
+    from simulator.htmlpage import Code, Page, Section, write_page
+
+    req = request or {}
+    best = r.best
+    res = best.result
+    inputs = [("model", req.get("model", res.model)),
+              ("hardware", f"{req.get('gpus', res.num_gpus)} x {res.accelerator} ({req.get('cluster', res.cluster)})"),
+              ("request", f"gbs {req.get('gbs', best.plan.gbs)} x seq {req.get('seq', best.plan.seq)}; objective "
+                          f"{r.objective.kind}"),
+              ("framework", req.get("framework", best.plan.framework)),
+              ("calibration", req.get("calibration_note", res.calibration))]
+    if req.get("min_headroom_note"):
+        inputs.append(("memory headroom", req["min_headroom_note"]))
+    s = r.stats
+    inputs.append(("search", f"{s.shapes:,} layouts in {s.elapsed_s:.2f} s: {s.simulated:,} simulated, "
+                             f"{s.shapes_memory_pruned:,} ruled out by memory bounds"
+                             + ("" if r.notes else "; provably the best of the space under the cost model")))
+    page = Page(title, "plan", inputs=inputs, verdict_ok=res.fits,
+                verdict=f"Best plan: {best.shape.describe()} {switches(best)}: step {res.step_time_s:.3f} s "
+                        f"({res.confidence.short()}), {res.tokens_per_s:,.0f} tokens/s, MFU {res.mfu:.1%}; "
+                        f"{res.bottleneck_sentence()}; {best.headroom_bytes / GB:.1f} GB headroom.")
+    page.summary = [("step time", f"{res.step_time_s:.3f} s", res.step_time_s, "plans.0.step_time_s"),
+                    ("tokens/s", f"{res.tokens_per_s:,.0f}", res.tokens_per_s, "plans.0.tokens_per_s"),
+                    ("MFU", f"{res.mfu:.1%}", res.mfu, "plans.0.mfu"),
+                    ("headroom", f"{best.headroom_bytes / GB:.1f} GB", best.headroom_bytes, "plans.0.headroom_bytes")]
+    notes = [n for n in (tie_sentence(r), f"Confidence (plan 1): {res.confidence.sentence}") if n] + list(r.notes)
+    page.add(Section("Ranked plans", tables=[ranked_table(r)],
+                     note=" ".join(n[0].upper() + n[1:].rstrip(".") + "." for n in notes)))
+    page.add(Section("Pareto front: throughput against memory headroom", figure=pareto_figure(r, explored),
+                     note="Every plan the search simulated that fits (plans ruled out by bounds are not simulated, "
+                          "so they are not shown); the top plans carry their rank."))
+    code = [Code("plan-yaml", "Plan YAML (meshcast simulate --plan plan.yaml)",
+                 plan_yaml_text(best, req.get("model", res.model), req.get("cluster", res.cluster)))]
+    if model is not None:
+        t, text = launch_config_text(model, best.plan)
+        code.append(Code("launch", t, text))
+    page.add(Section("The chosen plan", code=code))
+    write_page(page, path)

@@ -9,7 +9,6 @@ plotly.js is embedded once, so the page opens offline.
 """
 from __future__ import annotations
 
-import html
 import math
 from pathlib import Path
 
@@ -21,9 +20,6 @@ from simulator.result import BOTTLENECK_NAMES
 STATUS_TEXT = {"ok": "ok", "does_not_fit": "DOES NOT FIT", "invalid": "invalid", "no_plan": "no plan",
                "error": "error"}
 BREAKDOWN_ORDER = ("compute", "tp", "cp", "ep", "pp", "bubble", "dp", "optimizer")
-MEMORY_PARTS = (("weights", "weights_bytes"), ("gradients", "gradients_bytes"), ("optimizer", "optimizer_bytes"),
-                ("activations", "activations_bytes"), ("logits", "logits_bytes"))
-OP_COLORS = {"gemm": "#4C78A8", "attention": "#F58518", "elementwise": "#54A24B", "memory": "#B279A2"}
 
 
 def _num(v: float, digits: int = 3) -> str:
@@ -171,16 +167,18 @@ def throughput_figure(s: Sweep):
     from plotly.subplots import make_subplots
 
     ax, numeric, groups, x_of = _x_and_groups(s)
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("Throughput (tokens/s)", "MFU (of dense bf16 peak)"))
-    palette = ["#4C78A8", "#F58518", "#54A24B", "#E45756", "#72B7B2", "#B279A2", "#FF9DA6", "#9D755D"]
+    from simulator.palette import series_color
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("Throughput (tokens/s)", "MFU (of dense bf16 peak)"),
+                        horizontal_spacing=0.12)
     for gi, (key, pts) in enumerate(groups.items()):
-        color = palette[gi % len(palette)]
+        color = series_color(gi)
         name = key or "fits"
         bad = [p for p in pts if p.status == "does_not_fit"]
         for col, metric in ((1, lambda r: r.tokens_per_s), (2, lambda r: r.mfu)):
             ys = [metric(p.result) if p.status == "ok" else None for p in pts]
             fig.add_trace(go.Scatter(x=[x_of(p) for p in pts], y=ys, mode="lines+markers", name=name,
-                                     legendgroup=name, showlegend=col == 1, line=dict(color=color),
+                                     legendgroup=name, showlegend=col == 1,
+                                     line=dict(color=color, dash=("solid", "dash", "dot", "dashdot")[gi % 4]),
                                      hovertext=[f"{p.label}<br>{describe_plan(p.result.plan)}" if p.result else p.label
                                                 for p in pts], connectgaps=False), row=1, col=col)
             if bad:
@@ -188,6 +186,8 @@ def throughput_figure(s: Sweep):
                                          name=f"{name}: does not fit", legendgroup=f"{name}-nofit",
                                          showlegend=col == 1, marker=dict(symbol="x", size=10, color=color),
                                          hovertext=[f"{p.label}: {p.reason}" for p in bad]), row=1, col=col)
+    fig.update_yaxes(title_text="tokens/s", row=1, col=1)
+    fig.update_yaxes(title_text="MFU", row=1, col=2)
     for col in (1, 2):
         fig.update_xaxes(title_text=ax.axis_title(), row=1, col=col)
         if numeric:
@@ -199,8 +199,8 @@ def throughput_figure(s: Sweep):
             fig.update_xaxes(type="category", row=1, col=col)
     fig.update_yaxes(tickformat=".0%", row=1, col=2, rangemode="tozero")
     fig.update_yaxes(rangemode="tozero", row=1, col=1)
-    fig.update_layout(height=450, template="plotly_white", title="Throughput and MFU"
-                      + ("" if not s.base.replan else " (best plan at each point)"))
+    fig.update_layout(height=480, template="plotly_white", margin=dict(t=110),
+                      title="Throughput and MFU" + ("" if not s.base.replan else " (best plan at each point)"))
     return fig
 
 
@@ -214,8 +214,10 @@ def _labelled(s: Sweep) -> list[Point]:
 
 
 def breakdown_figure(s: Sweep):
-    """Stacked exposed step-time breakdown (seconds) per point."""
+    """Stacked exposed step-time breakdown (seconds) per point, the step time printed on each bar."""
     import plotly.graph_objects as go
+    from simulator.palette import BREAKDOWN
+    from simulator.report import SHORT
 
     pts = _labelled(s)
     fig = go.Figure()
@@ -223,116 +225,92 @@ def breakdown_figure(s: Sweep):
     keys += sorted({k for p in pts for k in p.result.breakdown if k not in keys and p.result.breakdown[k] > 0})
     xs = [_xlabel(p) for p in pts]
     for k in keys:
-        fig.add_trace(go.Bar(name=BOTTLENECK_NAMES.get(k, k), x=xs, y=[p.result.breakdown.get(k, 0.0) for p in pts],
+        fig.add_trace(go.Bar(name=SHORT.get(k, k), x=xs, y=[p.result.breakdown.get(k, 0.0) for p in pts],
+                             marker_color=BREAKDOWN.get(k, "#888"),
                              hovertemplate="%{x}<br>%{y:.4g} s<extra>" + BOTTLENECK_NAMES.get(k, k) + "</extra>"))
-    fig.update_layout(barmode="stack", height=480, template="plotly_white",
+    fig.add_trace(go.Scatter(x=xs, y=[p.result.step_time_s for p in pts], mode="text", showlegend=False,
+                             text=[f"{p.result.step_time_s:.3g} s" for p in pts], textposition="top center"))
+    fig.update_layout(barmode="stack", height=520, template="plotly_white",
                       title="Step time breakdown per point (exposed seconds on the critical path)",
-                      yaxis_title="seconds per step", xaxis=dict(type="category"))
+                      yaxis_title="seconds per step", xaxis=dict(type="category", title="point", tickangle=0),
+                      margin=dict(t=70, b=110))
     return fig
 
 
 def _xlabel(p: Point) -> str:
-    tail = "" if p.status == "ok" else " (does not fit)"
-    return f"#{p.index} {p.label}{tail}"
+    """A point's axis label: one setting per line, so labels never run into each other."""
+    tail = "<br>(does not fit)" if p.status != "ok" else ""
+    return f"#{p.index}<br>" + "<br>".join(f"{k}={v}" for k, v in p.setting.items()) + tail
 
 
 def memory_figure(s: Sweep):
-    """Memory of the fullest device per point (GB) against HBM capacity."""
+    """Memory of the fullest device per point (GB) against HBM capacity (labelled marks)."""
     import plotly.graph_objects as go
+    from simulator.palette import MARKS, MEMORY
+    from simulator.report import memory_parts
 
     pts = _labelled(s)
     xs = [_xlabel(p) for p in pts]
     fig = go.Figure()
-    for name, attr in MEMORY_PARTS:
-        fig.add_trace(go.Bar(name=name, x=xs, y=[getattr(p.result.memory, attr) / 1e9 for p in pts]))
-    fig.add_trace(go.Bar(name="workspace + fragmentation", x=xs,
-                         y=[(p.result.memory.total_bytes - p.result.memory.peak_allocated_bytes) / 1e9 for p in pts]))
+    for name in MEMORY:
+        fig.add_trace(go.Bar(name=name, x=xs, y=[memory_parts(p.result.memory)[name] / 1e9 for p in pts],
+                             marker_color=MEMORY[name]))
     fig.add_trace(go.Scatter(name="HBM capacity", x=xs, y=[p.result.memory.capacity_bytes / 1e9 for p in pts],
-                             mode="markers", marker=dict(symbol="line-ew-open", size=40, color="red",
-                                                         line=dict(width=3))))
-    fig.update_layout(barmode="stack", height=480, template="plotly_white", yaxis_title="GB per GPU",
-                      title="Memory of the fullest device per point, against HBM capacity", xaxis=dict(type="category"))
+                             mode="markers+text", text=[f"HBM {p.result.memory.capacity_bytes / 1e9:.0f} GB" for p in pts],
+                             textposition="top center", textfont=dict(color=MARKS["HBM capacity"]),
+                             marker=dict(symbol="line-ew-open", size=40, color=MARKS["HBM capacity"], line=dict(width=3))))
+    fig.add_trace(go.Scatter(x=xs, y=[p.result.memory.total_bytes / 1e9 for p in pts], mode="text", showlegend=False,
+                             text=[f"{p.result.memory.total_bytes / 1e9:.1f}" for p in pts], textposition="top center"))
+    fig.update_layout(barmode="stack", height=520, template="plotly_white", yaxis_title="GB per GPU",
+                      title="Memory of the fullest device per point, against HBM capacity",
+                      xaxis=dict(type="category", title="point", tickangle=0), margin=dict(t=70, b=110))
     return fig
 
 
-def roofline_figure(s: Sweep, max_panels: int = 6):
-    """One panel per accelerator (per distinct peak and HBM bandwidth): every op of one
-    micro-batch (each layer kind, embedding, head; forward, backward, recompute) of the first
-    point run on it, at (FLOPs / HBM bytes, FLOPs / predicted time). Collectives and ops
-    without FLOPs are not on a roofline and are left out."""
+def roofline_figure(s: Sweep, max_panels: int = 4):
+    """Per accelerator (distinct peak and HBM bandwidth), the ops of one micro-batch of the first
+    point run on it: kernels with FLOPs on the roofline (compute- and memory-bound), kernels
+    without FLOPs against the HBM bandwidth (simulator.report's roofline functions)."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
+    from simulator.report import bandwidth_traces, roofline_traces
 
     groups: dict[tuple, Point] = {}
     for p in s.points:
         if p.result is None or p.result.ops is None or p.hardware is None:
             continue
         h = p.hardware
-        key = (h["accelerator"], h["peak_bf16_flops"], h["hbm_bandwidth_Bps"])
-        groups.setdefault(key, p)
+        groups.setdefault((h["accelerator"], h["peak_bf16_flops"], h["hbm_bandwidth_Bps"]), p)
     keys = list(groups)[:max_panels]
     if not keys:
         fig = go.Figure()
         fig.add_annotation(text="no point produced a result to place on a roofline", showarrow=False)
         fig.update_layout(height=300, title="Roofline")
         return fig
-    cols = min(2, len(keys))
-    rows = math.ceil(len(keys) / cols)
     titles = []
     for k in keys:
-        p = groups[k]
-        bw = k[2] / 1e12
-        titles.append(f"{k[0]} ({bw:.2f} TB/s HBM): ops of #{p.index} {p.label}")
-    fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles, horizontal_spacing=0.08,
-                        vertical_spacing=0.12 if rows > 1 else 0.1)
-    shown = set()
-    left_out: dict[str, int] = {}
+        titles += [f"{k[0]}: kernels with FLOPs (point #{groups[k].index})", f"{k[0]}: kernels without FLOPs"]
+    fig = make_subplots(rows=len(keys), cols=2, subplot_titles=titles, column_widths=[0.6, 0.4],
+                        horizontal_spacing=0.1, vertical_spacing=0.35 / len(keys) if len(keys) > 1 else 0.1)
+    left_out = {}
     for i, k in enumerate(keys):
-        p = groups[k]
-        row, col = i // cols + 1, i % cols + 1
-        r = p.result
+        p, row = groups[k], i + 1
         fp8 = p.hardware.get("peak_fp8_flops")
-        peak_dtype, peak = ("fp8", fp8) if r.plan.precision == "fp8" and fp8 else ("bf16", k[1])
-        bw = k[2]
-        by_kind: dict[str, list] = {}
-        for part, ops in r.ops.items():
-            for op in ops:
-                if op.kind == "collective":
-                    left_out["collectives (no FLOPs)"] = left_out.get("collectives (no FLOPs)", 0) + 1
-                elif op.flops <= 0:
-                    left_out["memory-bound ops (no FLOPs counted)"] = \
-                        left_out.get("memory-bound ops (no FLOPs counted)", 0) + 1
-                elif op.bytes <= 0 or op.time_s <= 0:
-                    key = f"{op.kind} ops with no HBM byte count on the op"
-                    left_out[key] = left_out.get(key, 0) + 1
-                else:
-                    by_kind.setdefault(op.kind, []).append((part, op))
-        ridge = peak / bw
-        ai_all = [op.flops / op.bytes for v in by_kind.values() for _, op in v] or [ridge]
-        lo, hi = min(min(ai_all) / 2, ridge / 30), max(max(ai_all) * 2, ridge * 4)
-        xs = [lo, ridge, hi]
-        ys = [lo * bw, peak, peak]
-        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name="roofline (peak, HBM bandwidth)",
-                                 legendgroup="roof", showlegend="roof" not in shown,
-                                 line=dict(color="black", width=2),
-                                 hovertext=[f"HBM {bw / 1e12:.2f} TB/s", f"ridge {ridge:.0f} FLOP/B",
-                                            f"{peak_dtype} peak {peak / 1e12:.0f} TFLOP/s"]), row=row, col=col)
-        shown.add("roof")
-        for kind, items in sorted(by_kind.items()):
-            fig.add_trace(go.Scatter(
-                x=[op.flops / op.bytes for _, op in items], y=[op.flops / op.time_s for _, op in items],
-                mode="markers", name=kind, legendgroup=kind, showlegend=kind not in shown,
-                marker=dict(color=OP_COLORS.get(kind, "gray"), size=8, opacity=0.8),
-                hovertext=[f"{part}: {op.name} ({op.phase}) {op.shape}<br>{op.flops:.3g} FLOP, {op.bytes:.3g} B, "
-                           f"{op.time_s * 1e3:.3g} ms" for part, op in items]), row=row, col=col)
-            shown.add(kind)
-        fig.update_xaxes(type="log", title_text="arithmetic intensity (FLOP / HBM byte)", row=row, col=col)
-        fig.update_yaxes(type="log", title_text="attained FLOP/s", row=row, col=col)
+        peak = fp8 if p.result.plan.precision == "fp8" and fp8 else k[1]
+        got = roofline_traces(fig, p.result.ops, peak, k[2], row, 1, show_legend=i == 0)
+        bandwidth_traces(fig, got["no_flops"], k[2], row, 2, show_legend=i == 0)
+        n_coll = sum(1 for ops in p.result.ops.values() for op in ops if op.kind == "collective")
+        left_out["collectives (on the timeline, not a roofline)"] = n_coll
+        fig.update_xaxes(type="log", title_text="arithmetic intensity (FLOP per HBM byte)", row=row, col=1)
+        fig.update_yaxes(type="log", title_text="attained FLOP/s", row=row, col=1)
+        fig.update_xaxes(type="log", title_text="HBM bytes moved per kernel", row=row, col=2)
+        fig.update_yaxes(type="log", title_text="attained bytes/s", row=row, col=2)
     more = len(groups) - len(keys)
     fig._meshcast_left_out = left_out
-    fig.update_layout(height=430 * rows, template="plotly_white",
-                      title="Roofline of one micro-batch's ops (predicted times)"
-                      + (f"; {more} more accelerators not shown" if more > 0 else ""))
+    fig.update_layout(height=160 + 430 * len(keys), template="plotly_white", margin=dict(t=110, b=90),
+                      title="Roofline of one micro-batch's kernels (predicted times)"
+                      + (f"; {more} more accelerators not shown" if more > 0 else ""),
+                      legend=dict(orientation="h", y=-0.12 / len(keys), yanchor="top", x=0))
     return fig
 
 
@@ -342,7 +320,7 @@ def cost_figure(s: Sweep):
     from plotly.subplots import make_subplots
 
     pts = [p for p in _labelled(s) if p.cost is not None]
-    xs = [_xlabel(p) for p in pts]
+    xs = [f"#{p.index}" for p in pts]       # three panels side by side: the Points table names each #
     tokens = s.base.tokens
     if tokens:
         fig = make_subplots(rows=1, cols=3, subplot_titles=(f"Days to train {tokens:.3g} tokens",
@@ -362,61 +340,66 @@ def cost_figure(s: Sweep):
                              marker_color="#54A24B"), row=1, col=1)
         fig.add_trace(go.Bar(x=xs, y=[p.cost["gpu_hours_per_million_tokens"] for p in pts], name="GPU-h / Mtok",
                              marker_color="#4C78A8"), row=1, col=2)
-    fig.update_xaxes(type="category")
-    fig.update_layout(height=480, template="plotly_white", barmode="group",
+    fig.update_xaxes(type="category", tickangle=0, tickfont=dict(size=10))
+    fig.update_traces(texttemplate="%{y:.3s}", textposition="outside", selector=dict(type="bar"))
+    fig.update_xaxes(title_text="point")
+    units = ("days", "USD", "MWh") if tokens else ("USD per million tokens", "GPU-hours per million tokens")
+    for col, unit in enumerate(units, 1):
+        fig.update_yaxes(title_text=unit, row=1, col=col)
+    fig.update_layout(height=520, template="plotly_white", barmode="group", margin=dict(t=90, b=80),
                       title="Cost and time to train" + ("" if tokens else " (give --tokens for totals)"))
     return fig
 
 
-def _table_html(s: Sweep) -> str:
-    head = ["#", "point", "status", "plan", "step (s)", "tokens/s", "MFU", "memory GB", "bottleneck",
-            "days", "cost", "GPU energy", "notes"]
-    out = ["<table class='pts'><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>"]
+def points_table(s: Sweep):
+    """One row per point, the same numbers as --json points[i].result."""
+    from simulator.htmlpage import Cell, Table, num
+    rows = []
     for p in s.points:
-        r, c = p.result, p.cost or {}
-        cells = [str(p.index), p.label, STATUS_TEXT[p.status]]
+        r, c, key = p.result, p.cost or {}, f"points.{p.index}"
+        cells = [Cell(str(p.index)), Cell(p.label), Cell(STATUS_TEXT[p.status])]
         if r is None:
-            cells += [p.reason or "", "", "", "", "", "", "", "", "", ""]
+            cells += [Cell(p.reason or "")] + [Cell("")] * 9
         else:
-            cells += [describe_plan(r.plan), f"{r.step_time_s:.3f}", f"{r.tokens_per_s:,.0f}", f"{r.mfu:.1%}",
-                      f"{r.memory.total_bytes / 1e9:.1f} / {r.memory.capacity_bytes / 1e9:.0f}",
-                      r.bottleneck_sentence(), f"{c['days']:.1f}" if c.get("days") is not None else "-",
-                      _money(c.get("cost_usd")), _energy(c.get("gpu_energy_kwh")),
-                      "; ".join(([p.reason] if p.reason else []) + p.notes)]
-        cls = "" if p.status == "ok" else " class='bad'"
-        out.append(f"<tr{cls}>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in cells) + "</tr>")
-    out.append("</table>")
-    return "\n".join(out)
-
-
-STYLE = ("body{font-family:system-ui,sans-serif;margin:24px;color:#222} table.pts{border-collapse:collapse;"
-         "font-size:13px} .pts td,.pts th{border:1px solid #ccc;padding:3px 6px;text-align:left} "
-         ".pts tr.bad{background:#fff0f0} .note{color:#555;font-size:13px;max-width:1100px}")
+            cells += [Cell(describe_plan(r.plan)), num(r.step_time_s, ".3f", f"{key}.result.step_time_s"),
+                      Cell(r.confidence.short()), num(r.tokens_per_s, ",.0f", f"{key}.result.tokens_per_s"),
+                      num(r.mfu, ".1%", f"{key}.result.mfu"),
+                      Cell(f"{r.memory.total_bytes / 1e9:.1f} / {r.memory.capacity_bytes / 1e9:.0f}",
+                           r.memory.total_bytes, f"{key}.result.memory.total_bytes"),
+                      Cell(f"{r.bottleneck} ({r.breakdown[r.bottleneck] / r.step_time_s:.0%})",
+                           key=f"{key}.result.bottleneck"),
+                      num(c.get("days"), ".1f", f"{key}.cost.days"), Cell(_money(c.get("cost_usd"))),
+                      Cell("; ".join(([p.reason] if p.reason else []) + p.notes))]
+        rows.append(cells)
+    return Table("points", ["#", "point", "status", "plan", "step (s)", "80% band", "tokens/s", "MFU",
+                            "memory GB (used / HBM)", "bottleneck", "days", "cost", "notes"], rows)
 
 
 def write_html(s: Sweep, path: str | Path) -> None:
     """The whole report as one HTML file with plotly.js embedded once (opens offline)."""
-    title = headline(s)
+    from simulator.htmlpage import Page, Section, write_page
+
+    b = s.base
     roof = roofline_figure(s)
     left = getattr(roof, "_meshcast_left_out", {})
-    left_text = ""
-    if left:
-        left_text = "Not placed (over all panels): " + ", ".join(f"{n} {k}" for k, n in left.items()) + "."
-    figures = [("Throughput and MFU", throughput_figure(s), ""),
-               ("Step time breakdown", breakdown_figure(s), ""),
-               ("Memory", memory_figure(s), "Bars: the fullest device's memory; red marks: HBM capacity."),
-               ("Roofline", roof,
-                "Each marker is one kernel of one micro-batch at its predicted time: arithmetic intensity "
-                "(counted FLOPs / counted HBM bytes) against attained FLOP/s. The black line is the "
-                "accelerator's HBM-bandwidth slope up to its dense peak. " + left_text),
-               ("Cost and time to train", cost_figure(s), f"Energy: {ENERGY_NOTE}.")]
-    parts = ["<!doctype html><html><head><meta charset='utf-8'>",
-             f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>",
-             f"<h1>meshcast what-if</h1><p>{html.escape(title)}</p>", _table_html(s)]
-    for i, (heading, fig, note) in enumerate(figures):
-        parts.append(f"<h2>{html.escape(heading)}</h2>")
-        if note:
-            parts.append(f"<p class='note'>{html.escape(note)}</p>")
-        parts.append(fig.to_html(full_html=False, include_plotlyjs=(i == 0)))
-    parts.append("</body></html>")
-    write_text_atomic(path, "\n".join(parts), "output")
+    left_text = ("Not placed: " + ", ".join(f"{n} {k}" for k, n in left.items()) + ".") if left else ""
+    cals = "; ".join(dict.fromkeys(p.calibration for p in s.points if p.calibration)) or "default"
+    inputs = [("model", b.model), ("hardware", f"{b.cluster}" + (f", {b.gpus} GPUs" if b.gpus else "")),
+              ("plan", "re-planned at each point (best plan, throughput)" if b.replan else describe_plan_text(b)),
+              ("framework", getattr(b.plan, "framework", "megatron-core")), ("calibration", cals),
+              ("sweep", " x ".join(f"{a.name} = {', '.join(lv.label for lv in a.levels)}" for a in s.axes))]
+    page = Page(f"meshcast what-if: {b.model} on {b.cluster}", "whatif", inputs=inputs, verdict=headline(s))
+    page.add(Section("Points", tables=[points_table(s)],
+                     note="80% band: the range the measured step falls in 4 times in 5 for predictions of this regime."))
+    for heading, fig, note in (
+            ("Throughput and MFU", throughput_figure(s), ""),
+            ("Step time breakdown", breakdown_figure(s), ""),
+            ("Memory", memory_figure(s), "Bars: the fullest device's memory; red marks: HBM capacity."),
+            ("Roofline", roof, "Each marker is one kernel of one micro-batch at its predicted time. Left panels: "
+                               "arithmetic intensity (counted FLOPs / counted HBM bytes) against attained FLOP/s "
+                               "under the accelerator's HBM slope and peak; left of the ridge memory-bound, right "
+                               "compute-bound. Right panels: kernels with no counted FLOPs against HBM bandwidth. "
+                               + left_text),
+            ("Cost and time to train", cost_figure(s), f"Points by # (the Points table names them). Energy: {ENERGY_NOTE}.")):
+        page.add(Section(heading, figure=fig, note=note))
+    write_page(page, path)

@@ -41,7 +41,8 @@ def test_html_report_and_trace(tmp_path, capsys):
     text = html.read_text()
     assert "plotly" in text.lower() and "Pipeline timeline" in text and "<script src=\"http" not in text
     events = json.loads(trace.read_text())["traceEvents"]
-    assert {e.get("tid") for e in events if e.get("ph") == "X"} == {0, 1}
+    assert {e.get("pid") for e in events if e.get("ph") == "X"} == {0, 1}      # one process per stage
+    assert {e.get("cat") for e in events if e.get("ph") == "X"} >= {"forward", "backward", "tp", "pp", "dp"}
 
 
 def test_plan_file_round_trip(tmp_path, capsys):

@@ -190,7 +190,8 @@ def run(args: argparse.Namespace) -> int:
         write_chrome_trace(simulate(model, hw, best.result.plan, cal, with_timeline=True), args.trace)
     if args.output:
         write_html(res, res.explored, args.output,
-                   f"meshcast plan: {model.name} on {gpus_text} x {hw0.accelerator.name}, gbs {args.gbs} x seq {c.seq}")
+                   f"meshcast plan: {model.name} on {gpus_text} x {hw0.accelerator.name}, gbs {args.gbs} x seq {c.seq}",
+                   model, request)
     from meshcast.commands.common import emit_export
     if args.json:
         emit_export(args, model, best.plan, to_stdout=False)

@@ -33,7 +33,9 @@ def add_parser(sub) -> None:
     g.add_argument("--pue", type=float, default=1.0, metavar="X", help="power usage effectiveness for facility energy (default 1.0)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("-o", "--output", metavar="FILE", help="write a self-contained HTML report (plotly)")
-    p.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto trace JSON of one step")
+    p.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto trace JSON of one step (docs/traces.md)")
+    p.add_argument("--trace-ops", action="store_true",
+                   help="in --trace, nest every layer and kernel of micro-batch 0 in its passes")
     p.set_defaults(run=run)
 
 
@@ -43,6 +45,9 @@ def run(args: argparse.Namespace) -> int:
     from simulator.costing import train_cost
 
     check_outputs(args)
+    if args.trace_ops and not args.trace:
+        from hardware_specs.errors import MeshcastError
+        raise MeshcastError("trace-ops", "adds the per-op level to a trace: give --trace FILE as well")
     if getattr(args, "plan", None) and imported_source(args):
         from hardware_specs.errors import MeshcastError
         raise MeshcastError("plan", "give --plan FILE or a launch config (--from-...), not both")
@@ -57,14 +62,17 @@ def run(args: argparse.Namespace) -> int:
         from simulator.frameworks.launch import require_format
         require_format(plan, args.export)
     want_timeline = bool(args.output or args.trace)
-    result = simulate(model, hw, plan, cal, with_timeline=want_timeline)
+    result = simulate(model, hw, plan, cal, with_timeline=want_timeline,
+                      with_ops=bool(args.output or args.trace_ops))
+    cost = train_cost(result, args.tokens, args.price, args.pue, accelerator=hw.accelerator)
     if args.output:
         from simulator.report import write_simulation_report
-        write_simulation_report(result, args.output)
+        acc = hw.accelerator
+        write_simulation_report(result, args.output, cal_note, cost,
+                                acc.peak_flops("fp8" if result.plan.precision == "fp8" else "bf16"), acc.hbm_bandwidth_Bps)
     if args.trace:
         from simulator.trace import write_chrome_trace
-        write_chrome_trace(result, args.trace)
-    cost = train_cost(result, args.tokens, args.price, args.pue, accelerator=hw.accelerator)
+        write_chrome_trace(result, args.trace, ops=args.trace_ops)
     if args.json:
         emit_export(args, model, result.plan, to_stdout=False)
         doc = {**result.to_dict(), "calibration_note": cal_note, "cost": cost}

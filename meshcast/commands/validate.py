@@ -40,7 +40,6 @@ def run(args: argparse.Namespace) -> int:
     if not args.measurements and not args.published and not args.published_layers:
         raise MeshcastError("measurements", "give --measurements FILE... and/or --published FILE.csv")
     out: dict = {"files": []}
-    figures = []
     all_results = []
     for path in args.measurements:
         mf = load_measurements(path)
@@ -71,12 +70,8 @@ def run(args: argparse.Namespace) -> int:
         out["published_layers"] = {"rows": [c.__dict__ for c in layers],
                                    "mape": sum(abs(c.error) for c in layers) / max(1, len(layers))}
     if args.output:
-        from validation.report import accuracy_figure, published_table, write_report
-        if all_results:
-            figures.append(("Measurements", accuracy_figure(all_results)))
-        if args.published:
-            figures.append(("Published runs", published_table(done, out["published"]["per_source"])))
-        write_report(args.output, figures)
+        from validation.report import write_validation_report
+        write_validation_report(args.output, out, all_results, args.calibration or "")
     if args.json:
         emit_json(out, "validate")
     else:

@@ -20,6 +20,7 @@ from simulator.frameworks import default_split, framework_violation, get_framewo
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
+ATTENTION_BACKENDS = ("flash", "unfused", "math", "unfused_torch")
 RECIPES = ("megatron", "zero", "torch_amp", "torch_fsdp")
 PRECISIONS = ("bf16", "fp16", "fp8")
 
@@ -152,7 +153,7 @@ def resolve_plan(model: ModelSpec, plan: ParallelPlan, num_gpus: int) -> Paralle
     _choice("recompute", plan.recompute, RECOMPUTE)
     _choice("recipe", plan.recipe, RECIPES, allow_none=True)
     _choice("precision", plan.precision, PRECISIONS)
-    _choice("attention", plan.attention, ("flash", "unfused", "math"), allow_none=True)
+    _choice("attention", plan.attention, ATTENTION_BACKENDS, allow_none=True)
     if plan.zero_stage not in (0, 1, 2, 3):
         raise PlanError("zero_stage", f"must be 0, 1, 2 or 3, got {plan.zero_stage!r}")
     gpus = plan.num_gpus or num_gpus

@@ -127,7 +127,7 @@ def record_plan(rec: dict) -> ParallelPlan:
                         schedule=rec.get("schedule") if int(rec["pp"]) > 1 else None,
                         overlap_grad_reduce=bool(rec.get("overlap_grad_reduce", True)),
                         overlap_param_gather=bool(rec.get("overlap_param_gather", False)),
-                        framework=framework, num_gpus=world)
+                        attention=rec.get("attention"), framework=framework, num_gpus=world)
 
 
 def plan_step_prediction(rec: dict, hw: Hardware, cal: Calibration) -> Prediction:

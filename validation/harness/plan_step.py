@@ -248,6 +248,12 @@ class SPTorchNorm:
 class MegatronRunner:
     framework = "megatron-core-local"
 
+    def attention_backend(self) -> str:
+        """meshcast's name of the attention kernel that ran: apex's fused scale-mask-softmax
+        (``unfused``) where apex or TE is importable, else the PyTorch fallback (``unfused_torch``)."""
+        v = self.versions()
+        return "unfused" if (v["has_apex"] or v["has_transformer_engine"]) else "unfused_torch"
+
     def __init__(self, ctx: Ctx):
         self.ctx = ctx
         self.layout = None
@@ -503,6 +509,10 @@ def _native_model_cls():
 class NativeRunner:
     framework = "torchtitan"
 
+    @staticmethod
+    def attention_backend() -> str:
+        return "flash"
+
     def __init__(self, ctx: Ctx):
         self.ctx = ctx
 
@@ -650,6 +660,7 @@ def child_main(args):
         dist.all_reduce(flags, op=dist.ReduceOp.MAX)
         st = 1 if flags[0].item() else (2 if flags[1].item() else 0)
         rec["optimizer"] = getattr(runner, "optimizer_class", None)
+        rec["attention"] = runner.attention_backend()
         if getattr(runner, "norm_impl", None):
             rec["norm_impl"] = runner.norm_impl
         if st == 0:

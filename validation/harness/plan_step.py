@@ -214,11 +214,44 @@ def timed_steps(ctx: Ctx, step, warmup: int, steps: int):
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t)
     peak = [torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()] if ctx.cuda else [0, 0]
+    phases = host_phases(ctx, step)
     tt = torch.tensor(times, dtype=torch.float64, device=ctx.dev)
     dist.all_reduce(tt, op=dist.ReduceOp.MAX)
     pk = torch.tensor(peak, dtype=torch.int64, device=ctx.dev)
     dist.all_reduce(pk, op=dist.ReduceOp.MAX)
-    return tt.tolist(), [int(x) for x in pk.tolist()]
+    return tt.tolist(), [int(x) for x in pk.tolist()], phases
+
+
+def host_phases(ctx: Ctx, step) -> dict:
+    """One more step, after the timed ones (their peaks already read), split into its phases from
+    an idle GPU: the host's seconds to return from forward+backward and from the optimizer step
+    (host_fwd_bwd_s, host_opt_s) and the same phases with the device synchronized after each
+    (synced_fwd_bwd_s, synced_opt_s); the largest over ranks. Where the host's forward+backward
+    seconds reach the synchronized ones, the step is host-bound. A host-side synchronisation inside
+    a phase (Megatron's gradient-norm .item(), pipeline receives) makes its host seconds include
+    waiting for the GPU. Empty where the step has no phases or one fails."""
+    import torch
+    import torch.distributed as dist
+    fns = getattr(step, "phases", None)
+    if not fns:
+        return {}
+    try:
+        out = []
+        for fn in fns:
+            ctx.sync()
+            t = time.perf_counter()
+            fn()
+            host = time.perf_counter() - t
+            if ctx.cuda:
+                torch.cuda.synchronize()
+            out += [host, time.perf_counter() - t]
+        v = torch.tensor(out, dtype=torch.float64, device=ctx.dev)
+        dist.all_reduce(v, op=dist.ReduceOp.MAX)
+        keys = ("host_fwd_bwd_s", "synced_fwd_bwd_s", "host_opt_s", "synced_opt_s")
+        return {k: round(float(x), 6) for k, x in zip(keys, v.tolist())}
+    except Exception as exc:  # noqa: BLE001
+        _log(f"  (host phases not measured: {type(exc).__name__}: {exc})")
+        return {}
 
 
 def steps_for(c: dict) -> tuple[int, int]:
@@ -384,7 +417,7 @@ class MegatronRunner:
                 return loss, {"loss": loss.detach()}
             return out, loss_func
 
-        def step():
+        def forward_backward():
             for mc in model:
                 mc.zero_grad_buffer()
             optimizer.zero_grad()
@@ -392,8 +425,12 @@ class MegatronRunner:
             fwd_bwd(forward_step_func=forward_step, data_iterator=data, model=model if len(model) > 1 else model[0],
                     num_microbatches=nmb, seq_length=seq, micro_batch_size=mbs, decoder_seq_length=seq,
                     forward_only=False)
+
+        def step():
+            forward_backward()
             optimizer.step()
 
+        step.phases = (forward_backward, optimizer.step)
         self._held = (model, optimizer)
         return step
 
@@ -606,6 +643,22 @@ class NativeRunner:
             opt.step()
             opt.zero_grad(set_to_none=True)
 
+        def forward_backward():
+            for i in range(nmb):
+                last = i == nmb - 1
+                if zero == 3 and hasattr(model, "set_requires_gradient_sync"):
+                    model.set_requires_gradient_sync(last)
+                if no_sync is not None and not last:
+                    with no_sync():
+                        micro(last)
+                else:
+                    micro(last)
+
+        def optimizer_step():
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+        step.phases = (forward_backward, optimizer_step)
         self._held = (model, opt)
         return step
 
@@ -640,11 +693,11 @@ def child_main(args):
         rec = dict(kind="plan_step", framework=fw, name=c["name"], **c["model"], **c["plan"], dtype="bfloat16")
         label = case_label(c)
         tc = time.time()
-        err, oom, times, peaks = None, False, None, None
+        err, oom, times, peaks, phases = None, False, None, None, {}
         try:
             step = runner.build(c)
             warm, n = steps_for(c)
-            times, peaks = timed_steps(ctx, step, warm, n)
+            times, peaks, phases = timed_steps(ctx, step, warm, n)
         except Exception as exc:  # noqa: BLE001
             oom = common.is_oom(exc)
             err = common.short_exc(exc)
@@ -667,7 +720,8 @@ def child_main(args):
             rec.update(time_s=float(statistics.median(times)), time_min_s=float(min(times)),
                        time_max_s=float(max(times)), reps=len(times), step_times_s=[round(x, 6) for x in times],
                        peak_memory_bytes=peaks[0], peak_reserved_bytes=peaks[1], oom=False,
-                       tokens_per_s=c["plan"]["gbs"] * c["model"]["seq"] / float(statistics.median(times)))
+                       tokens_per_s=c["plan"]["gbs"] * c["model"]["seq"] / float(statistics.median(times)),
+                       **phases)
         elif st == 1:
             rec.update(time_s=None, peak_memory_bytes=None, peak_reserved_bytes=None, oom=True,
                        error=err or "out of memory on another rank")
@@ -724,6 +778,8 @@ def launch(args):
     info = common.device_info(world=args.nproc, suite=f"plan_step:{args.grid}",
                               nccl=common.nccl_version_str() if torch.cuda.is_available() else None)
     info["gpu_clocks_start"] = gpu_clocks()
+    info["env"] = {k: os.environ.get(k) for k in ("CUDA_DEVICE_MAX_CONNECTIONS", "NCCL_NVLS_ENABLE",
+                                                  "TORCH_SYMM_MEM_DISABLE_MULTICAST", "OMP_NUM_THREADS")}
     info["timing"] = ("synchronized wall time per step (device sync + barrier before, device sync after), "
                       "max over ranks; time_s = median over the timed steps after warm-up")
     rec = common.Recorder(args.out, info)

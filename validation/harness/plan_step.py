@@ -34,7 +34,6 @@ import argparse
 import contextlib
 import datetime
 import json
-import math
 import os
 import statistics
 import subprocess

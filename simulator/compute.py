@@ -154,8 +154,12 @@ def attention_time(dev: DeviceModel, batch: int, heads: int, seq_q: int, seq_kv:
     ``direction``: ``fwd``, ``bwd`` or ``fwd_bwd``. ``backend``: ``flash`` (fused, IO-aware),
     ``unfused`` (Megatron-LM before FlashAttention: 16-bit batched GEMMs around one fused
     scale-mask-softmax kernel over the materialised score matrix) or ``math`` (PyTorch's SDPA
-    math backend: the same in fp32 with separate mask and softmax passes)."""
+    math backend: the same in fp32 with separate mask and softmax passes) or ``unfused_torch``
+    (Megatron-Core's local DotProductAttention without apex or Transformer Engine: bf16 batched
+    GEMMs, the softmax in fp32 as separate PyTorch kernels)."""
     kv_heads = kv_heads or heads
+    if backend == "unfused_torch":
+        return _unfused_torch_attention_time(dev, batch, heads, kv_heads, seq_q, seq_kv, head_dim, direction)
     if backend == "math":
         return _math_attention_time(dev, batch, heads, seq_q, seq_kv, head_dim, causal, direction)
     if backend == "unfused":
@@ -217,6 +221,34 @@ def _unfused_attention_time(dev: DeviceModel, batch: int, heads: int, seq_q: int
     t_bwd = (gemm_time(dev, seq_q, seq_kv, head_dim, "bf16", bh) + gemm_time(dev, seq_kv, head_dim, seq_q, "bf16", bh)
              + gemm_time(dev, seq_q, head_dim, seq_kv, "bf16", bh) + gemm_time(dev, seq_kv, head_dim, seq_q, "bf16", bh)
              + memory_time(dev, 3 * scores, op="softmax"))
+    return {"fwd": t_fwd, "bwd": t_bwd, "fwd_bwd": t_fwd + t_bwd}[direction]
+
+
+def _unfused_torch_attention_time(dev: DeviceModel, batch: int, heads: int, kv_heads: int, seq_q: int,
+                                  seq_kv: int, head_dim: int, direction: str) -> float:
+    """Megatron-Core's DotProductAttention with FusedScaleMaskSoftmax's PyTorch fallback (no apex,
+    no Transformer Engine; megatron/core/fusions/fused_softmax.py forward_torch_softmax): GQA keys
+    and values repeated to every head (repeat_interleave), QK^T as a bf16 baddbmm (scale folded in)
+    over the whole s x s matrix (no causal skipping), then on the scores, each its own kernel:
+    ``.float()`` (read 2, write 4 bytes), the causal ``masked_fill_`` in place (read 4, write 4),
+    fp32 softmax, ``.bfloat16()`` (read 4, write 2); PV as a bf16 bmm. Backward: the two GEMMs of
+    PV, the mirrored passes (dP to fp32, fp32 softmax backward, masked_fill of the gradient, back
+    to bf16) and the two GEMMs of QK^T; the repeated keys' and values' gradients summed back."""
+    bh = batch * heads
+    n = bh * seq_q * seq_kv                                   # score elements
+    rows, row = bh * seq_q, seq_kv
+    repeat = 0.0
+    if kv_heads != heads:                                     # read kv heads, write all heads, K and V
+        repeat = 2 * batch * seq_kv * head_dim * 2 * (kv_heads + heads)
+    t_fwd = (gemm_time(dev, seq_q, seq_kv, head_dim, "bf16", bh) + gemm_time(dev, seq_q, head_dim, seq_kv, "bf16", bh)
+             + memory_time(dev, n * (6 + 8 + 6), launches=3)                       # float, mask, bfloat16
+             + elementwise_time(dev, "softmax", rows, row, "fp32")
+             + memory_time(dev, repeat, launches=2))
+    t_bwd = (gemm_time(dev, seq_q, seq_kv, head_dim, "bf16", bh) + gemm_time(dev, seq_kv, head_dim, seq_q, "bf16", bh)
+             + gemm_time(dev, seq_q, head_dim, seq_kv, "bf16", bh) + gemm_time(dev, seq_kv, head_dim, seq_q, "bf16", bh)
+             + memory_time(dev, n * (6 + 8 + 6), launches=3)                       # float, mask grad, bfloat16
+             + elementwise_time(dev, "softmax", rows, row, "fp32", backward=True)
+             + memory_time(dev, repeat, launches=2))
     return {"fwd": t_fwd, "bwd": t_bwd, "fwd_bwd": t_fwd + t_bwd}[direction]
 
 

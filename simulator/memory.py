@@ -246,6 +246,9 @@ def layer_activation_bytes(ctx: Context, moe: bool) -> float:
     attn += 2 * T * heads * vd                                # attention output = out-proj input
     if p.attention == "flash":
         attn += 4 * p.mbs * heads * (p.seq // p.cp)           # log-sum-exp
+    elif p.recompute != "selective" and p.attention == "unfused_torch":
+        # softmax output kept in fp32 for its backward, its bf16 copy for the PV GEMM (+dropout)
+        attn += (4 + 2 + 3 * drop) * p.mbs * heads * (p.seq // p.cp) * p.seq
     elif p.recompute != "selective":
         attn += (2 + 3 * drop) * p.mbs * heads * (p.seq // p.cp) * p.seq   # scores, softmax (+dropout)
     attn += drop * Tsp * h

@@ -21,9 +21,10 @@ from simulator.frameworks import default_split, framework_violation, get_framewo
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
+ATTENTION_BACKENDS = ("flash", "unfused", "math", "unfused_torch")
 RECIPES = ("megatron", "zero", "torch_amp", "torch_fsdp")
 PRECISIONS = ("bf16", "fp16", "fp8")
-ATTENTIONS = ("flash", "unfused", "math")
+ATTENTIONS = ATTENTION_BACKENDS   # the name the plan-file schema uses
 
 
 @dataclass(frozen=True)
@@ -209,7 +210,7 @@ def resolve_plan(model: ModelSpec, plan: ParallelPlan, num_gpus: int) -> Paralle
     _choice("recompute", plan.recompute, RECOMPUTE)
     _choice("recipe", plan.recipe, RECIPES, allow_none=True)
     _choice("precision", plan.precision, PRECISIONS)
-    _choice("attention", plan.attention, ATTENTIONS, allow_none=True)
+    _choice("attention", plan.attention, ATTENTION_BACKENDS, allow_none=True)
     fw = get_framework(plan.framework)
     if plan.zero_stage is None:
         plan = _with_derived(plan, zero_stage=fw.default_zero)

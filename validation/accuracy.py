@@ -20,6 +20,9 @@ PLAIN_ROOFLINE = Calibration(
     name="plain-roofline")
 
 
+STEP_KINDS = ("train_step", "plan_step")   # whole training steps: time, peak memory and the fit verdict
+
+
 @dataclass
 class RecordResult:
     """One record with its prediction and signed relative errors (predicted/measured - 1)."""
@@ -78,7 +81,7 @@ def _compare(i: int, rec: dict, pred: Prediction, usable: float) -> RecordResult
     oom = bool(rec.get("oom", False))
     t_err = relative_error(pred.time_s, measured_t) if measured_t and not oom and pred.time_s else None
     m_err = fit_ok = None
-    if rec["kind"] == "train_step":
+    if rec["kind"] in STEP_KINDS:
         if pred.peak_memory_bytes is not None and rec.get("peak_memory_bytes") and not oom:
             m_err = relative_error(pred.peak_memory_bytes, rec["peak_memory_bytes"])
         # simulate's own verdict (simulator.memory.fits_in), against the memory the GPU showed
@@ -103,7 +106,7 @@ def summarize(results: list[RecordResult], baseline: list[RecordResult] | None =
         stats = KindStats(kind, len(rs), _mean(errs), _median(errs), max(errs, default=float("nan")),
                           [_describe(r) for r in worst])
         mem = [abs(r.memory_error) for r in rs if r.memory_error is not None]
-        if kind == "train_step":
+        if kind in STEP_KINDS:
             stats.memory_mape = _mean(mem)
             fits = [r.fit_correct for r in rs if r.fit_correct is not None]
             stats.fit_correct, stats.fit_total = sum(fits), len(fits)
@@ -116,7 +119,8 @@ def summarize(results: list[RecordResult], baseline: list[RecordResult] | None =
 # What a record measured (or says about its run), as opposed to the case it measured
 MEASURED_FIELDS = {"time_s", "time_min_s", "time_max_s", "reps", "peak_memory_bytes", "tokens_per_s", "oom",
                    "error", "tag", "allocated_before_bytes", "synced_step_s", "time_batched_s", "flops",
-                   "bytes_min", "buffer_mb", "params"}
+                   "bytes_min", "buffer_mb", "params", "peak_reserved_bytes", "step_times_s", "run", "optimizer",
+                   "norm_impl", "synced_fwd_bwd_s", "synced_opt_s"}
 
 
 def case_key(rec: dict) -> tuple:
@@ -178,3 +182,99 @@ def _median(xs: list[float]) -> float:
 def _describe(r: RecordResult) -> dict:
     rec = {k: v for k, v in r.record.items() if k not in ("time_min_s", "time_max_s", "reps")}
     return {"index": r.index, "record": rec, "predicted_s": r.prediction.time_s, "error": r.time_error}
+
+
+# ---- plan_step: does meshcast rank the plans of one model as the framework ran them? -------------
+# The plans of one model compared with each other: same framework, model, sequence, GPUs and global batch.
+PLAN_GROUP_FIELDS = ("framework", "name", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq",
+                     "world", "gbs")
+PICK_TOLERANCE = 0.03        # meshcast's pick counts as right within 3% of the measured best (issue #11)
+
+
+@dataclass
+class PlanGroupStats:
+    """The plans of one model (framework, model, sequence, GPUs, global batch) as measured and predicted.
+
+    plans: records in the group; timed: those measured (not OOM); kendall_tau: Kendall's tau-b between
+    measured and predicted step times over the timed plans (None under 3); pick: the plan meshcast
+    predicts fastest among those it predicts to fit; pick_regret: its measured time over the measured
+    best, minus 1 (None when the pick did not fit when measured: pick_oom); pick_ok: regret within
+    PICK_TOLERANCE."""
+    group: dict
+    plans: int
+    timed: int
+    kendall_tau: float | None
+    pick: str | None
+    best: str | None
+    pick_regret: float | None
+    pick_oom: bool
+    pick_ok: bool
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def plan_label(rec: dict) -> str:
+    """A short name of a plan_step record's plan, e.g. 'tp2 sp z0 rc-full mbs1'."""
+    bits = []
+    for dim in ("tp", "pp", "dp", "cp"):
+        if int(rec.get(dim, 1)) > 1:
+            bits.append(f"{dim}{rec[dim]}")
+    if int(rec.get("vp", 1)) > 1:
+        bits.append(f"vp{rec['vp']}")
+    if rec.get("sequence_parallel"):
+        bits.append("sp")
+    bits.append(f"z{rec.get('zero_stage', 0)}")
+    if rec.get("recompute", "none") != "none":
+        bits.append(f"rc-{rec['recompute']}")
+    bits.append(f"mbs{rec.get('mbs', 1)}")
+    return " ".join(bits)
+
+
+def kendall_tau(xs: list[float], ys: list[float]) -> float:
+    """Kendall's tau-b of two equally long sequences (ties in either count as neither concordant
+    nor discordant, and shrink the denominator)."""
+    n = len(xs)
+    conc = disc = tie_x = tie_y = 0
+    for i in range(n):
+        for j in range(i + 1, n):
+            dx, dy = xs[i] - xs[j], ys[i] - ys[j]
+            if dx == 0 and dy == 0:
+                continue
+            if dx == 0:
+                tie_x += 1
+            elif dy == 0:
+                tie_y += 1
+            elif (dx > 0) == (dy > 0):
+                conc += 1
+            else:
+                disc += 1
+    denom = ((conc + disc + tie_x) * (conc + disc + tie_y)) ** 0.5
+    return (conc - disc) / denom if denom else float("nan")
+
+
+def plan_groups(results: list[RecordResult], usable: float | None = None) -> list[PlanGroupStats]:
+    """Per group of plan_step records (one model's plans): Kendall tau of predicted against measured
+    step times, and whether meshcast's pick is within 3% of the measured best."""
+    groups: dict[tuple, list[RecordResult]] = {}
+    for r in results:
+        if r.record.get("kind") == "plan_step":
+            groups.setdefault(tuple(r.record.get(k) for k in PLAN_GROUP_FIELDS), []).append(r)
+    out = []
+    for key, rs in groups.items():
+        timed = [r for r in rs if r.time_error is not None]
+        tau = None
+        if len(timed) >= 3:
+            tau = kendall_tau([r.record["time_s"] for r in timed], [r.prediction.time_s for r in timed])
+        fits = [r for r in rs if r.prediction.time_s is not None
+                and ((r.prediction.peak_memory_bytes or 0) <= usable if usable else r.prediction.fits)]
+        pick = min(fits, key=lambda r: r.prediction.time_s) if fits else None
+        best = min(timed, key=lambda r: r.record["time_s"]) if timed else None
+        pick_oom = bool(pick is not None and pick.record.get("oom"))
+        regret = None
+        if pick is not None and best is not None and not pick_oom and pick.record.get("time_s"):
+            regret = pick.record["time_s"] / best.record["time_s"] - 1.0
+        out.append(PlanGroupStats(dict(zip(PLAN_GROUP_FIELDS, key)), len(rs), len(timed), tau,
+                                  plan_label(pick.record) if pick else None, plan_label(best.record) if best else None,
+                                  regret, pick_oom, regret is not None and regret <= PICK_TOLERANCE))
+    return out

@@ -46,6 +46,8 @@ def predict_record(rec: dict, hw: Hardware, cal: Calibration) -> Prediction:
             return Prediction(collective_time(fabric, kind, float(rec["bytes"]), int(rec["world"])))
         if kind == "train_step":
             return train_step_prediction(rec, hw, cal)
+        if kind == "plan_step":
+            return plan_step_prediction(rec, hw, cal)
     except KeyError as exc:
         raise Unsupported(f"missing field {exc.args[0]!r}") from None
     raise Unsupported(f"unknown kind {kind!r}")
@@ -95,5 +97,51 @@ def train_step_prediction(rec: dict, hw: Hardware, cal: Calibration) -> Predicti
     world = int(rec.get("world", 1))
     hw = Hardware(hw.cluster, hw.node, hw.accelerator, world)
     r = simulate(reference_gpt(rec), hw, reference_plan(rec), cal)
+    return Prediction(r.step_time_s, r.memory.peak_allocated_bytes, r.fits, r.host_issue_s, r.host_optimizer_s,
+                      r.memory.total_bytes)
+
+
+# ---- plan_step: a framework's training step under a parallel plan -------------------------------
+PLAN_STEP_FRAMEWORKS = ("megatron-core", "megatron-core-local", "torchtitan", "deepspeed", "pytorch")
+
+
+def plan_model(rec: dict) -> ModelSpec:
+    """The model a plan_step record trained, from its dimensions (Llama-style or GPT-style)."""
+    gated = rec["activation"] in ("swiglu", "geglu")
+    return ModelSpec(name=rec.get("name") or f"plan-model-{rec['layers']}x{rec['hidden']}",
+                     family="llama" if gated else "gpt", num_layers=rec["layers"], hidden=rec["hidden"],
+                     ffn_hidden=rec["ffn_hidden"], num_heads=rec["heads"], num_kv_heads=rec.get("kv_heads"),
+                     vocab=rec["vocab"], seq_len=rec["seq"], activation=rec["activation"], norm=rec["norm"],
+                     tied_embeddings=bool(rec.get("tied_embeddings", False)),
+                     linear_bias=bool(rec.get("linear_bias", False)), position=rec.get("position", "rope"))
+
+
+def record_plan(rec: dict) -> ParallelPlan:
+    """The plan a plan_step record ran, every field from the record; the framework from ``framework``.
+    The harness runs Megatron-Core with overlap_grad_reduce on and overlap_param_gather off."""
+    framework = rec.get("framework")
+    if framework not in PLAN_STEP_FRAMEWORKS:
+        raise Unsupported(f"unknown framework {framework!r}")
+    world = int(rec["world"])
+    return ParallelPlan(tp=int(rec["tp"]), pp=int(rec["pp"]), dp=int(rec["dp"]), vp=int(rec.get("vp", 1)),
+                        cp=int(rec.get("cp", 1)), sequence_parallel=bool(rec.get("sequence_parallel", False)),
+                        zero_stage=int(rec["zero_stage"]), recompute=rec.get("recompute", "none"),
+                        mbs=int(rec["mbs"]), gbs=int(rec["gbs"]), seq=int(rec["seq"]),
+                        schedule=rec.get("schedule") if int(rec["pp"]) > 1 else None,
+                        overlap_grad_reduce=bool(rec.get("overlap_grad_reduce", True)),
+                        overlap_param_gather=bool(rec.get("overlap_param_gather", False)),
+                        attention=rec.get("attention"), framework=framework, num_gpus=world)
+
+
+def plan_step_prediction(rec: dict, hw: Hardware, cal: Calibration) -> Prediction:
+    """Time, peak allocated memory (the largest stage) and fit of a plan_step record, via simulate()
+    with the record's framework profile."""
+    from hardware_specs.errors import MeshcastError
+    world = int(rec["world"])
+    hw = Hardware(hw.cluster, hw.node, hw.accelerator, world)
+    try:
+        r = simulate(plan_model(rec), hw, record_plan(rec), cal)
+    except MeshcastError as exc:
+        raise Unsupported(f"meshcast rejects the plan: {exc}") from None
     return Prediction(r.step_time_s, r.memory.peak_allocated_bytes, r.fits, r.host_issue_s, r.host_optimizer_s,
                       r.memory.total_bytes)

@@ -65,10 +65,13 @@ def _check_fields(rec: dict, where: str) -> None:
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
                 raise SpecError(f"{where}.{key}", f"must be a non-negative integer of bytes, got {v!r}")
         elif key.endswith(_MEASURED_SUFFIXES) or key in ("flops", "tokens_per_s"):
-            if v is None:
-                continue
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-                raise SpecError(f"{where}.{key}", f"must be a positive finite number, got {v!r}")
+            for x in (v if isinstance(v, list) else [v]):    # a list: every sample (e.g. step_times_s)
+                if x is not None and not _positive_finite(x):
+                    raise SpecError(f"{where}.{key}", f"must be a positive finite number, got {x!r}")
+
+
+def _positive_finite(x) -> bool:
+    return not isinstance(x, bool) and isinstance(x, (int, float)) and math.isfinite(x) and x > 0
 
 
 def record_dtype(rec: dict) -> str:

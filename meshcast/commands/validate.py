@@ -29,7 +29,7 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     """Compare predictions with measurement files and/or published runs."""
     from simulator.calibration import calibration_for, profile_fitted_on
-    from validation.accuracy import PLAIN_ROOFLINE, evaluate, repeat_stats, summarize
+    from validation.accuracy import PLAIN_ROOFLINE, evaluate, plan_groups, repeat_stats, summarize
     from validation.hardware import hardware_for
     from validation.records import load_measurements
 
@@ -53,9 +53,14 @@ def run(args: argparse.Namespace) -> int:
         kinds = summarize(results, baseline)
         all_results += results
         in_fit = Path(path).name in {Path(f).name for f in profile_fitted_on(cal.name)}
-        out["files"].append({"path": path, "gpu": mf.gpu, "hardware": hw.cluster.name, "calibration": note,
-                             "records": len(mf.records), "in_profile_fit": in_fit,
-                             "kinds": [k.to_dict() for k in kinds], "unsupported": unsupported})
+        usable = float(mf.info.get("total_memory_bytes") or hw.accelerator.hbm_capacity_bytes)
+        entry = {"path": path, "gpu": mf.gpu, "hardware": hw.cluster.name, "calibration": note,
+                 "records": len(mf.records), "in_profile_fit": in_fit,
+                 "kinds": [k.to_dict() for k in kinds], "unsupported": unsupported}
+        groups = plan_groups(results, usable)
+        if groups:
+            entry["plan_groups"] = [g.to_dict() for g in groups]
+        out["files"].append(entry)
     repeats = repeat_stats(all_results)
     if repeats:
         out["repeats"] = [r.to_dict() for r in repeats]
@@ -132,7 +137,7 @@ def format_text(out: dict) -> str:
         lines.append(f"  {'kind':<20}{'n':>5}{'MAPE':>8}{'median':>8}{'worst':>8}{'roofline':>10}  memory / fits")
         for k in f["kinds"]:
             extra = ""
-            if k["kind"] == "train_step":
+            if k["kind"] in ("train_step", "plan_step"):
                 extra = f"  mem MAPE {_pct(k['memory_mape'])}, fit verdict {k['fit_correct']}/{k['fit_total']} right"
             lines.append(f"  {k['kind']:<20}{k['count']:>5}{_pct(k['mape']):>8}{_pct(k['median_abs_error']):>8}"
                          f"{_pct(k['worst_abs_error']):>8}{_pct(k['baseline_mape']):>10}{extra}")
@@ -141,6 +146,17 @@ def format_text(out: dict) -> str:
                 if w["error"] is not None and abs(w["error"]) > 0.15:
                     rec = {a: b for a, b in w["record"].items() if a not in ("kind", "time_s")}
                     lines.append(f"    worst {k['kind']}: {w['error']:+.0%} {str(rec)[:110]}")
+        if f.get("plan_groups"):
+            lines.append("  plans of one model (framework, model, seq, GPUs, global batch): Kendall tau of predicted vs "
+                         "measured step time; meshcast's pick against the measured best (right within 3%)")
+            for g in f["plan_groups"]:
+                gk = g["group"]
+                tau = "  -  " if g["kendall_tau"] is None else f"{g['kendall_tau']:+.2f}"
+                verdict = ("pick OOM when measured" if g["pick_oom"] else
+                           "-" if g["pick_regret"] is None else
+                           f"{'ok ' if g['pick_ok'] else 'MISS'} {g['pick_regret']:+.1%}")
+                lines.append(f"    {gk['framework']:<20}{gk['name'] or '':<10} s{gk['seq']:<5} {gk['world']} GPU gbs{gk['gbs']:<3}"
+                             f"{g['timed']:>3}/{g['plans']:<3} tau {tau}  pick [{g['pick']}] best [{g['best']}] {verdict}")
         if f["unsupported"]:
             lines.append(f"  {len(f['unsupported'])} records not predicted:")
             for u in f["unsupported"][:10]:

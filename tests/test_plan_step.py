@@ -1,0 +1,183 @@
+"""plan_step records: real framework steps under a parallel plan (validation/harness/plan_step.py),
+predicted with the record's framework profile (issue #11, first pass).
+
+Targets of the issue: time within 10% and memory within 5% per family, Kendall tau >= 0.9 over the
+plans of one model, meshcast's pick within 3% of the measured best. Met targets are asserted; unmet
+ones are strict xfails carrying today's figure (they fail the day the target is reached) with a
+ratchet that today's figure does not get worse. Today's figures: docs/measurements.md ("plan_step").
+"""
+from __future__ import annotations
+
+import importlib.util
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+from models.schema import ModelSpec
+from simulator.calibration import calibration_for
+from simulator.compute import attention_time
+from simulator.engine import device_model
+from simulator.plan import resolve_plan
+from validation.accuracy import kendall_tau, plan_groups, plan_label, summarize, evaluate
+from validation.hardware import hardware_for
+from validation.predict import plan_model, record_plan
+from validation.records import load_measurements
+
+ROOT = Path(__file__).resolve().parent.parent
+MEAS = ROOT / "validation" / "measurements"
+FILES = ("h200_plan_megatron.json", "h200x2_plan_megatron.json", "h200x2_plan_torchtitan.json")
+
+
+@lru_cache(maxsize=None)
+def evaluated(name: str):
+    mf = load_measurements(MEAS / name)
+    hw = hardware_for(mf)
+    cal = calibration_for(hw.accelerator)[0]
+    res, unsupported = evaluate(mf, hw, cal)
+    usable = float(mf.info["total_memory_bytes"])
+    return res, unsupported, {k.kind: k for k in summarize(res)}["plan_step"], plan_groups(res, usable)
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_every_plan_step_record_is_predicted(name):
+    res, unsupported, _, _ = evaluated(name)
+    assert not unsupported
+    assert len(res) == len(load_measurements(MEAS / name).records)
+
+
+# ---- time ---------------------------------------------------------------------------------------
+def test_one_gpu_megatron_time_within_10_percent():
+    assert evaluated("h200_plan_megatron.json")[2].mape <= 0.10           # 8.3%
+
+
+@pytest.mark.parametrize("name,ratchet", [("h200x2_plan_megatron.json", 0.165), ("h200x2_plan_torchtitan.json", 0.31)])
+def test_plan_step_time_ratchet(name, ratchet):
+    assert evaluated(name)[2].mape <= ratchet
+
+
+@pytest.mark.xfail(strict=True, reason="2-GPU Megatron-Core local plans: time MAPE 16.0% (TP at seq 2048 -40..-58%)")
+def test_two_gpu_megatron_time_target():
+    assert evaluated("h200x2_plan_megatron.json")[2].mape <= 0.10
+
+
+@pytest.mark.xfail(strict=True, reason="torchtitan plans: time MAPE 30.2% (DTensor TP+SP under autocast -82%)")
+def test_torchtitan_time_target():
+    assert evaluated("h200x2_plan_torchtitan.json")[2].mape <= 0.10
+
+
+# ---- memory and fit verdicts ----------------------------------------------------------------------
+MEMORY = {"h200_plan_megatron.json": (0.135, 8, 8), "h200x2_plan_megatron.json": (0.10, 34, 37),
+          "h200x2_plan_torchtitan.json": (0.23, 4, 4)}
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_plan_step_memory_ratchet_and_fit_verdicts(name):
+    ratchet, right, total = MEMORY[name]
+    s = evaluated(name)[2]
+    assert s.memory_mape <= ratchet
+    assert s.fit_total == total and s.fit_correct >= right
+
+
+@pytest.mark.xfail(strict=True, reason="peak memory MAPE 12.9% / 9.6% / 22.3% (1-GPU Megatron, 2-GPU Megatron, "
+                                       "torchtitan); Megatron's fp32 softmax transients and recompute buffers not modelled")
+@pytest.mark.parametrize("name", FILES)
+def test_plan_step_memory_target(name):
+    assert evaluated(name)[2].memory_mape <= 0.05
+
+
+# ---- ranking of the plans of one model ------------------------------------------------------------
+def _groups(name):
+    return {(g.group["name"], g.group["seq"], g.group["world"]): g for g in evaluated(name)[3]}
+
+
+TAU_TODAY = {("h200x2_plan_megatron.json", "llama-1b", 2048, 2): 0.86,
+             ("h200x2_plan_megatron.json", "llama-1b", 4096, 2): 1.0,
+             ("h200x2_plan_megatron.json", "gpt-1.3b", 2048, 2): 1.0,
+             ("h200x2_plan_megatron.json", "llama-3b", 4096, 2): 1.0,
+             ("h200x2_plan_megatron.json", "llama-7b", 2048, 2): 0.66,
+             ("h200_plan_megatron.json", "llama-1b", 4096, 1): 1.0,
+             ("h200x2_plan_torchtitan.json", "llama-1b", 4096, 2): 1.0}
+
+
+@pytest.mark.parametrize("key", TAU_TODAY)
+def test_kendall_tau_ratchet(key):
+    name, *group = key
+    assert _groups(name)[tuple(group)].kendall_tau >= TAU_TODAY[key] - 1e-9
+
+
+@pytest.mark.xfail(strict=True, reason="Kendall tau 0.87 (llama-1b s2048: TP under-predicted) and 0.67 (llama-7b "
+                                       "s2048) over 2-GPU Megatron-Core plans")
+def test_kendall_tau_target():
+    assert all(g.kendall_tau >= 0.9 for name in FILES for g in evaluated(name)[3] if g.kendall_tau is not None)
+
+
+PICK_OK = [("h200x2_plan_megatron.json", "llama-1b", 2048, 2), ("h200x2_plan_megatron.json", "gpt-1.3b", 2048, 2),
+           ("h200x2_plan_megatron.json", "llama-3b", 4096, 2), ("h200x2_plan_torchtitan.json", "llama-1b", 4096, 2)]
+
+
+@pytest.mark.parametrize("key", PICK_OK)
+def test_pick_within_3_percent_where_it_is_today(key):
+    name, *group = key
+    assert _groups(name)[tuple(group)].pick_ok
+
+
+@pytest.mark.xfail(strict=True, reason="3 of 6 two-GPU Megatron groups: meshcast's pick ran out of memory (llama-1b "
+                                       "s4096 mbs2, llama-1b s8192 tp2, llama-7b dp2 distributed optimizer)")
+def test_pick_target():
+    assert all(g.pick_ok for g in evaluated("h200x2_plan_megatron.json")[3])
+
+
+# ---- pieces ------------------------------------------------------------------------------------
+def test_kendall_tau_basics():
+    assert kendall_tau([1, 2, 3, 4], [10, 20, 30, 40]) == 1.0
+    assert kendall_tau([1, 2, 3, 4], [4, 3, 2, 1]) == -1.0
+    assert kendall_tau([1, 2, 3], [1, 3, 2]) == pytest.approx(1 / 3)
+
+
+def test_record_plan_carries_every_plan_field():
+    rec = load_measurements(MEAS / "h200x2_plan_megatron.json").records
+    r = next(x for x in rec if x["pp"] == 2 and x["vp"] == 2)
+    p = record_plan(r)
+    assert (p.tp, p.pp, p.vp, p.dp, p.zero_stage, p.mbs, p.gbs, p.seq, p.framework, p.attention, p.pipeline_schedule) == \
+        (1, 2, 2, 1, 0, 1, r["gbs"], r["seq"], "megatron-core-local", "unfused_torch", "interleaved")
+    m = plan_model(r)
+    assert (m.num_layers, m.hidden, m.kv_heads, m.activation, m.norm, m.position) == (16, 2048, 8, "swiglu", "rmsnorm", "rope")
+    assert plan_label(r) == "pp2 vp2 z0 mbs1"
+
+
+def test_unfused_torch_attention_costs_more_than_apex_fused_softmax():
+    """The PyTorch softmax fallback makes four fp32 passes where apex's kernel makes one bf16 pass."""
+    mf = load_measurements(MEAS / "h200_plan_megatron.json")
+    hw = hardware_for(mf)
+    dev = device_model(hw.accelerator, calibration_for(hw.accelerator)[0])
+    args = (1, 32, 4096, 4096, 64, True, 8)
+    t_apex = attention_time(dev, *args, backend="unfused", direction="fwd_bwd")
+    t_torch = attention_time(dev, *args, backend="unfused_torch", direction="fwd_bwd")
+    assert t_torch > 2 * t_apex
+
+
+def test_megatron_core_with_te_has_no_torch_softmax_fallback():
+    from hardware_specs.errors import PlanError
+    r = dict(load_measurements(MEAS / "h200x2_plan_megatron.json").records[0], framework="megatron-core")
+    with pytest.raises(PlanError):
+        resolve_plan(plan_model(r), record_plan(r), 2)
+
+
+def _harness():
+    spec = importlib.util.spec_from_file_location("plan_step", ROOT / "validation" / "harness" / "plan_step.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("grid", ["main", "native", "smoke", "cpu"])
+def test_every_harness_case_is_a_plan_meshcast_accepts(grid):
+    """The harness's case grids and meshcast's framework rules agree: each case resolves for its framework."""
+    h = _harness()
+    for c in h.grid(grid):
+        rec = dict(kind="plan_step", framework=c["framework"], name=c["name"], **c["model"], **c["plan"])
+        assert set(h.PLAN_FIELDS) <= set(rec) and set(h.MODEL_FIELDS) <= set(rec)
+        plan = resolve_plan(plan_model(rec), record_plan(rec), c["plan"]["world"])
+        assert plan.dp * plan.tp * plan.pp == c["plan"]["world"]
+        assert isinstance(plan_model(rec), ModelSpec)

@@ -1,0 +1,904 @@
+"""Real training steps under a parallel plan (`plan_step` records), on one or several GPUs.
+
+Two frameworks:
+  megatron-core-local   Megatron-Core (pip package megatron-core) with its *local* layer spec
+                        (get_gpt_layer_local_spec: no Transformer Engine, no apex): GPTModel,
+                        Megatron DDP with or without the distributed optimizer,
+                        get_forward_backward_func (no pipelining, 1F1B, interleaved), sequence
+                        parallel, full / selective recompute. Without TE/apex the attention is
+                        DotProductAttention (materialised scores, fp32 softmax with a mask), norms
+                        and activations are unfused torch ops, and get_megatron_optimizer falls
+                        back to torch.optim.AdamW.
+  torchtitan            torch-native parallelism as torchtitan composes it: a Llama/GPT module in
+                        plain PyTorch (SDPA flash attention), DDP, FSDP2 fully_shard per block,
+                        DTensor tensor + sequence parallel (torchtitan's Llama TP plan, loss parallel).
+
+Usage (the launcher runs the cases in torch.distributed.run children, so that a case that dies
+-- an out-of-memory on one rank that leaves the other waiting in a collective -- costs only
+itself; its record says oom when the log says so):
+
+    python3 validation/harness/plan_step.py launch --grid main --nproc 2 --out F.json --budget-s 400
+    python3 validation/harness/plan_step.py launch --grid smoke --nproc 1 --out F.json
+    python3 validation/harness/plan_step.py list --grid main          # print the cases
+    # CPU dry run (gloo, tiny sizes, torchtitan only; Megatron-Core needs CUDA)
+    python3 validation/harness/plan_step.py launch --grid cpu --nproc 2 --cpu --out /tmp/p.json
+
+Timing: after >= 3 warm-up steps, >= 5 steps each timed as synchronized wall time (all ranks
+synchronize the device, barrier, perf_counter, step, synchronize); per-step time is the max over
+ranks; time_s is the median, time_min_s / time_max_s the extremes. Memory: max over ranks of
+torch.cuda.max_memory_allocated() / max_memory_reserved() over the timed steps.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+PLAN_FIELDS = ("world", "tp", "pp", "vp", "cp", "dp", "sequence_parallel", "zero_stage", "recompute",
+               "mbs", "gbs", "schedule")
+MODEL_FIELDS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq", "norm", "activation",
+                "position", "linear_bias", "tied_embeddings")
+
+# ----------------------------------------------------------------------------------- models
+# Llama-style: RMSNorm, SwiGLU, RoPE, GQA, no biases. GPT-style: LayerNorm, GELU, learned positions, biases.
+MODELS = {
+    "llama-1b": dict(layers=16, hidden=2048, heads=32, kv_heads=8, ffn_hidden=8192, vocab=32768,
+                     norm="rmsnorm", activation="swiglu", position="rope", linear_bias=False),
+    "llama-3b": dict(layers=28, hidden=3072, heads=24, kv_heads=8, ffn_hidden=8192, vocab=32768,
+                     norm="rmsnorm", activation="swiglu", position="rope", linear_bias=False),
+    "llama-7b": dict(layers=32, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336, vocab=32768,
+                     norm="rmsnorm", activation="swiglu", position="rope", linear_bias=False),
+    "gpt-1.3b": dict(layers=24, hidden=2048, heads=16, kv_heads=16, ffn_hidden=8192, vocab=50304,
+                     norm="layernorm", activation="gelu", position="learned", linear_bias=True),
+    "tiny-llama": dict(layers=4, hidden=128, heads=4, kv_heads=2, ffn_hidden=256, vocab=512,
+                       norm="rmsnorm", activation="swiglu", position="rope", linear_bias=False),
+    "tiny-gpt": dict(layers=4, hidden=128, heads=4, kv_heads=4, ffn_hidden=512, vocab=512,
+                     norm="layernorm", activation="gelu", position="learned", linear_bias=True),
+}
+
+
+def case(framework, model, seq, world, tp=1, pp=1, vp=1, zero=0, sp=False, recompute="none", mbs=1, gbs=8,
+         risky=False):
+    dp = world // (tp * pp)
+    m = dict(MODELS[model], seq=seq, tied_embeddings=False)
+    plan = dict(world=world, tp=tp, pp=pp, vp=vp, cp=1, dp=dp, sequence_parallel=bool(sp and tp > 1),
+                zero_stage=zero, recompute=recompute, mbs=mbs, gbs=gbs,
+                schedule=("interleaved" if vp > 1 else "1f1b") if pp > 1 else None)
+    return dict(framework=framework, name=model, model=m, plan=plan, risky=risky)
+
+
+def _megatron_two_gpu(model, seq, gbs, recompute="none", extra=True, risky_ddp=False):
+    F = "megatron-core-local"
+    out = [case(F, model, seq, 2, zero=0, gbs=gbs, recompute=recompute, risky=risky_ddp),
+           case(F, model, seq, 2, zero=1, gbs=gbs, recompute=recompute),
+           case(F, model, seq, 2, tp=2, sp=False, gbs=gbs, recompute=recompute),
+           case(F, model, seq, 2, tp=2, sp=True, gbs=gbs, recompute=recompute),
+           case(F, model, seq, 2, pp=2, gbs=gbs, recompute=recompute)]
+    if extra:
+        out.append(case(F, model, seq, 2, pp=2, vp=2, gbs=gbs, recompute=recompute))
+    return out
+
+
+def grid(name: str) -> list[dict]:
+    """The named case list (every world size; the launcher keeps those of its --nproc)."""
+    F, T = "megatron-core-local", "torchtitan"
+    if name == "cpu":
+        return [case(T, "tiny-llama", 64, 1, gbs=4), case(T, "tiny-llama", 64, 2, zero=0, gbs=4),
+                case(T, "tiny-llama", 64, 2, zero=3, gbs=4), case(T, "tiny-llama", 64, 2, tp=2, sp=True, gbs=4),
+                case(T, "tiny-gpt", 64, 2, zero=3, gbs=4, recompute="full")]
+    if name == "smoke":
+        return [case(F, "tiny-llama", 256, 1, gbs=4), case(F, "tiny-gpt", 256, 1, gbs=4, recompute="full"),
+                case(F, "llama-1b", 2048, 1, gbs=2),
+                case(F, "llama-1b", 2048, 2, zero=0, gbs=4), case(F, "llama-1b", 2048, 2, zero=1, gbs=4),
+                case(F, "llama-1b", 2048, 2, tp=2, sp=True, gbs=4, recompute="selective"),
+                case(F, "tiny-gpt", 256, 2, tp=2, sp=False, gbs=4),
+                case(F, "llama-1b", 2048, 2, pp=2, gbs=4, recompute="full"),
+                case(F, "tiny-llama", 256, 2, pp=2, vp=2, gbs=4),
+                case(T, "tiny-llama", 256, 1, gbs=4), case(T, "llama-1b", 2048, 2, zero=3, gbs=4),
+                case(T, "llama-1b", 2048, 2, tp=2, sp=True, gbs=4), case(T, "tiny-gpt", 256, 2, zero=0, gbs=4)]
+    if name in ("main", "m1"):
+        # one GPU: the baselines
+        cases = [case(F, "llama-1b", 2048, 1, gbs=4), case(F, "llama-1b", 4096, 1, gbs=2),
+                 case(F, "llama-1b", 4096, 1, gbs=2, recompute="selective"),
+                 case(F, "llama-1b", 4096, 1, gbs=2, recompute="full"),
+                 case(F, "gpt-1.3b", 2048, 1, gbs=4), case(F, "llama-1b", 8192, 1, gbs=1),
+                 case(F, "llama-3b", 4096, 1, gbs=2, recompute="full"),
+                 case(F, "llama-7b", 2048, 1, gbs=2, risky=True)]          # 18 B/param: does not fit
+        if name == "m1":
+            return cases
+    else:
+        cases = []
+    if name in ("main", "m2a"):
+        # two GPUs: the plans the planner chooses between, per model and sequence
+        cases += _megatron_two_gpu("llama-1b", 2048, 8)
+        cases += _megatron_two_gpu("llama-1b", 4096, 4)
+        cases += [case(F, "llama-1b", 4096, 2, zero=1, gbs=4, recompute="selective"),
+                  case(F, "llama-1b", 4096, 2, zero=1, gbs=4, recompute="full"),
+                  case(F, "llama-1b", 4096, 2, tp=2, sp=True, gbs=4, recompute="selective"),
+                  case(F, "llama-1b", 4096, 2, zero=1, mbs=2, gbs=4)]
+        cases += _megatron_two_gpu("gpt-1.3b", 2048, 8)
+        cases += _megatron_two_gpu("llama-1b", 8192, 2, extra=False)
+    if name == "m2redo":     # re-run after a failed neighbour left its process short of memory
+        cases += [case(F, "llama-1b", 4096, 2, pp=2, vp=2, gbs=4),
+                  case(F, "llama-1b", 4096, 2, zero=1, gbs=4, recompute="selective")]
+    if name in ("main", "m2b", "m2redo"):
+        cases += _megatron_two_gpu("llama-3b", 4096, 4, recompute="full", extra=False)
+        cases += [case(F, "llama-3b", 4096, 2, tp=2, sp=True, gbs=4, risky=True)]   # no recompute
+        cases += _megatron_two_gpu("llama-7b", 2048, 4, risky_ddp=True)
+    if cases:
+        return cases
+    if name == "n2":
+        return [case(T, "llama-1b", 4096, 2, zero=0, gbs=4), case(T, "llama-1b", 4096, 2, zero=3, gbs=4),
+                case(T, "llama-1b", 4096, 2, tp=2, sp=True, gbs=4), case(T, "llama-7b", 2048, 2, zero=3, gbs=4)]
+    if name == "native":
+        cases = [case(T, "llama-1b", 4096, 1, gbs=4), case(T, "llama-3b", 4096, 1, gbs=2)]
+        for model, seq, gbs in (("llama-1b", 4096, 8), ("llama-3b", 4096, 4), ("llama-1b", 8192, 4)):
+            cases += [case(T, model, seq, 2, zero=0, gbs=gbs), case(T, model, seq, 2, zero=3, gbs=gbs),
+                      case(T, model, seq, 2, tp=2, sp=True, gbs=gbs)]
+        cases += [case(T, "llama-7b", 2048, 2, zero=3, gbs=4), case(T, "llama-7b", 2048, 2, tp=2, sp=True, gbs=4),
+                  case(T, "llama-7b", 2048, 2, zero=0, gbs=4, risky=True)]
+        return cases
+    raise SystemExit(f"unknown grid {name!r}")
+
+
+def case_label(c: dict) -> str:
+    p = c["plan"]
+    bits = [c["framework"], c["name"], f"s{c['model']['seq']}", f"w{p['world']}", f"tp{p['tp']}", f"pp{p['pp']}"]
+    if p["vp"] > 1:
+        bits.append(f"vp{p['vp']}")
+    bits += [f"dp{p['dp']}", f"z{p['zero_stage']}"]
+    if p["sequence_parallel"]:
+        bits.append("sp")
+    if p["recompute"] != "none":
+        bits.append(f"rc-{p['recompute']}")
+    bits.append(f"mbs{p['mbs']}gbs{p['gbs']}")
+    return " ".join(bits)
+
+
+# ----------------------------------------------------------------------------------- child: common
+
+def _log(*a):
+    print(*a, flush=True)
+
+
+class Ctx:
+    """What a child process knows about its distributed run."""
+
+    def __init__(self, cpu: bool, pg_timeout_s: float):
+        import torch
+        import torch.distributed as dist
+        self.local_rank = int(os.environ.get("LOCAL_RANK", 0))
+        self.cuda = torch.cuda.is_available() and not cpu
+        if self.cuda:
+            torch.cuda.set_device(self.local_rank)
+            self.dev = torch.device("cuda", self.local_rank)
+            dist.init_process_group("nccl", device_id=self.dev, timeout=datetime.timedelta(seconds=pg_timeout_s))
+        else:
+            self.dev = torch.device("cpu")
+            dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=pg_timeout_s))
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+
+    def sync(self):
+        import torch
+        import torch.distributed as dist
+        if self.cuda:
+            torch.cuda.synchronize()
+        dist.barrier()
+
+
+def timed_steps(ctx: Ctx, step, warmup: int, steps: int):
+    """Per-step seconds (synchronized wall time, max over ranks) and the peak allocated and
+    reserved bytes (max over ranks) of the timed steps."""
+    import torch
+    import torch.distributed as dist
+    for _ in range(warmup):
+        step()
+    ctx.sync()
+    if ctx.cuda:
+        torch.cuda.reset_peak_memory_stats()
+    times = []
+    for _ in range(steps):
+        ctx.sync()
+        t = time.perf_counter()
+        step()
+        if ctx.cuda:
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t)
+    peak = [torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()] if ctx.cuda else [0, 0]
+    phases = host_phases(ctx, step)
+    tt = torch.tensor(times, dtype=torch.float64, device=ctx.dev)
+    dist.all_reduce(tt, op=dist.ReduceOp.MAX)
+    pk = torch.tensor(peak, dtype=torch.int64, device=ctx.dev)
+    dist.all_reduce(pk, op=dist.ReduceOp.MAX)
+    return tt.tolist(), [int(x) for x in pk.tolist()], phases
+
+
+def host_phases(ctx: Ctx, step) -> dict:
+    """One more step, after the timed ones (their peaks already read), split into its phases from
+    an idle GPU: the host's seconds to return from forward+backward and from the optimizer step
+    (host_fwd_bwd_s, host_opt_s) and the same phases with the device synchronized after each
+    (synced_fwd_bwd_s, synced_opt_s); the largest over ranks. Where the host's forward+backward
+    seconds reach the synchronized ones, the step is host-bound. A host-side synchronisation inside
+    a phase (Megatron's gradient-norm .item(), pipeline receives) makes its host seconds include
+    waiting for the GPU. Empty where the step has no phases or one fails."""
+    import torch
+    import torch.distributed as dist
+    fns = getattr(step, "phases", None)
+    if not fns:
+        return {}
+    try:
+        out = []
+        for fn in fns:
+            ctx.sync()
+            t = time.perf_counter()
+            fn()
+            host = time.perf_counter() - t
+            if ctx.cuda:
+                torch.cuda.synchronize()
+            out += [host, time.perf_counter() - t]
+        v = torch.tensor(out, dtype=torch.float64, device=ctx.dev)
+        dist.all_reduce(v, op=dist.ReduceOp.MAX)
+        keys = ("host_fwd_bwd_s", "synced_fwd_bwd_s", "host_opt_s", "synced_opt_s")
+        return {k: round(float(x), 6) for k, x in zip(keys, v.tolist())}
+    except Exception as exc:  # noqa: BLE001
+        _log(f"  (host phases not measured: {type(exc).__name__}: {exc})")
+        return {}
+
+
+def steps_for(c: dict) -> tuple[int, int]:
+    m, p = c["model"], c["plan"]
+    params = m["layers"] * (4 * m["hidden"] ** 2 + 3 * m["hidden"] * m["ffn_hidden"]) + 2 * m["vocab"] * m["hidden"]
+    work = 6 * params * m["seq"] * p["gbs"] / p["world"]
+    return (3, 5) if work > 1e15 else (3, 6)
+
+
+# ----------------------------------------------------------------------------------- Megatron-Core
+
+_ORIG_LN: dict = {}
+
+
+class SPTorchNorm:
+    """torch.nn.LayerNorm / RMSNorm whose parameters carry Megatron's ``sequence_parallel`` tag."""
+
+    def __new__(cls, config, hidden_size, eps=1e-5, **_):
+        import torch
+        norm_cls = torch.nn.RMSNorm if config.normalization == "RMSNorm" else torch.nn.LayerNorm
+        mod = norm_cls(normalized_shape=hidden_size, eps=eps)
+        for prm in mod.parameters():
+            setattr(prm, "sequence_parallel", bool(config.sequence_parallel))
+        return mod
+
+
+class MegatronRunner:
+    framework = "megatron-core-local"
+
+    def attention_backend(self) -> str:
+        """meshcast's name of the attention kernel that ran: apex's fused scale-mask-softmax
+        (``unfused``) where apex or TE is importable, else the PyTorch fallback (``unfused_torch``)."""
+        v = self.versions()
+        return "unfused" if (v["has_apex"] or v["has_transformer_engine"]) else "unfused_torch"
+
+    def __init__(self, ctx: Ctx):
+        self.ctx = ctx
+        self.layout = None
+
+    def versions(self) -> dict:
+        import megatron.core
+        have = {}
+        for mod in ("transformer_engine", "apex"):
+            try:
+                __import__(mod)
+                have[mod] = True
+            except Exception:  # noqa: BLE001
+                have[mod] = False
+        return {"megatron_core": getattr(megatron.core, "__version__", "?"), **{f"has_{k}": v for k, v in have.items()},
+                "layer_spec": "get_gpt_layer_local_spec", "attention": "DotProductAttention (unfused, fp32 softmax)"}
+
+    def _layout(self, tp, pp, vp):
+        from megatron.core import parallel_state as ps
+        from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
+        if self.layout != (tp, pp, vp):
+            if self.layout is not None:
+                ps.destroy_model_parallel()
+            ps.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
+                                         virtual_pipeline_model_parallel_size=vp if vp > 1 else None,
+                                         create_gloo_process_groups=False, distributed_timeout_minutes=2)
+            self.layout = (tp, pp, vp)
+        model_parallel_cuda_manual_seed(1234)
+
+    def build(self, c: dict):
+        import torch
+        import torch.nn.functional as Fn
+        from megatron.core import parallel_state as ps
+        from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+        from megatron.core.distributed import finalize_model_grads
+        from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+        from megatron.core.models.gpt.gpt_model import GPTModel
+        from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+        from megatron.core.pipeline_parallel import get_forward_backward_func
+        from megatron.core.transformer.module import Float16Module
+        from megatron.core.transformer.transformer_config import TransformerConfig
+
+        m, p = c["model"], c["plan"]
+        tp, pp, vp = p["tp"], p["pp"], p["vp"]
+        self._layout(tp, pp, vp)
+        llama = m["activation"] == "swiglu"
+        rc = p["recompute"]
+        cfg = TransformerConfig(
+            num_layers=m["layers"], hidden_size=m["hidden"], num_attention_heads=m["heads"],
+            num_query_groups=m["kv_heads"], ffn_hidden_size=m["ffn_hidden"],
+            normalization="RMSNorm" if m["norm"] == "rmsnorm" else "LayerNorm",
+            gated_linear_unit=llama, activation_func=Fn.silu if llama else Fn.gelu,
+            add_bias_linear=m["linear_bias"], hidden_dropout=0.0, attention_dropout=0.0,
+            tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
+            virtual_pipeline_model_parallel_size=vp if vp > 1 else None,
+            sequence_parallel=p["sequence_parallel"], bf16=True, params_dtype=torch.bfloat16,
+            pipeline_dtype=torch.bfloat16, autocast_dtype=torch.bfloat16,
+            recompute_granularity=None if rc == "none" else rc,
+            recompute_method="uniform" if rc == "full" else None, recompute_num_layers=1 if rc == "full" else None,
+            masked_softmax_fusion=False, bias_activation_fusion=False, bias_dropout_fusion=False,
+            apply_rope_fusion=False, gradient_accumulation_fusion=False, cross_entropy_loss_fusion=False,
+            persist_layer_norm=False, deallocate_pipeline_outputs=True, use_cpu_initialization=False,
+            init_method_std=0.02,
+        )
+        spec = get_gpt_layer_local_spec(normalization=cfg.normalization)
+        self.norm_impl = "WrappedTorchNorm (torch.nn.LayerNorm / RMSNorm)"
+        if p["sequence_parallel"]:
+            # The local spec's WrappedTorchNorm asserts `not config.sequence_parallel` (its SP norm is
+            # apex's FusedLayerNorm). Same torch kernels, parameters tagged sequence_parallel so that
+            # finalize_model_grads all-reduces their gradients over the TP group, as FusedLayerNorm does.
+            import megatron.core.transformer.transformer_block as tb
+            spec.submodules.input_layernorm = SPTorchNorm
+            spec.submodules.pre_mlp_layernorm = SPTorchNorm
+            _ORIG_LN.setdefault("impl", tb.LayerNormImpl)
+            tb.LayerNormImpl = SPTorchNorm
+            self.norm_impl = "torch.nn.LayerNorm / RMSNorm tagged sequence_parallel (harness SPTorchNorm)"
+        chunks = []
+        for i in range(vp):
+            kw = dict(vp_stage=i) if vp > 1 else {}
+            first = ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=i) if vp > 1 else ps.is_pipeline_first_stage()
+            last = ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=i) if vp > 1 else ps.is_pipeline_last_stage()
+            chunk = GPTModel(config=cfg, transformer_layer_spec=spec, vocab_size=m["vocab"],
+                             max_sequence_length=m["seq"], pre_process=first, post_process=last,
+                             share_embeddings_and_output_weights=m["tied_embeddings"],
+                             position_embedding_type="rope" if m["position"] == "rope" else "learned_absolute",
+                             **kw)
+            chunk.cuda(torch.cuda.current_device())
+            chunks.append(Float16Module(cfg, chunk))     # as Megatron's get_model does under --bf16
+        ddp_cfg = DistributedDataParallelConfig(grad_reduce_in_fp32=True, overlap_grad_reduce=True,
+                                                overlap_param_gather=False,
+                                                use_distributed_optimizer=p["zero_stage"] == 1,
+                                                check_for_nan_in_grad=False)
+        model = [DistributedDataParallel(config=cfg, ddp_config=ddp_cfg, module=ch) for ch in chunks]
+        if p["sequence_parallel"]:
+            tb.LayerNormImpl = _ORIG_LN["impl"]
+        for mc in model:
+            mc.broadcast_params()
+        cfg.no_sync_func = [mc.no_sync for mc in model]
+        cfg.grad_sync_func = [mc.start_grad_sync for mc in model]
+        if len(model) == 1:
+            cfg.no_sync_func, cfg.grad_sync_func = cfg.no_sync_func[0], cfg.grad_sync_func[0]
+        cfg.finalize_model_grads_func = finalize_model_grads
+        opt_cfg = OptimizerConfig(optimizer="adam", lr=1e-4, weight_decay=0.01, adam_beta1=0.9, adam_beta2=0.95,
+                                  bf16=True, params_dtype=torch.bfloat16, clip_grad=1.0,
+                                  use_distributed_optimizer=p["zero_stage"] == 1)
+        optimizer = get_megatron_optimizer(opt_cfg, model, use_gloo_process_groups=False)
+        self.optimizer_class = type(getattr(optimizer, "optimizer", optimizer)).__module__ + "." + \
+            type(getattr(optimizer, "optimizer", optimizer)).__name__
+        fwd_bwd = get_forward_backward_func()
+        mbs, seq = p["mbs"], m["seq"]
+        nmb = p["gbs"] // (p["dp"] * mbs)
+        dp_rank = ps.get_data_parallel_rank()
+        g = torch.Generator(device="cuda")
+        g.manual_seed(1000 + dp_rank)
+        tokens = torch.randint(m["vocab"], (mbs, seq), device="cuda", generator=g)
+        labels = torch.randint(m["vocab"], (mbs, seq), device="cuda", generator=g)
+        pos = torch.arange(seq, device="cuda").unsqueeze(0).expand(mbs, seq).contiguous()
+
+        def batches():
+            while True:
+                yield tokens, labels, pos
+
+        def forward_step(data_iterator, mdl):
+            tok, lab, ps_ids = next(data_iterator)
+            out = mdl(tok, ps_ids, None, labels=lab)
+
+            def loss_func(output_tensor):
+                loss = output_tensor.float().mean()
+                return loss, {"loss": loss.detach()}
+            return out, loss_func
+
+        def forward_backward():
+            for mc in model:
+                mc.zero_grad_buffer()
+            optimizer.zero_grad()
+            data = [batches() for _ in model] if len(model) > 1 else batches()
+            fwd_bwd(forward_step_func=forward_step, data_iterator=data, model=model if len(model) > 1 else model[0],
+                    num_microbatches=nmb, seq_length=seq, micro_batch_size=mbs, decoder_seq_length=seq,
+                    forward_only=False)
+
+        def step():
+            forward_backward()
+            optimizer.step()
+
+        step.phases = (forward_backward, optimizer.step)
+        self._held = (model, optimizer)
+        return step
+
+    def release(self):
+        self._held = None
+
+
+# ----------------------------------------------------------------------------------- torch-native
+
+def _native_model_cls():
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as Fn
+
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    except ImportError:  # pragma: no cover
+        SDPBackend = sdpa_kernel = None
+
+    def rope(x, cos, sin):          # x [b, s, h, d]; cos/sin [s, d/2]
+        x1, x2 = x[..., 0::2], x[..., 1::2]
+        c, s_ = cos[None, :, None, :], sin[None, :, None, :]
+        return torch.stack((x1 * c - x2 * s_, x1 * s_ + x2 * c), dim=-1).flatten(-2)
+
+    def norm(kind, h):
+        return nn.RMSNorm(h, eps=1e-5) if kind == "rmsnorm" else nn.LayerNorm(h)
+
+    class Attention(nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            h, nh, nkv = m["hidden"], m["heads"], m["kv_heads"]
+            self.hd, self.rope = h // nh, m["position"] == "rope"
+            b = m["linear_bias"]
+            self.wq = nn.Linear(h, nh * self.hd, bias=b)
+            self.wk = nn.Linear(h, nkv * self.hd, bias=b)
+            self.wv = nn.Linear(h, nkv * self.hd, bias=b)
+            self.wo = nn.Linear(nh * self.hd, h, bias=b)
+            self.flash = True
+
+        def forward(self, x, freqs):
+            bsz, s, _ = x.shape
+            q = self.wq(x).view(bsz, s, -1, self.hd)       # local heads under tensor parallel
+            k = self.wk(x).view(bsz, s, -1, self.hd)
+            v = self.wv(x).view(bsz, s, -1, self.hd)
+            if self.rope:
+                cos, sin = freqs
+                q, k = rope(q, cos, sin).type_as(v), rope(k, cos, sin).type_as(v)
+            q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+            ctx = (sdpa_kernel(SDPBackend.FLASH_ATTENTION) if (q.is_cuda and sdpa_kernel is not None)
+                   else contextlib.nullcontext())
+            with ctx:
+                o = Fn.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=k.shape[1] != q.shape[1])
+            return self.wo(o.transpose(1, 2).reshape(bsz, s, -1))
+
+    class FeedForward(nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            h, f, b = m["hidden"], m["ffn_hidden"], m["linear_bias"]
+            self.gated = m["activation"] == "swiglu"
+            self.w1 = nn.Linear(h, f, bias=b)
+            self.w2 = nn.Linear(f, h, bias=b)
+            if self.gated:
+                self.w3 = nn.Linear(h, f, bias=b)
+
+        def forward(self, x):
+            if self.gated:
+                return self.w2(Fn.silu(self.w1(x)) * self.w3(x))
+            return self.w2(Fn.gelu(self.w1(x), approximate="tanh"))
+
+    class Block(nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.attention_norm = norm(m["norm"], m["hidden"])
+            self.attention = Attention(m)
+            self.ffn_norm = norm(m["norm"], m["hidden"])
+            self.feed_forward = FeedForward(m)
+
+        def forward(self, x, freqs):
+            x = x + self.attention(self.attention_norm(x), freqs)
+            return x + self.feed_forward(self.ffn_norm(x))
+
+    class Transformer(nn.Module):
+        def __init__(self, m, recompute="none"):
+            super().__init__()
+            self.m, self.recompute = m, recompute
+            self.tok_embeddings = nn.Embedding(m["vocab"], m["hidden"])
+            self.pos_embeddings = nn.Embedding(m["seq"], m["hidden"]) if m["position"] == "learned" else None
+            self.layers = nn.ModuleList([Block(m) for _ in range(m["layers"])])
+            self.norm = norm(m["norm"], m["hidden"])
+            self.output = nn.Linear(m["hidden"], m["vocab"], bias=False)
+            hd = m["hidden"] // m["heads"]
+            inv = 1.0 / (10000 ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd))
+            ang = torch.outer(torch.arange(m["seq"], dtype=torch.float32), inv)
+            self.register_buffer("cos", ang.cos(), persistent=False)
+            self.register_buffer("sin", ang.sin(), persistent=False)
+
+        def forward(self, tokens):
+            h = self.tok_embeddings(tokens)
+            if self.pos_embeddings is not None:
+                h = h + self.pos_embeddings.weight[: tokens.shape[1]]
+            freqs = (self.cos, self.sin)
+            for blk in self.layers:
+                if self.recompute == "full":
+                    from torch.utils.checkpoint import checkpoint
+                    h = checkpoint(blk, h, freqs, use_reentrant=False)
+                else:
+                    h = blk(h, freqs)
+            return self.output(self.norm(h))
+
+    return Transformer
+
+
+class NativeRunner:
+    framework = "torchtitan"
+
+    @staticmethod
+    def attention_backend() -> str:
+        return "flash"
+
+    def __init__(self, ctx: Ctx):
+        self.ctx = ctx
+
+    def versions(self) -> dict:
+        return {"attention": "scaled_dot_product_attention (flash)", "tp_plan": "torchtitan llama3 apply_tp"}
+
+    def build(self, c: dict):
+        import torch
+        import torch.nn.functional as Fn
+        from torch.distributed.device_mesh import init_device_mesh
+        m, p = c["model"], c["plan"]
+        ctx = self.ctx
+        if p["pp"] > 1 or p["cp"] > 1 or p["recompute"] == "selective":
+            raise NotImplementedError("torchtitan runner: no pp / cp / selective recompute yet")
+        Transformer = _native_model_cls()
+        torch.manual_seed(0)
+        with torch.device(ctx.dev):
+            model = Transformer(m, p["recompute"])
+        dev_type = "cuda" if ctx.cuda else "cpu"
+        autocast = contextlib.nullcontext
+        loss_ctx = contextlib.nullcontext
+        tp, dp, zero = p["tp"], p["dp"], p["zero_stage"]
+        if tp > 1:
+            from torch.distributed.tensor import Replicate, Shard
+            from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
+                                                           SequenceParallel, loss_parallel, parallelize_module)
+            mesh = init_device_mesh(dev_type, (tp,), mesh_dim_names=("tp",))
+            top = {"tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
+                   "norm": SequenceParallel(),
+                   "output": ColwiseParallel(input_layouts=Shard(1), output_layouts=Shard(-1), use_local_output=False)}
+            if model.pos_embeddings is not None:
+                raise NotImplementedError("torchtitan runner: learned positions under TP")
+            parallelize_module(model, mesh, top)
+            for blk in model.layers:
+                plan = {"attention_norm": SequenceParallel(),
+                        "attention": PrepareModuleInput(input_layouts=(Shard(1), None),
+                                                        desired_input_layouts=(Replicate(), None)),
+                        "attention.wq": ColwiseParallel(), "attention.wk": ColwiseParallel(),
+                        "attention.wv": ColwiseParallel(), "attention.wo": RowwiseParallel(output_layouts=Shard(1)),
+                        "ffn_norm": SequenceParallel(),
+                        "feed_forward": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+                        "feed_forward.w1": ColwiseParallel(), "feed_forward.w2": RowwiseParallel(output_layouts=Shard(1))}
+                if m["activation"] == "swiglu":
+                    plan["feed_forward.w3"] = ColwiseParallel()
+                parallelize_module(blk, mesh, plan)
+            loss_ctx = loss_parallel
+            autocast = lambda: torch.autocast(dev_type, dtype=torch.bfloat16)  # noqa: E731
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+            self.optimizer_class = "torch.optim.AdamW(foreach) under autocast bf16, DTensor params"
+        elif zero == 3:
+            from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+            mesh = init_device_mesh(dev_type, (dp,), mesh_dim_names=("dp_shard",))
+            mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+            for blk in model.layers:
+                fully_shard(blk, mesh=mesh, mp_policy=mp)
+            fully_shard(model, mesh=mesh, mp_policy=mp)
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+            self.optimizer_class = "torch.optim.AdamW(foreach) over FSDP2 shards"
+        else:
+            if dp > 1:
+                from torch.nn.parallel import DistributedDataParallel as DDP
+                model = DDP(model, device_ids=[ctx.local_rank] if ctx.cuda else None)
+            autocast = lambda: torch.autocast(dev_type, dtype=torch.bfloat16)  # noqa: E731
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=ctx.cuda)
+            self.optimizer_class = "torch.optim.AdamW(fused) under autocast bf16"
+        mbs, seq = p["mbs"], m["seq"]
+        nmb = p["gbs"] // (dp * mbs)
+        g = torch.Generator(device=ctx.dev)
+        g.manual_seed(1000 + (ctx.rank // tp))
+        tokens = torch.randint(m["vocab"], (mbs, seq), device=ctx.dev, generator=g)
+        labels = torch.randint(m["vocab"], (mbs, seq), device=ctx.dev, generator=g)
+        no_sync = model.no_sync if hasattr(model, "no_sync") else None
+
+        def micro(last):
+            with autocast():
+                logits = model(tokens)
+            with loss_ctx():
+                loss = Fn.cross_entropy(logits.float().flatten(0, 1), labels.flatten(0, 1)) / nmb
+                loss.backward()
+
+        def step():
+            for i in range(nmb):
+                last = i == nmb - 1
+                if zero == 3 and hasattr(model, "set_requires_gradient_sync"):
+                    model.set_requires_gradient_sync(last)
+                if no_sync is not None and not last:
+                    with no_sync():
+                        micro(last)
+                else:
+                    micro(last)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+        def forward_backward():
+            for i in range(nmb):
+                last = i == nmb - 1
+                if zero == 3 and hasattr(model, "set_requires_gradient_sync"):
+                    model.set_requires_gradient_sync(last)
+                if no_sync is not None and not last:
+                    with no_sync():
+                        micro(last)
+                else:
+                    micro(last)
+
+        def optimizer_step():
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+        step.phases = (forward_backward, optimizer_step)
+        self._held = (model, opt)
+        return step
+
+    def release(self):
+        self._held = None
+
+
+# ----------------------------------------------------------------------------------- child main
+
+def child_main(args):
+    import torch
+    import torch.distributed as dist
+    import common
+    with open(args.cases) as f:
+        cases = json.load(f)
+    ctx = Ctx(args.cpu, args.pg_timeout_s)
+    if ctx.cuda:
+        torch.backends.cuda.matmul.allow_tf32 = False
+    runners = {}
+    done = []
+    t0 = time.time()
+    for i, c in enumerate(cases):
+        if time.time() - t0 > args.budget_s:
+            break
+        if ctx.rank == 0:
+            with open(args.status, "w") as f:
+                f.write(str(i))
+        fw = c["framework"]
+        if fw not in runners:
+            runners[fw] = (MegatronRunner if fw == "megatron-core-local" else NativeRunner)(ctx)
+        runner = runners[fw]
+        rec = dict(kind="plan_step", framework=fw, name=c["name"], **c["model"], **c["plan"], dtype="bfloat16")
+        label = case_label(c)
+        tc = time.time()
+        err, oom, times, peaks, phases = None, False, None, None, {}
+        try:
+            step = runner.build(c)
+            warm, n = steps_for(c)
+            times, peaks, phases = timed_steps(ctx, step, warm, n)
+        except Exception as exc:  # noqa: BLE001
+            oom = common.is_oom(exc)
+            err = common.short_exc(exc)
+            if not oom:
+                import traceback
+                traceback.print_exc(limit=6, file=sys.stdout)
+        step = None
+        runner.release()
+        common.free_memory()
+        # agree across ranks: any rank out of memory -> the case is oom (the other rank's error is
+        # then only the collective it was left waiting in); else any error -> an error
+        flags = torch.tensor([int(oom), int(times is None)], device=ctx.dev)
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+        st = 1 if flags[0].item() else (2 if flags[1].item() else 0)
+        rec["optimizer"] = getattr(runner, "optimizer_class", None)
+        rec["attention"] = runner.attention_backend()
+        if getattr(runner, "norm_impl", None):
+            rec["norm_impl"] = runner.norm_impl
+        if st == 0:
+            rec.update(time_s=float(statistics.median(times)), time_min_s=float(min(times)),
+                       time_max_s=float(max(times)), reps=len(times), step_times_s=[round(x, 6) for x in times],
+                       peak_memory_bytes=peaks[0], peak_reserved_bytes=peaks[1], oom=False,
+                       tokens_per_s=c["plan"]["gbs"] * c["model"]["seq"] / float(statistics.median(times)),
+                       **phases)
+        elif st == 1:
+            rec.update(time_s=None, peak_memory_bytes=None, peak_reserved_bytes=None, oom=True,
+                       error=err or "out of memory on another rank")
+        else:
+            rec = None
+        if ctx.rank == 0:
+            dt = time.time() - tc
+            if rec is None:
+                _log(f"  ERROR {label}: {err}")
+                done.append({"index": i, "error": err or "error on another rank"})
+            elif rec["oom"]:
+                _log(f"  {label}: OOM ({dt:.1f}s)")
+                done.append({"index": i, "record": rec})
+            else:
+                _log(f"  {label}: {rec['time_s'] * 1e3:.1f} ms [{rec['time_min_s'] * 1e3:.1f}, "
+                     f"{rec['time_max_s'] * 1e3:.1f}], peak {rec['peak_memory_bytes'] / 2**30:.2f} GiB "
+                     f"(reserved {rec['peak_reserved_bytes'] / 2**30:.2f}), {rec['tokens_per_s']:.0f} tok/s ({dt:.1f}s)")
+                done.append({"index": i, "record": rec})
+            with open(args.part + ".tmp", "w") as f:
+                json.dump({"done": done, "versions": {k: r.versions() for k, r in runners.items()}}, f)
+            os.replace(args.part + ".tmp", args.part)
+        if st != 0:
+            # a failed case can leave NCCL communicators or cached blocks behind: the launcher goes
+            # on with the remaining cases in fresh processes, so no measurement runs after a failure
+            break
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+# ----------------------------------------------------------------------------------- launcher
+
+def gpu_clocks() -> list[dict]:
+    """nvidia-smi's clocks, temperature and power per GPU (empty where there is no nvidia-smi)."""
+    q = "index,name,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw,power.limit,driver_version"
+    try:
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={q}", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=20).stdout
+    except Exception:  # noqa: BLE001
+        return []
+    keys = q.split(",")
+    return [dict(zip(keys, (v.strip() for v in line.split(",")))) for line in out.strip().splitlines() if line.strip()]
+
+
+def launch(args):
+    import common
+    import torch
+    cases = [c for c in grid(args.grid) if c["plan"]["world"] == args.nproc]
+    if args.shard:
+        i, n = (int(x) for x in args.shard.split("/"))
+        cases = cases[i::n]
+    if args.only:
+        keep = args.only.split(",")
+        cases = [c for c in cases if any(k in case_label(c) for k in keep)]
+    info = common.device_info(world=args.nproc, suite=f"plan_step:{args.grid}",
+                              nccl=common.nccl_version_str() if torch.cuda.is_available() else None)
+    info["gpu_clocks_start"] = gpu_clocks()
+    info["env"] = {k: os.environ.get(k) for k in ("CUDA_DEVICE_MAX_CONNECTIONS", "NCCL_NVLS_ENABLE",
+                                                  "TORCH_SYMM_MEM_DISABLE_MULTICAST", "OMP_NUM_THREADS")}
+    info["timing"] = ("synchronized wall time per step (device sync + barrier before, device sync after), "
+                      "max over ranks; time_s = median over the timed steps after warm-up")
+    rec = common.Recorder(args.out, info)
+    import tempfile
+    work = tempfile.mkdtemp(prefix="plan_step_")      # children's case lists, parts and logs
+    t0 = time.time()
+    pending = list(cases)
+    # cases expected to fail run alone, after the rest
+    order = [c for c in pending if not c.get("risky")] + [c for c in pending if c.get("risky")]
+    batches, cur = [], []
+    for c in order:
+        if c.get("risky"):
+            if cur:
+                batches.append(cur)
+                cur = []
+            batches.append([c])
+        else:
+            cur.append(c)
+    if cur:
+        batches.append(cur)
+    child_n = 0
+    for batch in batches:
+        while batch:
+            left = args.budget_s - (time.time() - t0)
+            if left < 30:
+                common.log(f"budget reached: {sum(len(b) for b in batches)} cases not run")
+                batch = []
+                break
+            child_n += 1
+            cf, part, status = (os.path.join(work, f"{n}_{child_n}.json") for n in ("cases", "part", "status"))
+            with open(cf, "w") as f:
+                json.dump(batch, f)
+            for pth in (part, status):
+                if os.path.exists(pth):
+                    os.remove(pth)
+            cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={args.nproc}",
+                   "--master_port", str(args.port_base + child_n % 50), os.path.abspath(__file__), "child",
+                   "--cases", cf, "--part", part, "--status", status, "--budget-s", str(max(10.0, left - 25)),
+                   "--pg-timeout-s", str(args.pg_timeout_s)] + (["--cpu"] if args.cpu else [])
+            common.log(f"== child {child_n}: {len(batch)} cases, {left:.0f}s left")
+            logf = os.path.join(work, f"log_{child_n}.txt")
+            with open(logf, "w") as lf:
+                proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                try:
+                    for line in proc.stdout:
+                        lf.write(line)
+                        if not line.startswith(("[rank", "W1", "I1")) or "Error" in line:
+                            sys.stdout.write(line)
+                    proc.wait(timeout=max(5, left))
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+            with open(logf) as lf:
+                text = lf.read()
+            done = {}
+            if os.path.exists(part):
+                with open(part) as f:
+                    pj = json.load(f)
+                info.setdefault("frameworks", {}).update(pj.get("versions", {}))
+                done = {d["index"]: d for d in pj["done"]}
+            for i in sorted(done):
+                d = done[i]
+                if "record" in d:
+                    rec.add(d["record"])
+                else:
+                    rec.error(f"{case_label(batch[i])}: {d['error']}")
+            nxt = max(done) + 1 if done else 0
+            if nxt < len(batch) and proc.returncode not in (0, None):
+                # the child died inside case nxt: an OOM that left a rank waiting, or a crash
+                c = batch[nxt]
+                oom = "out of memory" in text.lower() or "OutOfMemoryError" in text
+                if oom:
+                    r = dict(kind="plan_step", framework=c["framework"], name=c["name"], **c["model"], **c["plan"],
+                             dtype="bfloat16", time_s=None, peak_memory_bytes=None, peak_reserved_bytes=None,
+                             oom=True, error="out of memory; the run ended in that case (a rank died or waited)")
+                    rec.add(r)
+                    common.log(f"  {case_label(c)}: OOM (child died)")
+                else:
+                    tail = " ".join(text.strip().splitlines()[-3:])[-300:]
+                    rec.error(f"{case_label(c)}: child exited {proc.returncode}: {tail}")
+                nxt += 1
+            elif nxt < len(batch) and (not done or time.time() - t0 > args.budget_s - 30):
+                nxt = len(batch)          # budget stop inside the child
+            batch = batch[nxt:]
+    info["gpu_clocks_end"] = gpu_clocks()
+    info["errors"] = rec.errors
+    rec.flush()
+    common.log(f"done: {len(rec.records)} records, {len(rec.errors)} errors, {time.time() - t0:.0f}s")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    la = sub.add_parser("launch")
+    la.add_argument("--grid", default="smoke")
+    la.add_argument("--nproc", type=int, default=1)
+    la.add_argument("--out", required=True)
+    la.add_argument("--budget-s", type=float, default=300)
+    la.add_argument("--only", default=None, help="comma-separated substrings of case labels to keep")
+    la.add_argument("--cpu", action="store_true")
+    la.add_argument("--shard", default=None, help="i/n: keep every n-th case from the i-th (parallel 1-GPU runs)")
+    la.add_argument("--port-base", type=int, default=29500)
+    la.add_argument("--pg-timeout-s", type=float, default=60)
+    ls = sub.add_parser("list")
+    ls.add_argument("--grid", default="main")
+    ch = sub.add_parser("child")
+    ch.add_argument("--cases", required=True)
+    ch.add_argument("--part", required=True)
+    ch.add_argument("--status", required=True)
+    ch.add_argument("--budget-s", type=float, default=300)
+    ch.add_argument("--pg-timeout-s", type=float, default=90)
+    ch.add_argument("--cpu", action="store_true")
+    args = ap.parse_args()
+    if args.cmd == "list":
+        for c in grid(args.grid):
+            print(case_label(c) + (" (risky)" if c.get("risky") else ""))
+    elif args.cmd == "child":
+        child_main(args)
+    else:
+        launch(args)
+
+
+if __name__ == "__main__":
+    main()

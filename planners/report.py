@@ -124,6 +124,8 @@ def result_dict(r: SearchResult, request: Optional[dict] = None) -> dict:
         "plans": [{**candidate_dict(c, i + 1, best, r.model), "rank_label": label, "tied_with_best": i < r.ties}
                   for i, (c, label) in enumerate(zip(r.candidates, rank_labels(r)))],
         "ties": r.ties,
+        "set_aside": [{"layout": c.shape.describe(), "zero_stage": c.shape.zero, "step_time_s": c.result.step_time_s,
+                       "extrapolated": list(c.result.confidence.extrapolated)} for c in r.passed_over],
         "notes": list(r.notes),
     }
 

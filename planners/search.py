@@ -122,6 +122,7 @@ class SearchResult:
     notes: list[str] = field(default_factory=list)
     explored: list = field(default_factory=list)
     ties: int = 1               # leading candidates tied within the 80% band (planners/ties.py)
+    passed_over: list = field(default_factory=list)   # tied plans that looked faster but extrapolate
 
     @property
     def best(self) -> Candidate:

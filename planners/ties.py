@@ -19,14 +19,18 @@ def tied_count(candidates: list) -> int:
     return sum(1 for c in candidates if c.score <= limit)
 
 
-def apply_ties(result):
+def apply_ties(result, keep: int | None = None):
     """A copy of a SearchResult whose leading tied plans are ordered by validation (then by the
-    search's order) and whose ``ties`` says how many lead as ties (1: no tie)."""
+    search's order), cut to the first ``keep`` plans, and whose ``ties`` says how many of those
+    lead as ties (1: no tie). Searching a wider pool than ``keep`` lets a validated plan that
+    ties with the top one lead even where the search ranked it below ``keep``."""
     cands = list(result.candidates)
     n = tied_count(cands)
     order = {id(c): i for i, c in enumerate(cands)}
     head = sorted(cands[:n], key=lambda c: (c.result.confidence.rank(), order[id(c)]))
-    return replace(result, candidates=head + cands[n:], ties=n)
+    shown = (head + cands[n:])[:keep] if keep else head + cands[n:]
+    passed = [c for c in head if c not in shown and c.score < shown[0].score]
+    return replace(result, candidates=shown, ties=min(n, len(shown)), passed_over=passed)
 
 
 def rank_labels(result) -> list[str]:
@@ -47,5 +51,18 @@ def tie_sentence(result) -> str | None:
     pref = ("the one listed first rests on validated data" if conf.validated else
             "none of them rests only on validated data; the one listed first has the fewest extrapolations")
     spread = max(c.score for c in result.candidates[:n]) / min(c.score for c in result.candidates[:n]) - 1
-    return (f"plans 1-{n} are within the 80% band of the top prediction ({conf.short()}; they differ by up to "
+    text = (f"plans 1-{n} are within the 80% band of the top prediction ({conf.short()}; they differ by up to "
             f"{spread:.1%}): the model cannot tell them apart; {pref}, then cheaper switches")
+    return text + _passed_over(result)
+
+
+def _passed_over(result) -> str:
+    """'; set aside: N tied plans predicted faster that extrapolate (fastest: ...)' or ''."""
+    passed = getattr(result, "passed_over", None) or []
+    if not passed:
+        return ""
+    fast = min(passed, key=lambda c: c.score)
+    gain = result.candidates[0].result.step_time_s / fast.result.step_time_s - 1
+    why = fast.result.confidence.extrapolated[0] if fast.result.confidence.extrapolated else "less validated"
+    return (f"; set aside: {len(passed)} tied plan(s) predicted up to {gain:.1%} faster that rest on "
+            f"extrapolation (fastest: {fast.shape.describe()} ZeRO-{fast.shape.zero}, {fast.result.step_time_s:.3f} s: {why})")

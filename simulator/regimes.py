@@ -61,7 +61,10 @@ def feature_tags(plan, num_gpus: int, gpus_per_node: int) -> list[str]:
             "tp_cross_node": tp > gpus_per_node, "zero3": zero == 3, "zero3_at_scale": zero == 3 and multi_node,
             "fp8": g("precision") == "fp8", "multi_node": multi_node}
     out = sorted(k for k, on in tags.items() if on)
-    return out + [f"framework:{g('framework') or 'megatron-core'}"]
+    framework = g('framework') or 'megatron-core'
+    if zero >= 2:   # sharded gradients (and parameters) are each framework's own mechanism
+        out.append(f"sharded:{framework}:zero{zero}")
+    return out + [f"framework:{framework}"]
 
 
 def workload(tags: list[str], num_gpus: int) -> str:
@@ -75,4 +78,7 @@ def describe_feature(tag: str) -> str:
     """Plain words for a feature tag."""
     if tag.startswith("framework:"):
         return f"the {tag.split(':', 1)[1]} framework"
+    if tag.startswith("sharded:"):
+        _, framework, zero = tag.split(":")
+        return f"ZeRO-{zero[4:]} as {framework} runs it"
     return FEATURE_WORDS.get(tag, tag)

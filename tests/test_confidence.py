@@ -134,3 +134,21 @@ def test_ties_inside_band_prefer_validated_region():
 def test_no_tie_outside_band():
     r = apply_ties(_result([_cand(1.0, 1.05, (0, 0, 0.05)), _cand(1.2, 1.05, (0, 0, 0.05))]))
     assert r.ties == 1 and rank_labels(r) == ["1", "2"] and tie_sentence(r) is None
+
+
+def test_a_validated_plan_tied_with_faster_extrapolated_ones_leads_and_they_are_named(capsys):
+    """llama3-70b on 1,024 H100s: Megatron FSDP (ZeRO-3 in megatron-core) plans are predicted a few
+    percent faster but no real run validates them; inside the band the validated plan leads and
+    the output names what it set aside and why."""
+    import json
+    from meshcast.cli import main
+    argv = ["plan", "--model", "llama3-70b", "--cluster", "dgx-h100", "--gpus", "1024", "--gbs", "1024",
+            "--seq", "8192", "--top", "3", "--no-progress", "--json"]
+    assert main(argv) == 0
+    doc = json.loads(capsys.readouterr().out)
+    first = doc["plans"][0]
+    assert first["confidence"]["validated"] and first["tied_with_best"]
+    aside = doc["set_aside"]
+    assert aside and all(a["extrapolated"] for a in aside)
+    assert min(a["step_time_s"] for a in aside) < first["step_time_s"]
+    assert any("megatron-core" in reason for a in aside for reason in a["extrapolated"])

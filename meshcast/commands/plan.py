@@ -94,6 +94,7 @@ def add_parser(subparsers) -> None:
     p.set_defaults(run=run)
 
 
+TIE_POOL = 12              # plans searched (distinct layouts) among which ties are ordered by validation
 HEADROOM_FRACTION = 0.05   # peak memory is within ~5% on 2-GPU steps (docs/validation.md)
 
 
@@ -173,8 +174,11 @@ def run(args: argparse.Namespace) -> int:
                          uneven=not args.even_layers)
     objective = Objective(kind, args.tokens, args.days, price)
     progress = args.progress if args.progress is not None else sys.stderr.isatty()
-    res = apply_ties(search(model, args.cluster, c, calibration=cal, objective=objective, top=args.top, progress=progress,
-                 inner=args.inner, solver=args.solver, time_limit_s=args.time_limit, keep_explored=bool(args.output)))
+    # search a wider pool than shown, so that validated plans tied with the top one can lead
+    pool = max(args.top, TIE_POOL)
+    res = apply_ties(search(model, args.cluster, c, calibration=cal, objective=objective, top=pool, progress=progress,
+                 inner=args.inner, solver=args.solver, time_limit_s=args.time_limit, keep_explored=bool(args.output)),
+                     keep=args.top)
     gpus_text = args.gpus or str(c.gpus[0])
     request = {"model": model.name, "cluster": cluster.name, "gpus": gpus_text, "gbs": args.gbs, "seq": c.seq,
                "framework": args.framework,

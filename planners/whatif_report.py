@@ -68,8 +68,10 @@ def describe_plan_text(b) -> str:
     if p.dp is not None:
         parts.append(f"dp={p.dp}")
     parts += [f"mbs={p.mbs}", f"gbs={p.gbs}" if p.gbs else "gbs=dp*mbs", f"seq={p.seq or 'model'}"]
-    if p.zero_stage != 1:
+    if p.zero_stage is not None:
         parts.append(f"zero={p.zero_stage}")
+    if p.framework != "megatron-core":
+        parts.append(f"framework={p.framework}")
     if p.recompute != "none":
         parts.append(f"recompute={p.recompute}")
     return " ".join(parts)

@@ -495,8 +495,23 @@ def make_constraints(model: ModelSpec, cluster: str, *, gpus=None, gbs, seq: Opt
     if fixed.get("vp", 1) > 1 and "interleaved" not in sched:
         raise MeshcastError("vp", "vp > 1 needs the interleaved schedule in --schedules")
     from simulator.frameworks import get_framework
-    if not get_framework((base or ParallelPlan()).framework).parallelism.arbitrary_split:
+    fw = get_framework((base or ParallelPlan()).framework)
+    _check_fixed_against_framework(fw, fixed)
+    if not fw.parallelism.arbitrary_split:
         limits["uneven"] = False      # the framework splits layers itself: only even splits are searched
     return Constraints(gpus=tuple(counts), gbs=(glo, ghi), seq=seq, fixed=fixed,
                        min_headroom_bytes=min_headroom_gb * 1e9, base=base or ParallelPlan(), schedules=sched,
                        **{k: v for k, v in limits.items() if v is not None})
+
+
+def _check_fixed_against_framework(fw, fixed: dict) -> None:
+    """A pinned degree or ZeRO stage the framework does not offer is the user's conflict: name the
+    framework's rule rather than let the search report whichever constraint it met first."""
+    par = fw.parallelism
+    for name, offered in (("tp", par.tp), ("pp", par.pp), ("cp", par.cp), ("ep", par.ep)):
+        if (fixed.get(name) or 1) > 1 and not offered:
+            raise MeshcastError(name, f"{fw.name} has no {name} > 1 (--framework selects another; "
+                                      "`meshcast catalog frameworks` lists them)")
+    if fixed.get("zero_stage") is not None and fixed["zero_stage"] not in fw.zero:
+        raise MeshcastError("zero", f"{fw.name} has no ZeRO-{fixed['zero_stage']}; it offers "
+                                    f"{', '.join(map(str, fw.zero_stages))}")

@@ -260,6 +260,19 @@ def _cases() -> list[tuple[str, list[str], str]]:
                               "--mbs", "1", "--gbs", "100"], "not a multiple of dp*mbs"))
     add(("plan-405b-on-8", ["plan", "--model", "llama3-405b", "--cluster", "dgx-h100", "--gpus", "8", "--gbs", "64"],
          "GPUs or more would hold it"))
+    # ---- frameworks: an unknown one lists the known; a plan it cannot run names its rule ------------
+    add(("simulate-framework-unknown", SIM + ["--framework", "nemo"], "framework"))
+    add(("simulate-torchtitan-zero1", SIM + ["--framework", "torchtitan", "--zero", "1"], "torchtitan: has no ZeRO-1"))
+    add(("simulate-deepspeed-tp2", SIM + ["--framework", "deepspeed", "--tp", "2"], "deepspeed: has no tensor parallelism"))
+    add(("simulate-local-fp8", SIM + ["--framework", "megatron-core-local", "--precision", "fp8"], "megatron-core-local"))
+    add(("simulate-megatron-gpipe", SIM + ["--pp", "2", "--schedule", "gpipe"], "megatron-core: has no gpipe schedule"))
+    add(("simulate-export-mismatch", SIM + ["--export", "torchtitan"], "export"))
+    add(("simulate-export-file-bad-dir", SIM + ["--export", "megatron", "-O", "/nonexistent/dir/run.sh"], "export-file"))
+    add(("simulate-from-megatron-missing", SIM + ["--from-megatron-args", "/nonexistent/run.sh"], "/nonexistent/run.sh"))
+    add(("plan-deepspeed-ep8", ["plan", "--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--gpus", "64",
+                                "--gbs", "128", "--framework", "deepspeed", "--ep", "8"], "deepspeed has no ep"))
+    add(("plan-torchtitan-zero1", PLAN[:7] + ["--gbs", "64", "--framework", "torchtitan", "--zero", "1"],
+         "torchtitan has no ZeRO-1"))
     for argv, field in ((["--sweep", "warp=1"], "sweep"), (["--sweep", "gpus="], "sweep"), (["--sweep", "gpus=x"], "gpus"),
                         (["--tokens", "-5"], "tokens"), (["--pue", "0.5"], "pue"), (["--jobs", "0"], "jobs"),
                         (["--replan-fix", "tp"], "replan-fix"), (["--price", "cheap"], "price")):

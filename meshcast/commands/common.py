@@ -202,7 +202,7 @@ def load_inputs(args: argparse.Namespace, plan=None):
     return model, hw, cal, note
 
 
-OUTPUT_OPTIONS = (("output", "output"), ("trace", "trace"), ("write_plan", "write-plan"))
+OUTPUT_OPTIONS = (("output", "output"), ("trace", "trace"), ("write_plan", "write-plan"), ("export_file", "export-file"))
 
 
 def _input_paths(args: argparse.Namespace) -> list[str]:

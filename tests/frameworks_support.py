@@ -131,3 +131,30 @@ def torchtitan_modules():
     if not hasattr(manager, "ConfigManager") or not hasattr(manager.ConfigManager, "_maybe_load_toml"):
         return None, "this torchtitan configures in Python (>= 0.3); the TOML export targets 0.2.x"
     return (manager, ParallelDims), ""
+
+
+def torchtitan_job(found, text: str, world_size: int, tmp_path):
+    """(job config, ParallelDims) from torchtitan's own ConfigManager and ParallelDims for a TOML
+    export; raises what torchtitan raises when it rejects the config."""
+    manager, ParallelDims = found
+    path = tmp_path / "job.toml"
+    path.write_text(text)
+    job = manager.ConfigManager().parse_args(["--job.config_file", str(path)])
+    par = job.parallelism
+    dims = ParallelDims(dp_replicate=par.data_parallel_replicate_degree, dp_shard=par.data_parallel_shard_degree,
+                        cp=par.context_parallel_degree, tp=par.tensor_parallel_degree,
+                        pp=par.pipeline_parallel_degree, ep=par.expert_parallel_degree,
+                        etp=par.expert_tensor_parallel_degree, world_size=world_size)
+    return job, dims
+
+
+def deepspeed_config(config_module, text: str, dp: int):
+    """DeepSpeed's own DeepSpeedConfig of a JSON export (``deepspeed.runtime.config``, with
+    dist.get_rank answering 0: no process group on CPU)."""
+    import json
+    saved = config_module.dist.get_rank
+    config_module.dist.get_rank = lambda *a, **k: 0
+    try:
+        return config_module.DeepSpeedConfig(json.loads(text), mpu=FakeMPU(dp))
+    finally:
+        config_module.dist.get_rank = saved

@@ -70,12 +70,23 @@ def megatron_arguments_module():
             sys.modules.setdefault(name, _stub(name))
     if str(MEGATRON_LM) not in sys.path:
         sys.path.insert(0, str(MEGATRON_LM))
+    _forget_other_megatron()
     try:
         import megatron.training.arguments as arguments
     except Exception as exc:   # noqa: BLE001 - any import failure is a reason to skip
         return None, f"megatron.training.arguments does not import: {type(exc).__name__}: {exc}"
     arguments.get_device_arch_version = lambda: 9
     return arguments, ""
+
+
+def _forget_other_megatron() -> None:
+    """Drop megatron modules imported from elsewhere (the megatron-core wheel, checked first by
+    tests/megatron_core_check.py): the checkout's megatron.training needs the checkout's own core."""
+    root = str(MEGATRON_LM / "megatron")
+    for name in [n for n in sys.modules if n == "megatron" or n.startswith("megatron.")]:
+        where = getattr(sys.modules[name], "__file__", None) or ""
+        if not where.startswith(root) and not where.startswith("/stub/"):
+            del sys.modules[name]
 
 
 def megatron_validate(arguments, argv: list[str], world_size: int, env: dict[str, str]):

@@ -25,6 +25,7 @@ from models.schema import ModelSpec
 from simulator.calibration import DEFAULT, Calibration
 from simulator.engine import simulate
 from simulator.frameworks import get_framework
+from simulator.frameworks.rules import recompute_at_least
 from simulator.plan import ParallelPlan
 from simulator.result import Result
 
@@ -364,6 +365,8 @@ class Search:
             return
         n, _ = found
         full = split_tuple(split, self.model.num_layers, shape.pp)
+        if n is not None and fixed is None:      # the least count the framework can say, at or above n
+            n = recompute_at_least(self._fw, n, max(full), shape.vp)
         lb = self._pipe(shape, self.oracle.stage_times(self._layer_times(shape), full, shape.recompute, n), p2p)
         if lb > self.obj.deadline_step(shape.gbs * self.c.seq):
             return
@@ -376,7 +379,7 @@ class Search:
         reduction under a stage's own per-micro-batch time; ZeRO-3 gathers under its layers), so
         step(n') >= max(pipeline bound(n'), step(n) - max_s Δ_s)."""
         full = split_tuple(split, self.model.num_layers, shape.pp)
-        nxt = None if n + 1 >= max(full) else n + 1
+        nxt = recompute_at_least(self._fw, n + 1, max(full), shape.vp)
         lt = self._layer_times(shape)
         before = self.oracle.stage_times(lt, full, shape.recompute, n)
         after = self.oracle.stage_times(lt, full, shape.recompute, nxt)
@@ -549,7 +552,8 @@ def brute_force(model: ModelSpec, cluster: str, constraints: Constraints, *, cal
             usable = hw.accelerator.hbm_capacity_bytes - constraints.min_headroom_bytes
             for split in layer_splits(L, sh.pp, sh.vp, constraints.uneven):
                 full = split_tuple(split, L, sh.pp)
-                for n in recompute_layer_options(full, sh.recompute, constraints.fix("recompute_layers")):
+                for n in recompute_layer_options(full, sh.recompute, constraints.fix("recompute_layers"),
+                                                 fw=get_framework(constraints.base.framework), vp=sh.vp):
                     plan = sh.to_plan(constraints.base, constraints.seq, split, n)
                     try:
                         res = simulate(model, hw, plan, calibration)

@@ -437,13 +437,17 @@ def all_batches(c: Constraints, unit: int, pp: int, schedule) -> list[int]:
     return [m * unit for m in range(hi // unit, 0, -1) if m % step == 0 and lo <= m * unit <= hi]
 
 
-def recompute_layer_options(split: tuple[int, ...], mode: str, fixed: Optional[int] = None) -> list[Optional[int]]:
-    """``recompute_layers`` values that differ for a split: 1 .. max stage - 1, and None (all)."""
+def recompute_layer_options(split: tuple[int, ...], mode: str, fixed: Optional[int] = None, fw=None,
+                            vp: int = 1) -> list[Optional[int]]:
+    """``recompute_layers`` values that differ for a split: 1 .. max stage - 1 (those the framework
+    ``fw`` can express, when given), and None (all)."""
     if mode != "full":
         return [None]
     if fixed is not None:
         return [fixed]
-    return list(range(1, max(split))) + [None]
+    from simulator.frameworks.rules import recompute_expressible
+    top = max(split)
+    return [n for n in range(1, top) if fw is None or recompute_expressible(fw, n, top, vp)] + [None]
 
 
 def split_tuple(split: Optional[tuple[int, ...]], num_layers: int, pp: int) -> tuple[int, ...]:

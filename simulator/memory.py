@@ -13,7 +13,7 @@ optimizer state per parameter and N_d data-parallel shards, bytes/param are
               larger of one block's unsharded bf16 + fp32 gradients (with the head's bf16
               gradient) and the root's, reduced last
 ZeRO-3 under the zero recipe (DeepSpeed) gathers module by module instead of block by block: it
-holds its live-parameter and prefetch budgets (1e9 + 5e8 parameters by default, at least the
+holds its live-parameter and prefetch budgets (1e9 + 5e7 parameters by default, at least the
 largest matrix) and one module's gradients plus a 5e8-element reduce bucket.
 ZeRO-1 divides the optimizer term by N_d, ZeRO-2 also the gradients, ZeRO-3 also the weights.
 Offload (ZeRO-Offload / ZeRO-Infinity) moves the optimizer states (and, from ZeRO-2, the
@@ -162,10 +162,11 @@ def model_state_bytes(ctx: Context, dense: float, expert: float) -> tuple[float,
     return weights, grads, opt
 
 
-# DeepSpeed ZeRO-3 defaults (DeepSpeed configuration docs, "zero_optimization"): parameters kept
-# gathered before release, prefetched ahead, and the gradient reduce bucket (elements)
+# DeepSpeed's ZeRO defaults (deepspeed/runtime/zero/config.py DeepSpeedZeroConfig, 0.19:
+# stage3_max_live_parameters 1e9, stage3_prefetch_bucket_size 5e7, reduce_bucket_size 5e8):
+# parameters kept gathered before release, prefetched ahead, and the gradient reduce bucket (elements)
 DS_MAX_LIVE_PARAMS = 1e9
-DS_PREFETCH_PARAMS = 5e8
+DS_PREFETCH_PARAMS = 5e7
 DS_REDUCE_BUCKET = 5e8
 
 

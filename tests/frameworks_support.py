@@ -70,12 +70,23 @@ def megatron_arguments_module():
             sys.modules.setdefault(name, _stub(name))
     if str(MEGATRON_LM) not in sys.path:
         sys.path.insert(0, str(MEGATRON_LM))
+    _forget_other_megatron()
     try:
         import megatron.training.arguments as arguments
     except Exception as exc:   # noqa: BLE001 - any import failure is a reason to skip
         return None, f"megatron.training.arguments does not import: {type(exc).__name__}: {exc}"
     arguments.get_device_arch_version = lambda: 9
     return arguments, ""
+
+
+def _forget_other_megatron() -> None:
+    """Drop megatron modules imported from elsewhere (the megatron-core wheel, checked first by
+    tests/megatron_core_check.py): the checkout's megatron.training needs the checkout's own core."""
+    root = str(MEGATRON_LM / "megatron")
+    for name in [n for n in sys.modules if n == "megatron" or n.startswith("megatron.")]:
+        where = getattr(sys.modules[name], "__file__", None) or ""
+        if not where.startswith(root) and not where.startswith("/stub/"):
+            del sys.modules[name]
 
 
 def megatron_validate(arguments, argv: list[str], world_size: int, env: dict[str, str]):
@@ -131,3 +142,30 @@ def torchtitan_modules():
     if not hasattr(manager, "ConfigManager") or not hasattr(manager.ConfigManager, "_maybe_load_toml"):
         return None, "this torchtitan configures in Python (>= 0.3); the TOML export targets 0.2.x"
     return (manager, ParallelDims), ""
+
+
+def torchtitan_job(found, text: str, world_size: int, tmp_path):
+    """(job config, ParallelDims) from torchtitan's own ConfigManager and ParallelDims for a TOML
+    export; raises what torchtitan raises when it rejects the config."""
+    manager, ParallelDims = found
+    path = tmp_path / "job.toml"
+    path.write_text(text)
+    job = manager.ConfigManager().parse_args(["--job.config_file", str(path)])
+    par = job.parallelism
+    dims = ParallelDims(dp_replicate=par.data_parallel_replicate_degree, dp_shard=par.data_parallel_shard_degree,
+                        cp=par.context_parallel_degree, tp=par.tensor_parallel_degree,
+                        pp=par.pipeline_parallel_degree, ep=par.expert_parallel_degree,
+                        etp=par.expert_tensor_parallel_degree, world_size=world_size)
+    return job, dims
+
+
+def deepspeed_config(config_module, text: str, dp: int):
+    """DeepSpeed's own DeepSpeedConfig of a JSON export (``deepspeed.runtime.config``, with
+    dist.get_rank answering 0: no process group on CPU)."""
+    import json
+    saved = config_module.dist.get_rank
+    config_module.dist.get_rank = lambda *a, **k: 0
+    try:
+        return config_module.DeepSpeedConfig(json.loads(text), mpu=FakeMPU(dp))
+    finally:
+        config_module.dist.get_rank = saved

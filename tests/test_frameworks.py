@@ -44,6 +44,9 @@ def test_unknown_framework_lists_the_known_ones(capsys):
     ("megatron-core", dict(tp=2, pp=2, zero_stage=2), "zero_stage"),    # Megatron FSDP + PP: not modelled
     ("torchtitan", dict(tp=2, zero_stage=0), "zero_stage"),            # DDP only on a 1-D mesh
     ("torchtitan", dict(tp=2, zero_stage=3, sequence_parallel=False), "sequence_parallel"),
+    ("torchtitan", dict(tp=2, cp=32, zero_stage=0), "zero_stage"),      # FSDP2 whenever cp > 1
+    ("megatron-core", dict(tp=2, pp=2, vp=2, recompute="full", recompute_layers=3), "recompute_layers"),
+    ("torchtitan", dict(tp=2, zero_stage=3, recompute="full", recompute_layers=7), "recompute_layers"),
     ("pytorch", dict(tp=2, zero_stage=3), "tp"),
     ("pytorch", dict(zero_stage=1), "zero_stage"),
 ])
@@ -113,3 +116,44 @@ def test_planner_returns_only_plans_the_framework_can_launch(framework):
         p = cand.result.plan
         assert p.framework == framework and framework_violation(fw, model, p) is None
         assert p.zero_stage in fw.zero_stages and p.recipe == fw.recipe(p.zero_stage)
+
+
+def test_torchtitan_expert_tensor_parallelism_is_1_or_tp():
+    """torchtitan ParallelDims._validate: "Currently we only support ETP=TP or ETP=1"."""
+    model, hw = load_model("mixtral-8x7b"), load_hardware("dgx-h100", 64)
+    ok = dict(framework="torchtitan", tp=4, ep=4, zero_stage=3, mbs=1, gbs=64)
+    for etp in (1, 4):
+        assert simulate(model, hw, ParallelPlan(etp=etp, **ok)).step_time_s > 0
+    with pytest.raises(PlanError) as err:
+        simulate(model, hw, ParallelPlan(etp=2, **ok))
+    assert err.value.field == "etp" and "torchtitan" in err.value.reason
+
+
+def test_recompute_counts_are_the_ones_the_framework_can_say():
+    """Megatron's block method counts layers per model chunk (n = k * vp); torchtitan's layer
+    SAC wraps every k-th layer (n = top // k); DeepSpeed leaves it to the model code."""
+    from simulator.frameworks.rules import recompute_at_least, recompute_expressible
+    mc, tt, ds = (get_framework(n) for n in ("megatron-core", "torchtitan", "deepspeed"))
+    assert [n for n in range(1, 16) if recompute_expressible(mc, n, 16, 4)] == [4, 8, 12]
+    assert [n for n in range(1, 32) if recompute_expressible(tt, n, 32, 1)] == \
+        sorted({32 // k for k in range(2, 33)})
+    assert all(recompute_expressible(ds, n, 16, 1) for n in range(1, 16))
+    assert recompute_at_least(mc, 5, 16, 4) == 8 and recompute_at_least(mc, 13, 16, 4) is None
+    assert recompute_at_least(tt, 11, 32, 1) == 16
+
+
+@pytest.mark.parametrize("framework", ["megatron-core", "torchtitan"])
+def test_planner_proposes_only_recompute_counts_the_framework_can_say(framework):
+    from planners.search import brute_force
+    from simulator.frameworks.rules import recompute_expressible
+    model = load_model("llama3-8b")
+    c = make_constraints(model, "dgx-h100", gpus=16, gbs=64, seq=8192, base=ParallelPlan(framework=framework),
+                         max_vp=4, max_mbs=1, fixed={"recompute": "full"})
+    fw = get_framework(framework)
+    found = [c_.result.plan for c_ in search(model, "dgx-h100", c, top=10).candidates]
+    found += [r.plan for _, r in brute_force(model, "dgx-h100", c, top=10)]
+    counted = [p for p in found if p.recompute_layers is not None]
+    assert counted, "the grid should need partial recompute somewhere"
+    for p in counted:
+        top = max(p.layers_per_stage) if p.layers_per_stage else model.num_layers // p.pp
+        assert recompute_expressible(fw, p.recompute_layers, top, p.vp), p

@@ -62,7 +62,7 @@ def test_zero_stages_shrink_model_states_as_the_zero_paper_says(gpt_22b, h100_cl
         root = m.vocab * m.hidden * (1 if m.tied_embeddings else 2) + 2 * m.hidden
         block = (psi - root) / m.num_layers
         big = m.hidden * m.ffn_hidden                      # the largest matrix: one MLP weight
-        w -= 2 * max(big, min(2 * block, 1e9 + 5e8))       # stage3_max_live_parameters + prefetch
+        w -= 2 * max(big, min(2 * block, 1e9 + 5e7))       # stage3_max_live_parameters + prefetch (DeepSpeed defaults)
         g -= 2 * (big + min(block, 5e8))                   # one module's grads + reduce_bucket_size
     if stage == 1:
         expect = 4 + 12 / 64
@@ -74,7 +74,7 @@ def test_fsdp_holds_whole_blocks_and_deepspeed_its_live_budget(gpt_22b, h100_clu
     # DeepSpeed gathers module by module up to stage3_max_live_parameters + prefetch: for a model
     # whose blocks exceed that budget, DeepSpeed's gathered working set is the smaller one
     m = gpt_22b
-    psi = m.num_layers * 4e9                              # 4e9-parameter blocks: 2 blocks > 1.5e9
+    psi = m.num_layers * 4e9                              # 4e9-parameter blocks: 2 blocks > 1e9 + 5e7
     root = m.vocab * m.hidden * (1 if m.tied_embeddings else 2) + 2 * m.hidden
     block = (psi - root) / m.num_layers
     fsdp = _ctx(m, h100_cluster, tp=1, dp=64, zero_stage=3, framework="torchtitan", mbs=1, gbs=64)
@@ -84,7 +84,7 @@ def test_fsdp_holds_whole_blocks_and_deepspeed_its_live_budget(gpt_22b, h100_clu
     wd, _, _ = model_state_bytes(ds, psi, 0.0)
     assert wf == pytest.approx(4 * psi / 64)                               # fp32 shards only
     assert f.block_weights + f.root_weights == pytest.approx(2 * 2 * block + 2 * root)
-    assert wd - 2 * psi / 64 == pytest.approx(2 * 1.5e9)
+    assert wd - 2 * psi / 64 == pytest.approx(2 * (1e9 + 5e7))
     assert wd - 2 * psi / 64 < f.block_weights + f.root_weights
 
 

@@ -18,7 +18,7 @@ Violation = Optional[tuple[str, str]]
 def framework_violation(fw: FrameworkProfile, model: ModelSpec, plan) -> Violation:
     """The first rule of ``fw`` that a plan (degrees resolved) breaks, as (field, reason)."""
     for check in (_zero_rule, _degree_rule, _schedule_rule, _precision_rule, _feature_rule, _kernel_rule,
-                  _SPECIFIC.get(fw.name, _no_rule)):
+                  _recompute_rule, _SPECIFIC.get(fw.name, _no_rule)):
         found = check(fw, model, plan)
         if found:
             return found
@@ -92,14 +92,57 @@ def _kernel_rule(fw: FrameworkProfile, model: ModelSpec, plan) -> Violation:
     return None
 
 
+def _recompute_rule(fw: FrameworkProfile, model: ModelSpec, plan) -> Violation:
+    """Full recompute of N layers per stage exists only where the framework's option says exactly N."""
+    n = plan.recompute_layers
+    if plan.recompute != "full" or n is None:
+        return None
+    top = max(plan.layers_per_stage) if plan.layers_per_stage else model.num_layers // plan.pp
+    if n >= top or recompute_expressible(fw, n, top, plan.vp):
+        return None
+    if fw.export == "megatron":
+        return _say(fw, "recompute_layers", f"--recompute-method block recomputes --recompute-num-layers layers of "
+                                            f"each of the vp={plan.vp} model chunks: {n} is not a multiple of vp")
+    return _say(fw, "recompute_layers", f"layer SAC checkpoints every k-th of a stage's {top} layers "
+                                        f"({top} // k layers): no k gives {n}")
+
+
+def recompute_expressible(fw: FrameworkProfile, n: int, top: int, vp: int) -> bool:
+    """Whether ``fw`` can recompute exactly ``n`` of a stage's ``top`` layers (n < top).
+
+    Megatron-Core: --recompute-method block --recompute-num-layers k recomputes the first k layers
+    of every model chunk (megatron/core/transformer/transformer_block.py _checkpointed_forward,
+    "block"), so n = k * vp. torchtitan: activation_checkpoint mode "selective" with
+    selective_ac_option "k" wraps every k-th block (torchtitan/distributed/activation_checkpoint.py
+    _apply_layer_sac: ``_layer_sac_count % ac_freq == 0``), so n = top // k. DeepSpeed: the model
+    code wraps whichever layers it wants in deepspeed.checkpointing.checkpoint."""
+    if fw.export == "megatron":
+        return n % vp == 0
+    if fw.export == "torchtitan":
+        return top // (top // n) == n
+    return True
+
+
+def recompute_at_least(fw: FrameworkProfile, n: int, top: int, vp: int) -> Optional[int]:
+    """The least recompute count >= ``n`` that ``fw`` expresses exactly; None (every layer) if none below ``top``."""
+    return next((m for m in range(n, top) if recompute_expressible(fw, m, top, vp)), None)
+
+
 def _torchtitan_rule(fw: FrameworkProfile, model: ModelSpec, plan) -> Violation:
     """torchtitan applies DDP (data_parallel_replicate without shard) only to a 1-D mesh
-    (torchtitan/distributed/parallel_dims.py; parallelize.py apply_ddp)."""
+    (torchtitan/distributed/parallel_dims.py; parallelize.py apply_ddp); FSDP2 whenever cp > 1
+    (parallelize.py: ``if parallel_dims.fsdp_enabled``); expert TP of 1 or tp only."""
     if plan.zero_stage == 0 and plan.dp > 1 and (plan.tp > 1 or plan.pp > 1 or plan.cp > 1 or plan.ep > 1):
         return _say(fw, "zero_stage", "runs DDP (data_parallel_replicate_degree) only without other parallelism; "
                                       "use ZeRO-3 (FSDP2, data_parallel_shard_degree)")
     if plan.ep > 1 and plan.zero_stage != 3:
         return _say(fw, "ep", "composes expert parallelism with FSDP2 only (ZeRO-3)")
+    if plan.cp > 1 and plan.zero_stage != 3:
+        return _say(fw, "zero_stage", "shards parameters with FSDP2 over the context-parallel mesh whenever cp > 1 "
+                                      "(ParallelDims.fsdp_enabled is dp_shard or cp enabled): cp needs ZeRO-3")
+    if plan.ep > 1 and plan.expert_tp not in (1, plan.tp):
+        return _say(fw, "etp", f"supports expert tensor parallelism of 1 or tp={plan.tp} only "
+                               "(ParallelDims._validate: ETP=TP or ETP=1)")
     return None
 
 

@@ -82,8 +82,6 @@ def _parallelism(m: ModelSpec, p: ParallelPlan, notes: list) -> dict:
     if p.zero_stage == 3 and p.dp == 1 and p.cp == 1:
         notes.append("torchtitan applies FSDP2 only over data_parallel_shard_degree > 1 (or cp > 1); "
                      "with one data-parallel rank it runs unsharded")
-    if m.moe is not None and p.ep > 1 and p.expert_tp not in (1, p.tp):
-        notes.append(f"torchtitan supports expert tensor parallelism of 1 or tp only (etp={p.expert_tp})")
     if p.pp > 1:
         out["pipeline_parallel_schedule"] = SCHEDULES[p.pipeline_schedule]
         out["pipeline_parallel_microbatch_size"] = p.mbs
@@ -126,8 +124,8 @@ def _checkpoint(m: ModelSpec, p: ParallelPlan, notes: list) -> dict:
     n = p.recompute_layers
     if n is None or n >= k:
         return {"mode": "full"}
-    every = max(1, round(k / n))
-    if k % n:
+    every = k // n     # exact where recompute_expressible (the planner proposes only those)
+    if k // every != n:
         notes.append(f"{n} of {k} layers per stage recomputed is exported as every {every}-th layer "
                      f"({k // every} layers); torchtitan checkpoints every N-th layer")
     return {"mode": "selective", "selective_ac_option": str(every)}

@@ -30,6 +30,8 @@ class LinkEfficiency:
     ``alpha_s``: Simple protocol's fixed cost per algorithm step (launch + hop latency), seconds.
     ``bandwidth_fraction``: Simple's achieved fraction of the tier's per-direction bandwidth.
     ``ll_alpha_s``, ``ll_bandwidth_fraction``: the same for the low-latency protocol.
+    ``chunk_bytes``: pipeline chunk of a chained (ring) broadcast: each rank past the first hop
+    waits for one chunk, min(B, chunk), before forwarding (0: no fill term).
     """
 
     alpha_s: float
@@ -37,6 +39,7 @@ class LinkEfficiency:
     ll_alpha_s: float = 0.0
     ll_bandwidth_fraction: float = 0.0
     ll_max_bytes: float = 65536.0
+    chunk_bytes: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,8 @@ class Calibration:
                                  family (layernorm, softmax, ...); default hbm_fraction
       collective_fraction[kind]  NCCL's achieved bandwidth of a collective relative to all_reduce
       collective_alpha_fraction[kind]  its fixed cost relative to all_reduce's per step
+      collective_shard_steps[kind]     δ: extra time δ·S/β on the rank's own shard S of a ring
+                                 collective (crosses no link, same kernel); 0 = none
     Communication (per tier kind: nvlink, pcie, xgmi, scale_out):
       links[kind]                LinkEfficiency
     """
@@ -100,6 +105,7 @@ class Calibration:
     memory_op_fraction: dict = field(default_factory=dict)
     collective_fraction: dict = field(default_factory=dict)
     collective_alpha_fraction: dict = field(default_factory=dict)
+    collective_shard_steps: dict = field(default_factory=dict)
     links: dict = field(default_factory=lambda: {
         "nvlink": LinkEfficiency(alpha_s=8.0e-6, bandwidth_fraction=0.80, ll_alpha_s=5.0e-6, ll_bandwidth_fraction=0.3),
         "xgmi": LinkEfficiency(alpha_s=10.0e-6, bandwidth_fraction=0.70),
@@ -125,7 +131,8 @@ class Calibration:
 DEFAULT = Calibration()
 
 
-DICT_PARAMETERS = ("gemm_peak_fraction", "memory_op_fraction", "collective_fraction", "collective_alpha_fraction")
+DICT_PARAMETERS = ("gemm_peak_fraction", "memory_op_fraction", "collective_fraction", "collective_alpha_fraction",
+                   "collective_shard_steps")
 
 
 FRACTIONS = ("gemm_unaligned_fraction", "hbm_fraction", "attention_fwd_fraction", "attention_bwd_fraction",
@@ -148,13 +155,14 @@ def _profile_schema() -> type:
     link = pydantic.create_model("LinkParameters", __config__=cfg, alpha_s=(nonneg, None),
                                  bandwidth_fraction=(fraction, None), ll_alpha_s=(nonneg, None),
                                  ll_bandwidth_fraction=(Annotated[float, Field(ge=0, le=1)], None),
-                                 ll_max_bytes=(nonneg, None))
+                                 ll_max_bytes=(nonneg, None), chunk_bytes=(nonneg, None))
     spec = {name: (Optional[fraction if name in FRACTIONS else nonneg], None)
             for name, value in DEFAULT.to_dict().items() if isinstance(value, float)}
     spec.update(gemm_peak_fraction=(Optional[dict[str, fraction]], None),
                 memory_op_fraction=(Optional[dict[str, fraction]], None),
                 collective_fraction=(Optional[dict[str, positive]], None),
                 collective_alpha_fraction=(Optional[dict[str, positive]], None),
+                collective_shard_steps=(Optional[dict[str, nonneg]], None),
                 links=(Optional[dict[str, link]], None))
     return pydantic.create_model("ProfileParameters", __config__=cfg, **spec)
 

@@ -12,13 +12,16 @@ per-rank buffer of B bytes, achieved bandwidth β and per-step cost α:
   all_reduce     ring  2(n-1)/n · B/β + 2(n-1)h      tree  2·B/β + 2⌈log2 n⌉h  (fewer steps)
   reduce_scatter (n-1)/n · B/β + (n-1)h               B = full input
   all_gather     (n-1) · B/β + (n-1)h                 B = input shard
-  all_to_all     (n-1)/n · B/β + (n-1)h
-  broadcast      B/β + ⌈log2 n⌉h                      (pipelined ring / tree)
+  all_to_all     (n-1)/n · B/β + h                    (n-1 concurrent sends, one hop deep)
+  broadcast      B/β + (n-2)·min(B, L)/β + (n-1)h     (pipelined chain of n-1 hops, chunk L)
   send_recv      B/β + h
 each plus the call's fixed cost α (launch, synchronisation, protocol setup; calibrated per
 collective kind), with h the per-hop latency of the tier (catalog ``latency_s``). NCCL sends
 messages up to a size threshold with a low-latency protocol (its own α and β) and larger ones
-with its bandwidth protocol; both lines and the threshold are calibrated.
+with its bandwidth protocol; both lines and the threshold are calibrated. Ring collectives also
+spend δ·S/β on the rank's own shard S (B/n; all_gather: B), work that crosses no link but runs in
+the same kernel and channels (δ = ``collective_shard_steps[kind]``, fitted): this is why the bus
+bandwidth of all-gather and reduce-scatter rises from two ranks to four, (n-1)/(n-1+δ) of β.
 
 A group spanning several level-0 domains with k members in each runs hierarchically
 (reduce-scatter inside the domain, the collective across domains on B/k, all-gather inside):
@@ -50,6 +53,7 @@ class Level:
     ll_beta_Bps: float = 0.0
     hop_s: float = 0.0        # per-step hop latency (catalog latency_s)
     ll_max_bytes: float = 0.0 # largest message sent with the low-latency protocol
+    chunk_bytes: float = 0.0  # pipeline chunk of a chained broadcast (0: no fill term)
 
 
 @dataclass(frozen=True)
@@ -59,12 +63,16 @@ class Fabric:
     levels: tuple[Level, ...]
     kind_fraction: tuple = ()      # ((collective, bandwidth fraction), ...) relative to all_reduce
     kind_alpha: tuple = ()         # ((collective, fixed-cost fraction), ...)
+    kind_shard: tuple = ()         # ((collective, shard steps δ), ...)
 
     def fraction(self, kind: str) -> float:
         return _lookup(self.kind_fraction, kind)
 
     def alpha_fraction(self, kind: str) -> float:
         return _lookup(self.kind_alpha, kind)
+
+    def shard_steps(self, kind: str) -> float:
+        return _lookup(self.kind_shard, kind, 0.0)
 
     def level_for_span(self, span: int) -> Level:
         """The innermost level whose domain holds ``span`` consecutive GPUs."""
@@ -74,11 +82,11 @@ class Fabric:
         return self.levels[-1]
 
 
-def _lookup(pairs: tuple, key: str) -> float:
+def _lookup(pairs: tuple, key: str, default: float = 1.0) -> float:
     for k, v in pairs:
         if k == key:
             return v
-    return 1.0
+    return default
 
 
 def fabric_from_hardware(hw: Hardware, cal: Calibration = DEFAULT) -> Fabric:
@@ -89,40 +97,64 @@ def fabric_from_hardware(hw: Hardware, cal: Calibration = DEFAULT) -> Fabric:
     eff = cal.link(intra.kind)
     bw0 = intra.bandwidth_per_direction_Bps
     levels = [Level("intra_node", intra.kind, span0, bw0, eff.alpha_s, bw0 * eff.bandwidth_fraction,
-                    eff.ll_alpha_s, bw0 * eff.ll_bandwidth_fraction, intra.latency_s, eff.ll_max_bytes)]
+                    eff.ll_alpha_s, bw0 * eff.ll_bandwidth_fraction, intra.latency_s, eff.ll_max_bytes, eff.chunk_bytes)]
     for tier in hw.cluster.tiers:
         share = tier.nics_per_node * tier.nic_bandwidth_per_direction_Bps / node.gpus_per_node
         share /= tier.oversubscription
         span = hw.num_gpus if tier.span_nodes is None else tier.span_nodes * node.gpus_per_node
         e = cal.link("scale_out")
         levels.append(Level(tier.name, "scale_out", max(span, span0), share, e.alpha_s, share * e.bandwidth_fraction,
-                            e.ll_alpha_s, share * e.ll_bandwidth_fraction, tier.latency_s, e.ll_max_bytes))
+                            e.ll_alpha_s, share * e.ll_bandwidth_fraction, tier.latency_s, e.ll_max_bytes,
+                            e.chunk_bytes))
     return Fabric(tuple(levels), tuple(sorted(cal.collective_fraction.items())),
-                  tuple(sorted(cal.collective_alpha_fraction.items())))
+                  tuple(sorted(cal.collective_alpha_fraction.items())),
+                  tuple(sorted(cal.collective_shard_steps.items())))
 
 
 def flat_time(level: Level, kind: str, nbytes: float, n: int, fraction: float = 1.0,
-              alpha_fraction: float = 1.0) -> float:
+              alpha_fraction: float = 1.0, shard_steps: float = 0.0) -> float:
     """Time of one collective among ``n`` ranks all on ``level`` (formulas in the module doc):
-    the faster of NCCL's low-latency and bandwidth protocols; ``fraction`` and
-    ``alpha_fraction`` scale the achieved bandwidth and fixed cost for this collective kind."""
+    NCCL's low-latency protocol up to ``ll_max_bytes``, its bandwidth protocol above;
+    ``fraction``, ``alpha_fraction`` and ``shard_steps`` (δ) are this collective kind's
+    bandwidth and fixed-cost factors and its own-shard term."""
     if n <= 1 or nbytes <= 0:
         return 0.0
     if level.ll_beta_Bps > 0 and nbytes <= level.ll_max_bytes:
-        return _alpha_beta(kind, nbytes, n, level.ll_alpha_s * alpha_fraction, level.ll_beta_Bps * fraction,
-                           level.hop_s)
-    return _alpha_beta(kind, nbytes, n, level.alpha_s * alpha_fraction, level.beta_Bps * fraction, level.hop_s)
+        a, b = level.ll_alpha_s, level.ll_beta_Bps
+    else:
+        a, b = level.alpha_s, level.beta_Bps
+    t = _alpha_beta(kind, nbytes, n, a * alpha_fraction, b * fraction, level.hop_s)
+    return t + shard_steps * shard_bytes(kind, nbytes, n) / (b * fraction) + \
+        _chain_fill(kind, nbytes, n, level.chunk_bytes, b * fraction)
+
+
+def shard_bytes(kind: str, nbytes: float, n: int) -> float:
+    """The rank's own shard of a ring collective: the input of an all-gather, 1/n of the buffer
+    of reduce-scatter, all-reduce and all-to-all; 0 for broadcast and send/recv."""
+    if kind == "all_gather":
+        return nbytes
+    if kind in ("reduce_scatter", "all_reduce", "all_to_all"):
+        return nbytes / n
+    return 0.0
+
+
+def _chain_fill(kind: str, nbytes: float, n: int, chunk: float, b: float) -> float:
+    """Pipeline fill of a chained broadcast: each of the n-2 ranks past the first hop waits for
+    one chunk (at most the whole message) before it forwards; 0 when no chunk is calibrated."""
+    if kind != "broadcast" or chunk <= 0 or n <= 2:
+        return 0.0
+    return (n - 2) * min(nbytes, chunk) / b
 
 
 def steps(kind: str, n: int) -> int:
-    """Algorithm steps (hops on the critical path) of a ring/tree collective over ``n`` ranks."""
+    """Hops on the critical path over ``n`` ranks: ring or tree all-reduce, ring all-gather and
+    reduce-scatter, a chained broadcast (NCCL's ring broadcast, n-1 hops), one hop for send/recv
+    and all-to-all (n-1 concurrent point-to-point sends)."""
     if kind == "all_reduce":
         return min(2 * (n - 1), 2 * math.ceil(math.log2(n)))
-    if kind in ("reduce_scatter", "all_to_all", "all_gather"):
+    if kind in ("reduce_scatter", "all_gather", "broadcast"):
         return n - 1
-    if kind == "broadcast":
-        return math.ceil(math.log2(n))
-    if kind == "send_recv":
+    if kind in ("send_recv", "all_to_all"):
         return 1
     raise ValueError(f"unknown collective {kind!r}")
 
@@ -142,6 +174,12 @@ def _alpha_beta(kind: str, nbytes: float, n: int, a: float, b: float, hop: float
     return fixed + nbytes / b
 
 
+def _flat(fabric: Fabric, level: Level, kind: str, nbytes: float, n: int) -> float:
+    """:func:`flat_time` on ``level`` with the fabric's factors for collective ``kind``."""
+    return flat_time(level, kind, nbytes, n, fabric.fraction(kind), fabric.alpha_fraction(kind),
+                     fabric.shard_steps(kind))
+
+
 def collective_time(fabric: Fabric, kind: str, nbytes: float, n: int, stride: int = 1) -> float:
     """Time of collective ``kind`` over a group of ``n`` ranks spaced ``stride`` apart in rank
     order (ranks fill a node first), with ``nbytes`` per rank as MEASUREMENTS.md defines."""
@@ -149,10 +187,10 @@ def collective_time(fabric: Fabric, kind: str, nbytes: float, n: int, stride: in
         return 0.0
     inner = fabric.levels[0]
     if len(fabric.levels) == 1:
-        return flat_time(inner, kind, nbytes, n, fabric.fraction(kind), fabric.alpha_fraction(kind))
+        return _flat(fabric, inner, kind, nbytes, n)
     block = stride * n                                  # consecutive ranks one group's block covers
     if block <= inner.span_gpus and inner.span_gpus % block == 0:
-        return flat_time(inner, kind, nbytes, n, fabric.fraction(kind), fabric.alpha_fraction(kind))
+        return _flat(fabric, inner, kind, nbytes, n)
     if block % inner.span_gpus:
         # blocks not aligned to the inner domains (tp=3 or 6 on 8-GPU nodes): some groups
         # straddle two domains, with an unequal split of members that the hierarchical algorithm
@@ -160,7 +198,7 @@ def collective_time(fabric: Fabric, kind: str, nbytes: float, n: int, stride: in
         # crosses (the outer tier, each crossing rank on its own share of the NICs), and the
         # step waits on the slowest group
         outer = fabric.level_for_span(max(block, inner.span_gpus + 1))
-        return flat_time(outer, kind, nbytes, n, fabric.fraction(kind), fabric.alpha_fraction(kind))
+        return _flat(fabric, outer, kind, nbytes, n)
     k = max(1, min(n, inner.span_gpus // stride))      # members sharing one inner domain
     outer = fabric.level_for_span(stride * n)
     r = n // k                                          # inner domains the group spans

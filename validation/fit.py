@@ -70,13 +70,20 @@ def host_targets(rec: dict) -> list[tuple[str, float]]:
     return out
 
 
+RING_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")   # have an own-shard term δ
+
+
 def comm_params(link: str) -> list[Param]:
-    """α and β of one link kind, and NCCL's per-collective bandwidth relative to all-reduce."""
+    """α and β of one link kind, NCCL's per-collective bandwidth and fixed cost relative to
+    all-reduce, each ring collective's own-shard steps δ and the chained broadcast's chunk
+    (the last two are constrained only by records on more than two GPUs)."""
     others = [k for k in COLLECTIVE_KINDS if k != "all_reduce"]
     return [Param(f"links.{link}.alpha_s", 1e-6, 200e-6), Param(f"links.{link}.bandwidth_fraction", 0.1, 1.0),
-            Param(f"links.{link}.ll_alpha_s", 1e-6, 200e-6), Param(f"links.{link}.ll_bandwidth_fraction", 0.02, 1.0)] + \
+            Param(f"links.{link}.ll_alpha_s", 1e-6, 200e-6), Param(f"links.{link}.ll_bandwidth_fraction", 0.02, 1.0),
+            Param(f"links.{link}.chunk_bytes", 0.0, 64 * 2 ** 20)] + \
         [Param(f"collective_fraction.{k}", 0.2, 2.0) for k in others] + \
-        [Param(f"collective_alpha_fraction.{k}", 0.2, 5.0) for k in COLLECTIVE_KINDS]
+        [Param(f"collective_alpha_fraction.{k}", 0.2, 5.0) for k in COLLECTIVE_KINDS] + \
+        [Param(f"collective_shard_steps.{k}", 0.0, 2.0) for k in RING_KINDS]
 
 
 def get_value(cal: Calibration, path: str) -> float:
@@ -86,7 +93,7 @@ def get_value(cal: Calibration, path: str) -> float:
         return getattr(cal.links[parts[1]], parts[2])
     if len(parts) == 2:
         d = getattr(cal, parts[0])
-        default = cal.hbm_fraction if parts[0] == "memory_op_fraction" else 1.0
+        default = {"memory_op_fraction": cal.hbm_fraction, "collective_shard_steps": 0.0}.get(parts[0], 1.0)
         return d.get(parts[1], default)
     return getattr(cal, path)
 
@@ -206,7 +213,8 @@ def comm_seeds(link: str) -> list[dict]:
              f"links.{link}.ll_alpha_s": 70e-6, f"links.{link}.ll_bandwidth_fraction": 0.78},
             {f"links.{link}.alpha_s": 75e-6, f"links.{link}.bandwidth_fraction": 0.75,
              f"links.{link}.ll_alpha_s": 35e-6, f"links.{link}.ll_bandwidth_fraction": 0.25}]
-    return [{**shape, f"links.{link}.ll_max_bytes": float(2 ** k)} for shape in shapes for k in (14, 15, 16, 17, 19)]
+    extra = {f"links.{link}.chunk_bytes": 8.0 * 2 ** 20, **{f"collective_shard_steps.{k}": 0.2 for k in RING_KINDS}}
+    return [{**shape, **extra, f"links.{link}.ll_max_bytes": float(2 ** k)} for shape in shapes for k in (14, 15, 16, 17, 19)]
 
 
 def split_holdout(n: int, every: int = 5) -> tuple[list[int], list[int]]:

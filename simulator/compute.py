@@ -59,14 +59,30 @@ class DeviceModel:
 
     accelerator: Accelerator
     cal: Calibration = DEFAULT
+    sustained: bool = False      # heavy tensor-core work held for seconds (training): power-limited clock
 
     @property
     def name(self) -> str:
         return self.accelerator.name
 
     def peak(self, dtype: str) -> float:
-        """Achievable dense peak, FLOP/s: datasheet peak x ``gemm_peak_fraction[dtype]``."""
-        return self.accelerator.peak_flops(dtype) * self.cal.gemm_fraction(dtype)
+        """Achievable dense peak, FLOP/s: datasheet peak x ``gemm_peak_fraction[dtype]``, times
+        the sustained-clock rate factor under sustained load (:meth:`clock_rate`)."""
+        return self.accelerator.peak_flops(dtype) * self.cal.gemm_fraction(dtype) * self.clock_rate(dtype)
+
+    def clock_rate(self, dtype: str) -> float:
+        """Tensor-core rate relative to a short burst: 1 for a burst; under sustained load
+        1 / (φ / (f_sustained/f_max) + 1 − φ) (simulator/power.py), φ =
+        ``gemm_clock_bound_fraction``, f_sustained/f_max = ``sustained_clock_fraction[dtype]``
+        (fp16 and tf32 take bf16's; a dtype with no fraction is never power-limited)."""
+        if not self.sustained:
+            return 1.0
+        fr = self.cal.sustained_clock_fraction
+        frac = fr.get(dtype, fr.get("bf16") if dtype in ("fp16", "tf32") else None)
+        if not frac:
+            return 1.0
+        phi = self.cal.gemm_clock_bound_fraction
+        return 1.0 / (phi / frac + 1.0 - phi)
 
     @property
     def hbm_Bps(self) -> float:
@@ -238,7 +254,7 @@ def _flash_pass(dev: DeviceModel, batch: int, heads: int, kv_heads: int, seq_q: 
     tiles = batch * heads * _tile_sum(n_q, n_kv, causal) + blocks * cal.attention_tile_overhead
     sms = dev.accelerator.sm_count
     wave_eff = blocks / (math.ceil(blocks / sms) * sms)
-    peak = dev.accelerator.peak_flops("bf16")
+    peak = dev.accelerator.peak_flops("bf16") * dev.clock_rate("bf16")
     matmuls, frac = (5, cal.attention_bwd_fraction) if bwd else (2, cal.attention_fwd_fraction)
     tile_flops = matmuls * 2 * bq * bq * head_dim
     compute = tiles * (tile_flops / (peak * frac) + bq * bq / dev.exp_per_s) / wave_eff

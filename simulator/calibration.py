@@ -53,6 +53,13 @@ class Calibration:
       gemm_unaligned_fraction    throughput when a leading dimension is not 16-byte aligned
       kernel_launch_s            fixed per-kernel cost seen by CUDA events (launch + tail)
       gemm_setup_s               extra fixed cost of a library GEMM (heuristic, larger kernel)
+      gemm_fp8_fixed_s           extra fixed cost of an fp8 scaled matmul (torch._scaled_mm:
+                                 scale loads and the scaled epilogue), per call
+      sustained_clock_fraction[dtype]  SM clock under sustained tensor-core load (at the power
+                                 limit) over the clock of a short burst; from the power model
+                                 (docs/cost_model.md "Clocks and power"); 1 = never power-limited
+      gemm_clock_bound_fraction  share of a large GEMM's burst time that scales with the SM
+                                 clock (the rest, memory and synchronisation, does not)
       hbm_fraction               achievable fraction of datasheet HBM bandwidth (streaming)
       attention_fwd_fraction     FlashAttention forward: fraction of bf16 peak at long sequences
       attention_bwd_fraction     FlashAttention backward: fraction of bf16 peak
@@ -90,6 +97,9 @@ class Calibration:
     gemm_unaligned_fraction: float = 0.25
     kernel_launch_s: float = 5.0e-6
     gemm_setup_s: float = 1.0e-6
+    gemm_fp8_fixed_s: float = 0.0
+    sustained_clock_fraction: dict = field(default_factory=dict)
+    gemm_clock_bound_fraction: float = 1.0
     hbm_fraction: float = 0.90
     attention_fwd_fraction: float = 0.65
     attention_bwd_fraction: float = 0.50
@@ -132,10 +142,10 @@ DEFAULT = Calibration()
 
 
 DICT_PARAMETERS = ("gemm_peak_fraction", "memory_op_fraction", "collective_fraction", "collective_alpha_fraction",
-                   "collective_shard_steps")
+                   "collective_shard_steps", "sustained_clock_fraction")
 
 
-FRACTIONS = ("gemm_unaligned_fraction", "hbm_fraction", "attention_fwd_fraction", "attention_bwd_fraction",
+FRACTIONS = ("gemm_unaligned_fraction", "gemm_clock_bound_fraction", "hbm_fraction", "attention_fwd_fraction", "attention_bwd_fraction",
              "attention_softmax_fraction")
 
 
@@ -163,6 +173,7 @@ def _profile_schema() -> type:
                 collective_fraction=(Optional[dict[str, positive]], None),
                 collective_alpha_fraction=(Optional[dict[str, positive]], None),
                 collective_shard_steps=(Optional[dict[str, nonneg]], None),
+                sustained_clock_fraction=(Optional[dict[str, fraction]], None),
                 links=(Optional[dict[str, link]], None))
     return pydantic.create_model("ProfileParameters", __config__=cfg, **spec)
 

@@ -37,6 +37,12 @@ TORCH_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float
 # largest tile is (area / largest area) ** gemm_small_tile_exponent (calibrated).
 GEMM_TILES = ((128, 256), (256, 128), (128, 128), (64, 128), (64, 64))
 GEMM_TILE_K = 64
+# Split-K (cuBLAS) / stream-K (CUTLASS): a GEMM whose output tiles leave SMs idle splits k over
+# several thread blocks and reduces their fp32 partials. At most GEMM_MAX_SPLIT_K splits (a
+# planning bound: with 132 SMs and one tile, 32 splits already fill a quarter of the chip) and
+# at least GEMM_SPLIT_MIN_K of k per split (a few K-tiles: below that the prologue dominates).
+GEMM_MAX_SPLIT_K = 32
+GEMM_SPLIT_MIN_K = 256
 GEMM_ALIGN_BYTES = 16            # TMA / vectorised loads need 16-byte aligned leading dimensions
 ATTENTION_BLOCK_Q = 128          # query rows per FlashAttention thread block
 SFU_PER_SM = 16                  # special-function units per SM (Ampere/Hopper whitepapers)
@@ -53,14 +59,30 @@ class DeviceModel:
 
     accelerator: Accelerator
     cal: Calibration = DEFAULT
+    sustained: bool = False      # heavy tensor-core work held for seconds (training): power-limited clock
 
     @property
     def name(self) -> str:
         return self.accelerator.name
 
     def peak(self, dtype: str) -> float:
-        """Achievable dense peak, FLOP/s: datasheet peak x ``gemm_peak_fraction[dtype]``."""
-        return self.accelerator.peak_flops(dtype) * self.cal.gemm_fraction(dtype)
+        """Achievable dense peak, FLOP/s: datasheet peak x ``gemm_peak_fraction[dtype]``, times
+        the sustained-clock rate factor under sustained load (:meth:`clock_rate`)."""
+        return self.accelerator.peak_flops(dtype) * self.cal.gemm_fraction(dtype) * self.clock_rate(dtype)
+
+    def clock_rate(self, dtype: str) -> float:
+        """Tensor-core rate relative to a short burst: 1 for a burst; under sustained load
+        1 / (φ / (f_sustained/f_max) + 1 − φ) (simulator/power.py), φ =
+        ``gemm_clock_bound_fraction``, f_sustained/f_max = ``sustained_clock_fraction[dtype]``
+        (fp16 and tf32 take bf16's; a dtype with no fraction is never power-limited)."""
+        if not self.sustained:
+            return 1.0
+        fr = self.cal.sustained_clock_fraction
+        frac = fr.get(dtype, fr.get("bf16") if dtype in ("fp16", "tf32") else None)
+        if not frac:
+            return 1.0
+        phi = self.cal.gemm_clock_bound_fraction
+        return 1.0 / (phi / frac + 1.0 - phi)
 
     @property
     def hbm_Bps(self) -> float:
@@ -96,21 +118,56 @@ def _gemm_time(dev: DeviceModel, m: int, n: int, k: int, dtype: str, batch: int)
     if min(m, n, k, batch) <= 0:
         return 0.0
     cal = dev.cal
+    best = gemm_plan(dev, m, n, k, dtype, batch)[0]
+    memory = gemm_bytes(m, n, k, dtype, batch) / dev.hbm_Bps
+    fixed = cal.kernel_launch_s + cal.gemm_setup_s
+    if dtype == "fp8":
+        fixed += cal.gemm_fp8_fixed_s
+    return max(best, memory) + fixed
+
+
+def split_k_factors(tiles: int, k: int, sms: int) -> list[int]:
+    """Split-K factors a library considers for a GEMM of ``tiles`` output tiles (batch
+    included): 1, and, only when the tiles leave SMs idle (fewer tiles than SMs), every s up to
+    ``GEMM_MAX_SPLIT_K`` that still leaves each split at least ``GEMM_SPLIT_MIN_K`` of k and
+    launches no more than one wave of tile-splits (cuBLAS's split-K / CUTLASS's stream-K both
+    exist to fill the SMs of a GEMM whose m·n gives too few tiles)."""
+    out = [1]
+    if tiles >= sms:
+        return out
+    for s in range(2, GEMM_MAX_SPLIT_K + 1):
+        if tiles * s > sms or k < s * GEMM_SPLIT_MIN_K:
+            break
+        out.append(s)
+    return out
+
+
+def gemm_plan(dev: DeviceModel, m: int, n: int, k: int, dtype: str = "bf16", batch: int = 1) -> tuple:
+    """(compute seconds, tile rows, tile cols, split-K factor) of the fastest tiling under the
+    model: for each output tile (tm, tn) and split factor s, waves of ⌈tiles·s / SMs⌉ tile-splits,
+    each over k/s (padded to the K-tile, plus the per-tile overhead), and for s > 1 a reduction
+    of s fp32 partial m×n outputs (written and read back: 8·s·m·n bytes, one extra kernel).
+    The memory roofline and fixed costs are added by :func:`gemm_time`."""
+    cal = dev.cal
     sms = dev.accelerator.sm_count
     per_sm = dev.peak(dtype) / sms
     if not gemm_aligned(m, n, k, dtype):
         per_sm *= cal.gemm_unaligned_fraction
-    k_eff = math.ceil(k / GEMM_TILE_K) * GEMM_TILE_K + cal.gemm_tile_overhead_k
     largest = GEMM_TILES[0][0] * GEMM_TILES[0][1]
-    best = math.inf
+    best = (math.inf, 0, 0, 1)
     for tm, tn in GEMM_TILES:
         eff = (tm * tn / largest) ** cal.gemm_small_tile_exponent
         tiles = math.ceil(m / tm) * math.ceil(n / tn) * batch
-        waves = math.ceil(tiles / sms)
-        # a partial last wave runs its tiles with the whole SM each: no gain beyond 1 tile/SM
-        best = min(best, waves * 2.0 * tm * tn * k_eff / (per_sm * eff))
-    memory = gemm_bytes(m, n, k, dtype, batch) / dev.hbm_Bps
-    return max(best, memory) + cal.kernel_launch_s + cal.gemm_setup_s
+        for s in split_k_factors(tiles, k, sms):
+            k_eff = math.ceil(math.ceil(k / s) / GEMM_TILE_K) * GEMM_TILE_K + cal.gemm_tile_overhead_k
+            waves = math.ceil(tiles * s / sms)
+            # a partial last wave runs its tiles with the whole SM each: no gain beyond 1 tile/SM
+            t = waves * 2.0 * tm * tn * k_eff / (per_sm * eff)
+            if s > 1:
+                t += 8.0 * s * m * n * batch / dev.hbm_Bps + cal.kernel_launch_s
+            if t < best[0]:
+                best = (t, tm, tn, s)
+    return best
 
 
 def gemm_aligned(m: int, n: int, k: int, dtype: str) -> bool:
@@ -197,7 +254,7 @@ def _flash_pass(dev: DeviceModel, batch: int, heads: int, kv_heads: int, seq_q: 
     tiles = batch * heads * _tile_sum(n_q, n_kv, causal) + blocks * cal.attention_tile_overhead
     sms = dev.accelerator.sm_count
     wave_eff = blocks / (math.ceil(blocks / sms) * sms)
-    peak = dev.accelerator.peak_flops("bf16")
+    peak = dev.accelerator.peak_flops("bf16") * dev.clock_rate("bf16")
     matmuls, frac = (5, cal.attention_bwd_fraction) if bwd else (2, cal.attention_fwd_fraction)
     tile_flops = matmuls * 2 * bq * bq * head_dim
     compute = tiles * (tile_flops / (peak * frac) + bq * bq / dev.exp_per_s) / wave_eff

@@ -40,10 +40,14 @@ _DEVICES = IdentityCache()
 _FABRICS = IdentityCache()
 
 
-def device_model(accelerator, cal: Calibration) -> DeviceModel:
+def device_model(accelerator, cal: Calibration, sustained: bool = False) -> DeviceModel:
     """The cost-model view of an accelerator under a calibration, cached by identity so the
-    per-op caches in simulator.compute are shared by every simulation on the same inputs."""
-    return _DEVICES.get((accelerator, cal), (), lambda: DeviceModel(accelerator, cal))
+    per-op caches in simulator.compute are shared by every simulation on the same inputs.
+    ``sustained`` costs tensor-core work at the power-limited clock of back-to-back GEMMs
+    (simulator/power.py). Training steps keep the default (False): applied to whole steps, the
+    pure-GEMM sustained clock over-predicts every measured and published step (docs/cost_model.md,
+    "Clocks and power"), since a step's memory-bound phases lower its average power."""
+    return _DEVICES.get((accelerator, cal), (sustained,), lambda: DeviceModel(accelerator, cal, sustained))
 
 
 def _fabric(hw: Hardware, cal: Calibration) -> Fabric:

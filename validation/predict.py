@@ -55,7 +55,8 @@ def predict_record(rec: dict, hw: Hardware, cal: Calibration) -> Prediction:
 
 def kernel_time(rec: dict, hw: Hardware, cal: Calibration) -> float:
     """Seconds of one kernel record on ``hw.accelerator`` (simulator.compute)."""
-    dev = device_model(hw.accelerator, cal)
+    # kernel records are short bursts (kernels.py), unless sustained.py says otherwise
+    dev = device_model(hw.accelerator, cal, sustained=rec.get("regime") == "sustained")
     kind = rec["kind"]
     if kind == "copy":
         return memory_time(dev, float(rec["bytes_moved"]), op="copy")

@@ -181,3 +181,13 @@ def test_every_harness_case_is_a_plan_meshcast_accepts(grid):
         plan = resolve_plan(plan_model(rec), record_plan(rec), c["plan"]["world"])
         assert plan.dp * plan.tp * plan.pp == c["plan"]["world"]
         assert isinstance(plan_model(rec), ModelSpec)
+
+
+def test_validate_groups_repeats_across_files_with_sample_lists(capsys):
+    """Several files at once (repeat grouping) with plan_step records that carry per-step sample
+    lists: the samples are not part of the case, and nothing tracebacks."""
+    from meshcast.cli import main
+    files = ["validation/measurements/h200_plan_megatron.json", "validation/measurements/h200x2_plan_megatron.json",
+             "validation/measurements/h200x4_train.json"]
+    assert main(["validate", "--measurements", *files]) == 0
+    assert "plan_step" in capsys.readouterr().out

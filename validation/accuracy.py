@@ -127,7 +127,8 @@ def case_key(rec: dict) -> tuple:
     """The case a record measured (kind and configuration, without what was measured), so runs
     of the same case in several files can be grouped."""
     return tuple(sorted((k, v) for k, v in rec.items()
-                        if k not in MEASURED_FIELDS and not k.startswith(("host_", "gpu_"))))
+                        if k not in MEASURED_FIELDS and not k.startswith(("host_", "gpu_"))
+                        and not isinstance(v, (list, dict))))     # samples and nested info are not the case
 
 
 @dataclass

@@ -9,10 +9,8 @@ plotly.js is embedded once, so the page opens offline.
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
-from hardware_specs.fileio import write_text_atomic
 from planners.whatif import Point, Sweep, describe_plan
 from simulator.costing import ENERGY_NOTE
 from simulator.result import BOTTLENECK_NAMES

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from simulator.htmlpage import Cell, Page, Section, Table, num, write_page
-from simulator.palette import BREAKDOWN, MARKS, MEMORY, OPS, PASSES
+from simulator.palette import BREAKDOWN, MARKS, MEMORY, PASSES
 from simulator.result import BOTTLENECK_NAMES, Result
 
 GB = 1e9

@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 from typing import Optional
 
-from hardware_specs.errors import MeshcastError, SpecError
+from hardware_specs.errors import SpecError
 from models.schema import ModelSpec
-from simulator.frameworks.launch import ImportedConfig, LaunchConfig
+from simulator.frameworks.launch import ImportedConfig, LaunchConfig, read_guarded
 from simulator.memory import DS_MAX_LIVE_PARAMS, DS_PREFETCH_PARAMS, DS_REDUCE_BUCKET
 from simulator.plan import ParallelPlan
 
@@ -79,12 +79,7 @@ def _meshcast_keys(m: ModelSpec, p: ParallelPlan) -> dict:
 def read_config(text: str, model: Optional[ModelSpec] = None, num_gpus: Optional[int] = None) -> ImportedConfig:
     """The plan (framework deepspeed) a DeepSpeed JSON describes; needs the world size (``num_gpus``)
     for the data-parallel degree."""
-    try:
-        return _read(text, model, num_gpus)
-    except MeshcastError:
-        raise
-    except (ValueError, ArithmeticError, TypeError, AttributeError, KeyError) as exc:
-        raise SpecError("deepspeed config", f"cannot read it: {type(exc).__name__}: {exc}") from None
+    return read_guarded("deepspeed config", _read, text, model, num_gpus)
 
 
 def _read(text: str, model: Optional[ModelSpec], num_gpus: Optional[int]) -> ImportedConfig:

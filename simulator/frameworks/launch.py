@@ -65,6 +65,18 @@ def require_format(plan, fmt: str) -> None:
                                   f"(--framework selects the framework)")
 
 
+def read_guarded(label: str, read, *args) -> ImportedConfig:
+    """``read(*args)``, with a stray value error from a malformed config turned into one SpecError
+    naming ``label`` (a reader's own MeshcastErrors pass through unchanged)."""
+    from hardware_specs.errors import MeshcastError
+    try:
+        return read(*args)
+    except MeshcastError:
+        raise
+    except (ValueError, ArithmeticError, TypeError, AttributeError, KeyError) as exc:
+        raise SpecError(label, f"cannot read it: {type(exc).__name__}: {exc}") from None
+
+
 def import_config(fmt: str, text: str, model: ModelSpec, num_gpus: int | None = None) -> ImportedConfig:
     """Read a launch config of format ``fmt``; the plan comes back unresolved (resolve_plan checks it)."""
     if fmt not in FORMATS:

@@ -11,9 +11,9 @@ import json
 import tomllib
 from typing import Optional
 
-from hardware_specs.errors import MeshcastError, SpecError
+from hardware_specs.errors import SpecError
 from models.schema import ModelSpec
-from simulator.frameworks.launch import ImportedConfig, LaunchConfig
+from simulator.frameworks.launch import ImportedConfig, LaunchConfig, read_guarded
 from simulator.plan import ParallelPlan
 
 SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B"}
@@ -139,12 +139,7 @@ def _stage_size(m: ModelSpec, p: ParallelPlan) -> int:
 def read_config(text: str, model: Optional[ModelSpec] = None, num_gpus: Optional[int] = None) -> ImportedConfig:
     """The plan (framework torchtitan) a TOML job config describes; the model shapes live in
     torchtitan's flavor registry, so no dimensions come back (the flavor is noted)."""
-    try:
-        return _read(text, model, num_gpus)
-    except MeshcastError:
-        raise
-    except (ValueError, ArithmeticError, TypeError, AttributeError, KeyError) as exc:
-        raise SpecError("torchtitan config", f"cannot read it: {type(exc).__name__}: {exc}") from None
+    return read_guarded("torchtitan config", _read, text, model, num_gpus)
 
 
 def _read(text: str, model: Optional[ModelSpec], num_gpus: Optional[int]) -> ImportedConfig:

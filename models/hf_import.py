@@ -133,6 +133,19 @@ class _Config:
         return value
 
 
+def _rope_base(cfg: _Config):
+    """RoPE base ``rope_theta`` (or ``rope_parameters.rope_theta`` in newer configs); None if absent."""
+    theta = cfg.get("rope_theta", None, spec_field="rope_base")
+    params = cfg.data.get("rope_parameters")
+    if theta is None and isinstance(params, dict):
+        theta = params.get("rope_theta")
+    if theta is None:
+        return None
+    if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 0:
+        raise cfg.error("rope_theta", f"expected a positive number, got {theta!r}")
+    return float(theta)
+
+
 def _activation(cfg: _Config, model_type: str) -> str:
     """ModelSpec activation from ``hidden_act`` (``activation_function`` for GPT-2)."""
     key = {"gpt2": "activation_function", "gemma2": "hidden_activation"}.get(model_type, "hidden_act")
@@ -364,6 +377,9 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
     moe = _moe(cfg, model_type, num_layers, notes)
     if moe is not None:
         spec["moe"] = moe
+    theta = _rope_base(cfg)
+    if theta is not None:
+        spec["rope_base"] = theta
     if model_type in ("qwen3", "qwen3_moe"):
         notes.append("per-head QK RMSNorm (2 x head_dim params per layer) not modelled")
     if model_type in _UNMODELLED:

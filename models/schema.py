@@ -64,6 +64,9 @@ class ModelSpec(_Strict):
     linear_bias: bool = Field(False, description="biases on the attention and MLP linears")
     qkv_bias: Optional[bool] = Field(None, description="bias on QKV only (Qwen2); default linear_bias")
     position: Literal["rope", "learned", "none", "alibi"] = "rope"
+    rope_base: Optional[PositiveFloat] = Field(
+        None, description="RoPE base frequency theta (HF rope_theta); does not change the cost, but a launch "
+        "config must state it to train the same model")
     moe: Optional[MoEConfig] = None
     mla: Optional[MLAConfig] = None
     mtp_layers: int = Field(

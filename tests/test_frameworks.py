@@ -157,3 +157,16 @@ def test_planner_proposes_only_recompute_counts_the_framework_can_say(framework)
     for p in counted:
         top = max(p.layers_per_stage) if p.layers_per_stage else model.num_layers // p.pp
         assert recompute_expressible(fw, p.recompute_layers, top, p.vp), p
+
+
+def test_megatron_export_states_the_models_rope_base():
+    """A launch config must train the same model: Llama 3's RoPE base is 500,000 (its config.json),
+    not Megatron's default 10,000; a model that names none gets the default and a note."""
+    from simulator.frameworks.launch import export_config
+    from simulator.plan import resolve_plan
+    m = load_model("llama3-8b")
+    cfg = export_config(m, resolve_plan(m, ParallelPlan(tp=2, mbs=1, gbs=8), 8))
+    assert "--rotary-base 500000" in cfg.text and not any("rotary" in n for n in cfg.notes)
+    bare = m.model_copy(update={"rope_base": None})
+    cfg = export_config(bare, resolve_plan(bare, ParallelPlan(tp=2, mbs=1, gbs=8), 8))
+    assert "--rotary-base 10000" in cfg.text and any("rotary" in n for n in cfg.notes)

@@ -66,8 +66,9 @@ def _model_args(m: ModelSpec, p: ParallelPlan, a: list, notes: list) -> None:
         position = "rope"
     _add(a, "--position-embedding-type", position)
     if position == "rope":
-        _add(a, "--rotary-base", 10000)
-        notes.append("--rotary-base 10000 assumed (ModelSpec has no RoPE base; it does not change the step time)")
+        _add(a, "--rotary-base", f"{m.rope_base:g}" if m.rope_base else 10000)
+        if not m.rope_base:
+            notes.append("--rotary-base 10000 assumed (the model names no RoPE base; it does not change the step time)")
     _add(a, "--normalization", "RMSNorm" if m.norm == "rmsnorm" else "LayerNorm")
     if m.activation in _ACT:
         _add(a, _ACT[m.activation])

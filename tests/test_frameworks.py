@@ -170,3 +170,15 @@ def test_megatron_export_states_the_models_rope_base():
     bare = m.model_copy(update={"rope_base": None})
     cfg = export_config(bare, resolve_plan(bare, ParallelPlan(tp=2, mbs=1, gbs=8), 8))
     assert "--rotary-base 10000" in cfg.text and any("rotary" in n for n in cfg.notes)
+
+
+def test_validate_takes_a_framework(capsys):
+    """validate --framework keeps the training steps and published runs that ran on it."""
+    from meshcast.cli import main
+    code = main(["validate", "--published", "validation/published/published_runs.csv", "--framework", "deepspeed"])
+    out = capsys.readouterr().out
+    assert code == 0 and "only the 6 of" in out and "ran on deepspeed" in out
+    code = main(["validate", "--measurements", "validation/measurements/h200x2_plan_megatron.json",
+                 "--framework", "torchtitan"])
+    err = capsys.readouterr().err
+    assert code == 2 and "no record of this file ran on torchtitan" in err

@@ -5,7 +5,7 @@ import argparse
 import math
 from pathlib import Path
 
-from meshcast.commands.common import emit_json
+from meshcast.commands.common import FRAMEWORKS, emit_json
 
 
 def add_parser(sub) -> None:
@@ -21,6 +21,9 @@ def add_parser(sub) -> None:
     p.add_argument("--published-layers", help="published per-layer times CSV (published_layer_times.csv)")
     p.add_argument("--hardware", help="accelerator or cluster the measurements ran on (default: from info.gpu)")
     p.add_argument("--calibration", help="calibration profile (default: the accelerator's own, or nearest)")
+    p.add_argument("--framework", choices=FRAMEWORKS,
+                   help="only training steps and published runs that ran on this framework (kernel and collective "
+                        "records run on none and are kept); default: every record, each with its own framework")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("-o", "--output", help="write an HTML report")
     p.set_defaults(run=run)
@@ -42,7 +45,9 @@ def run(args: argparse.Namespace) -> int:
     out: dict = {"files": []}
     all_results = []
     for path in args.measurements:
-        mf = load_measurements(path)
+        mf = framework_records(load_measurements(path), args.framework)
+        if not mf.records:
+            raise MeshcastError(f"{path}: records", f"no record of this file ran on {args.framework}")
         hw = hardware_for(mf, args.hardware)
         cal, note = calibration_for(hw.accelerator, args.calibration)
         results, unsupported = evaluate(mf, hw, cal)
@@ -65,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     if repeats:
         out["repeats"] = [r.to_dict() for r in repeats]
     if args.published:
-        done, out["published"] = published_summary(args.published, args.calibration)
+        done, out["published"] = published_summary(args.published, args.calibration, args.framework)
     if args.published_layers:
         from validation.published import LAYER_IMPLEMENTATIONS, compare_layer_times
         layers = compare_layer_times(args.published_layers, args.calibration)
@@ -84,13 +89,33 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def published_summary(paths: list[str], calibration: str | None) -> tuple[list, dict]:
-    """Compare every row of the published CSVs: per source the rows evaluated and skipped (reasons
-    grouped), MAPE and signed median error; the same per GPU and per precision."""
+def framework_records(mf, framework: str | None):
+    """``mf`` with only the training steps that ran on ``framework`` (a plan_step record names it;
+    the reference train_step runs plain PyTorch); kernel and collective records run on none and stay."""
+    if framework is None:
+        return mf
+    from dataclasses import replace
+
+    def ran_on(rec: dict):
+        if rec.get("kind") == "plan_step":
+            return rec.get("framework")
+        return "pytorch" if rec.get("kind") == "train_step" else framework
+    return replace(mf, records=[r for r in mf.records if ran_on(r) == framework])
+
+
+def published_summary(paths: list[str], calibration: str | None, framework: str | None = None) -> tuple[list, dict]:
+    """Compare every row of the published CSVs (those that ran on ``framework`` when given): per source
+    the rows evaluated and skipped (reasons grouped), MAPE and signed median error; the same per GPU
+    and per precision."""
     from hardware_specs.errors import MeshcastError
     from validation.published import (compare_published, coverage, dtype_label, gpu_label, group_stats,
                                        per_source)
     done, skipped = compare_published(paths, calibration)
+    modelled = len(done)
+    if framework is not None:
+        done = [c for c in done if c.plan.get("framework") == framework]
+        if not done:
+            raise MeshcastError("framework", f"none of the {modelled} modelled published rows ran on {framework}")
     if not done:
         raise MeshcastError(paths[0], f"no row could be modelled (first: row {skipped[0].row}: {skipped[0].reason})")
     return done, {"per_source": per_source(done), "coverage": coverage(done, skipped),
@@ -98,12 +123,15 @@ def published_summary(paths: list[str], calibration: str | None) -> tuple[list, 
                   "per_dtype": group_stats(done, lambda c: dtype_label(c.dtype)),
                   "evaluated": len(done), "rows": len(done) + len(skipped),
                   "runs": [c.__dict__ for c in done], "skipped": [s.__dict__ for s in skipped],
-                  "mape": sum(abs(c.error) for c in done) / len(done)}
+                  "mape": sum(abs(c.error) for c in done) / len(done),
+                  "framework": framework, "modelled": modelled}
 
 
 def format_published(pub: dict) -> list[str]:
     """The text report of the published-run comparison."""
-    lines = [f"published runs: {pub['evaluated']} of {pub['rows']} rows evaluated, MAPE {pub['mape']:.1%}; "
+    only = f" (only the {pub['evaluated']} of {pub['modelled']} modelled rows that ran on {pub['framework']})" \
+        if pub.get("framework") else ""
+    lines = [f"published runs: {pub['evaluated']} of {pub['rows']} rows evaluated{only}, MAPE {pub['mape']:.1%}; "
              f"{len(pub['skipped'])} skipped"]
     for title, key in (("per source", "per_source"), ("per GPU", "per_gpu"), ("per precision", "per_dtype")):
         lines.append(f"  {title}:")

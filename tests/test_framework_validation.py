@@ -19,7 +19,8 @@ from models import load_model
 from simulator.frameworks.launch import export_config
 from simulator.frameworks.megatron_config import megatron_arguments
 from simulator.plan import ParallelPlan, resolve_plan
-from tests.frameworks_support import deepspeed_config, megatron_arguments_module, megatron_validate, torchtitan_modules
+from tests.frameworks_support import (deepspeed_config, megatron_arguments_module, megatron_validate, torchtitan_job,
+                                     torchtitan_modules)
 from tests.megatron_core_check import core_configs, megatron_core_modules
 from tests.launch_grid import GRID
 
@@ -148,15 +149,8 @@ def test_torchtitan_accepts_the_export(model, gpus, plan, tmp_path):
     found, why = torchtitan_modules()
     if found is None:
         pytest.skip(why)
-    manager, ParallelDims = found
-    path = tmp_path / "job.toml"
-    path.write_text(export_config(model, plan).text)
-    job = manager.ConfigManager().parse_args(["--job.config_file", str(path)])
+    job, dims = torchtitan_job(found, export_config(model, plan).text, gpus, tmp_path)
     par = job.parallelism
-    dims = ParallelDims(dp_replicate=par.data_parallel_replicate_degree, dp_shard=par.data_parallel_shard_degree,
-                        cp=par.context_parallel_degree, tp=par.tensor_parallel_degree,
-                        pp=par.pipeline_parallel_degree, ep=par.expert_parallel_degree,
-                        etp=par.expert_tensor_parallel_degree, world_size=gpus)
     assert dims.dp_replicate * dims.dp_shard == plan.dp
     assert job.training.global_batch_size == plan.gbs and job.training.seq_len == plan.seq
     if plan.pp > 1:

@@ -629,19 +629,6 @@ class NativeRunner:
                 loss = Fn.cross_entropy(logits.float().flatten(0, 1), labels.flatten(0, 1)) / nmb
                 loss.backward()
 
-        def step():
-            for i in range(nmb):
-                last = i == nmb - 1
-                if zero == 3 and hasattr(model, "set_requires_gradient_sync"):
-                    model.set_requires_gradient_sync(last)
-                if no_sync is not None and not last:
-                    with no_sync():
-                        micro(last)
-                else:
-                    micro(last)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-
         def forward_backward():
             for i in range(nmb):
                 last = i == nmb - 1
@@ -656,6 +643,10 @@ class NativeRunner:
         def optimizer_step():
             opt.step()
             opt.zero_grad(set_to_none=True)
+
+        def step():
+            forward_backward()
+            optimizer_step()
 
         step.phases = (forward_backward, optimizer_step)
         self._held = (model, opt)

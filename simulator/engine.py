@@ -94,6 +94,7 @@ class OpsSummary:
     groups: dict
     flops: float
     count: int = 0           # ops the host dispatches (eager frameworks launch one by one)
+    count_forward: int = 0   # of which in the forward pass
 
 
 def summarize_ops(ops: list[Op]) -> OpsSummary:
@@ -101,7 +102,8 @@ def summarize_ops(ops: list[Op]) -> OpsSummary:
     seconds, exposed seconds per category, FLOPs and the op count."""
     return OpsSummary(tuple(ops), _sum_phase(ops, ("fwd",)), _sum_phase(ops, ("bwd", "recompute")),
                       _group_time(ops, ("fwd", "bwd", "recompute")),
-                      sum(op.flops for op in ops if op.phase in ("fwd", "bwd")), len(ops))
+                      sum(op.flops for op in ops if op.phase in ("fwd", "bwd")), len(ops),
+                      sum(1 for op in ops if op.phase == "fwd"))
 
 
 def stage_layer_ranges(model: ModelSpec, plan: ParallelPlan) -> list[range]:
@@ -164,28 +166,44 @@ def _step(model: ModelSpec, hardware: Hardware, plan: ParallelPlan, calibration:
         bundles, links, devices = _heterogeneous_stages(model, hardware, plan, calibration, ranges)
     stages = [b.cost if b.cost.index == i else
               StageCost(i, b.cost.layers, b.cost.moe_layers, b.cost.forward_s, b.cost.backward_s, b.cost.groups,
-                        b.cost.flops, b.cost.host_s) for i, b in enumerate(bundles)]
+                        b.cost.flops, b.cost.host_s, b.cost.host_forward_s) for i, b in enumerate(bundles)]
     p2p = lowered[5] if plan.pp > 1 else 0.0
     if links is not None:
         p2p = links if plan.pp > 1 else 0.0
     overlap_p2p = plan.overlap_p2p if plan.overlap_p2p is not None else plan.pipeline_schedule == "interleaved"
     m = plan.microbatches()
-    pipe = pipeline_time([s.forward_s for s in stages], [s.backward_s for s in stages], m, plan.vp, p2p, overlap_p2p,
-                         calibration.comm_overlap_slowdown)
+    # each micro-batch's 2·vp pipeline sends and receives are host-issued calls too
+    p2p_calls = 2 * plan.vp * calibration.host_op_s if plan.pp > 1 else 0.0
+    synced = plan.pp > 1 and get_framework(plan.framework).host.p2p_sync and not overlap_p2p
+    fwd, bwd = _phase_seconds(stages, p2p_calls, synced)
+    pipe = pipeline_time(fwd, bwd, m, plan.vp, p2p, overlap_p2p, calibration.comm_overlap_slowdown)
     dp_exposed = max(b.dp_exposed_s + m * b.dp_microbatch_exposed_s for b in bundles)
     opt = max(b.optimizer_s for b in bundles)
     step = pipe + dp_exposed + opt
     # the GPU cannot run ahead of the host that issues its kernels (eager frameworks); with no
     # synchronisation between steps the host issues the next forward while the GPU still runs
-    # this step's optimizer, so over a step the slower of the two sets the pace
-    # each micro-batch's 2·vp pipeline sends and receives are host-issued calls too
-    p2p_calls = 2 * plan.vp * calibration.host_op_s if plan.pp > 1 else 0.0
+    # this step's optimizer, so over a step the slower of the two sets the pace. Where every
+    # pipeline exchange synchronizes the device, host and GPU meet phase by phase instead
+    # (_phase_seconds) and only the optimizer's issue can still run past the GPU.
     host_issue, host_opt = max(((m * (st.host_s + p2p_calls), b.optimizer_host_s) for st, b in zip(stages, bundles)),
                                key=sum)
-    host_bound = max(0.0, host_issue + host_opt - step)
+    host_bound = max(0.0, host_opt - opt) if synced else max(0.0, host_issue + host_opt - step)
     return _Step(plan, ctx, lowered, ranges, bundles, stages, p2p, overlap_p2p, pipe, dp_exposed,
                  max(b.dp_total_s + m * b.dp_microbatch_total_s for b in bundles), opt, host_bound, step + host_bound, host_issue, host_opt,
                  devices)
+
+
+def _phase_seconds(stages, p2p_calls: float, synced: bool) -> tuple[list[float], list[float]]:
+    """Per-stage forward and backward seconds of one micro-batch for the pipeline schedule: the
+    GPU's, or, where each pipeline exchange synchronizes the device (Megatron-Core's
+    batch_isend_irecv followed by torch.cuda.synchronize, p2p_communication.py), the larger of the
+    GPU's and the host's seconds of that phase, since neither can run ahead past the exchange."""
+    fwd = [s.forward_s for s in stages]
+    bwd = [s.backward_s for s in stages]
+    if not synced:
+        return fwd, bwd
+    return ([max(f, s.host_forward_s + p2p_calls / 2) for f, s in zip(fwd, stages)],
+            [max(b, s.host_s - s.host_forward_s + p2p_calls / 2) for b, s in zip(bwd, stages)])
 
 
 def stage_hardware(hardware: Hardware, plan: ParallelPlan, calibration: Calibration, index: int):
@@ -404,7 +422,8 @@ def _stage_cost(ctx: Context, index: int, layers: range, dense_ops, moe_ops, nor
         f, b = f + f3, b + b3
         groups["dp"] = groups.get("dp", 0.0) + f3 + b3
     flops = sum(o.flops * n for o, n in parts)
-    return StageCost(index, len(layers), n_moe, f, b, groups, flops, _host_seconds(ctx, parts, layers, first, last))
+    host, host_fwd = _host_seconds(ctx, parts, layers, first, last)
+    return StageCost(index, len(layers), n_moe, f, b, groups, flops, host, host_fwd)
 
 
 def _stage_param_tensors(model: ModelSpec, layers: range, first: bool, last: bool) -> int:
@@ -415,18 +434,26 @@ def _stage_param_tensors(model: ModelSpec, layers: range, first: bool, last: boo
     return tensors + (embedding_param_tensors(model) if first else 0) + (head_param_tensors(model) if last else 0)
 
 
-def _host_seconds(ctx: Context, parts, layers: range, first: bool, last: bool) -> float:
-    """Host (CPU) seconds to issue one micro-batch of a stage: ``host_op_s`` per op the eager
-    framework dispatches; under FSDP2, ``fsdp_unit_host_s`` per unit (one per block, and the root
-    module of embedding and head), whose hooks gather, copy and reshard in Python; under DDP,
+def _host_seconds(ctx: Context, parts, layers: range, first: bool, last: bool) -> tuple[float, float]:
+    """Host (CPU) seconds to issue one micro-batch of a stage, and the forward pass's share:
+    ``host_op_s`` per op plain eager PyTorch dispatches, times the framework's ``host.op_scale``
+    (and ``host.tp_op_scale`` under tensor parallelism: DTensor's dispatch, Megatron's
+    communicating autograd functions), plus ``host.microbatch_ops`` op-equivalents of schedule and
+    loss code per micro-batch (simulator/frameworks/profile.py HostCosts, measured by
+    validation/host_fit.py); under FSDP2, ``fsdp_unit_host_s`` per unit (one per block, and the
+    root module of embedding and head), whose hooks gather, copy and reshard in Python; under DDP,
     ``ddp_tensor_host_s`` per parameter tensor (the reducer's autograd hook marks each ready)."""
     cal, p = ctx.dev.cal, ctx.plan
-    t = cal.host_op_s * sum(o.count * n for o, n in parts)
+    host = get_framework(p.framework).host
+    scale = host.op_scale * (host.tp_op_scale if p.tp > 1 else 1.0)
+    ops = sum(o.count * n for o, n in parts)
+    fwd_share = sum(o.count_forward * n for o, n in parts) / ops if ops else 0.5
+    t = cal.host_op_s * (scale * ops + host.microbatch_ops)
     if p.recipe == "torch_fsdp":
         t += cal.fsdp_unit_host_s * (len(layers) + (1 if first or last else 0))
     if p.recipe == "torch_amp" and p.zero_stage == 0 and p.dp * p.cp > 1:
         t += cal.ddp_tensor_host_s * _stage_param_tensors(ctx.model, layers, first, last)
-    return t
+    return t, t * fwd_share
 
 
 def _optimizer_host_seconds(ctx: Context, layers: range, first: bool, last: bool) -> float:

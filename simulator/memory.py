@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass
 
 from models.params import embedding_params, largest_layer_matrix, layer_params, norm_params
 from models.schema import ModelSpec
+from simulator.frameworks import get_framework
 from simulator.identity_cache import IdentityCache
 from simulator.lowering import Context, _attention_dims
 
@@ -249,7 +250,7 @@ def layer_activation_bytes(ctx: Context, moe: bool) -> float:
         attn += 4 * p.mbs * heads * (p.seq // p.cp)           # log-sum-exp
     elif p.recompute != "selective" and p.attention == "unfused_torch":
         # softmax output kept in fp32 for its backward, its bf16 copy for the PV GEMM (+dropout)
-        attn += (4 + 2 + 3 * drop) * p.mbs * heads * (p.seq // p.cp) * p.seq
+        attn += (UNFUSED_TORCH_SAVED + 3 * drop) * p.mbs * heads * (p.seq // p.cp) * p.seq
     elif p.recompute != "selective":
         attn += (2 + 3 * drop) * p.mbs * heads * (p.seq // p.cp) * p.seq   # scores, softmax (+dropout)
     attn += drop * Tsp * h
@@ -301,6 +302,8 @@ class StageFootprint:
     logits: float
     rebuild: float = 0.0     # full recompute: one layer's activations rebuilt at a time (once)
     fsdp: "FsdpTransients | None" = None   # FSDP2: gathered weights, unsharded gradients, temporaries
+    transient: float = 0.0   # working bytes of one layer's attention core at its peak (once)
+    optimizer_temp: float = 0.0   # the optimizer step's temporaries (activations freed by then)
 
 
 def stage_footprint(ctx: Context, layers: range, first: bool, last: bool,
@@ -321,9 +324,44 @@ def stage_footprint(ctx: Context, layers: range, first: bool, last: bool,
         rebuild = max(per_layer)     # the one layer being rebuilt for its backward, whatever is in flight
     if first:
         stored += 2 * ctx.sp_tokens * m.hidden
+    transient = attention_transient_bytes(ctx)
+    if p.recompute == "selective" and p.attention == "unfused_torch":
+        rebuild = max(rebuild, UNFUSED_TORCH_SAVED * score_elements(ctx))   # the core rebuilt for its backward
     logits = ctx.tokens * math.ceil(m.vocab / p.tp) * LOSS_BYTES_PER_LOGIT[p.recipe] if last else 0.0
     fsdp = fsdp_transients(ctx, dense + expert) if p.recipe == "torch_fsdp" else None
-    return StageFootprint(dense + expert, weights, grads, opt, stored, logits, rebuild, fsdp)
+    temp = get_framework(p.framework).kernels.optimizer_temp_bytes * (dense + expert) / _optimizer_shards(p)
+    return StageFootprint(dense + expert, weights, grads, opt, stored, logits, rebuild, fsdp, transient, temp)
+
+
+# Megatron-Core's local DotProductAttention without apex (FusedScaleMaskSoftmax.forward_torch_softmax),
+# bytes per score element (E = micro-batch x local heads x sq x sk): saved for backward, the fp32
+# softmax output (4) and its bf16 copy for the PV GEMM (2); working set at the layer's peak, the
+# backward of the softmax, which holds the incoming fp32 gradient and its fp32 result (8); and the
+# bf16 score buffer of the global memory buffer that the QK^T baddbmm is handed (2, allocated once
+# and kept: parallel_state.get_global_memory_buffer).
+UNFUSED_TORCH_SAVED = 6
+UNFUSED_TORCH_TRANSIENT = 8
+UNFUSED_TORCH_BUFFER = 2
+
+
+def score_elements(ctx: Context) -> float:
+    """Elements of one layer's attention score matrix on one device for one micro-batch."""
+    p = ctx.plan
+    return p.mbs * (ctx.model.num_heads // p.tp) * (p.seq // p.cp) * p.seq
+
+
+def attention_transient_bytes(ctx: Context) -> float:
+    """Bytes beyond the saved activations that the attention core of one layer holds at its peak,
+    counted once per device: the materialised-score backends' fp32 softmax working set (and
+    Megatron's persistent score buffer); zero for fused kernels, whose working set is on-chip."""
+    if ctx.plan.attention != "unfused_torch":
+        return 0.0
+    return (UNFUSED_TORCH_TRANSIENT + UNFUSED_TORCH_BUFFER) * score_elements(ctx)
+
+
+def _optimizer_shards(p) -> int:
+    """Ways the optimizer's parameters are split over data-parallel ranks."""
+    return p.dp * p.cp if p.zero_stage >= 1 else 1
 
 
 def stage_memory(ctx: Context, stage: int, layers: range, first: bool, last: bool,
@@ -342,7 +380,7 @@ def stage_memory(ctx: Context, stage: int, layers: range, first: bool, last: boo
 def peak_live_bytes(p, fp: StageFootprint, flight: float) -> tuple[float, float, float]:
     """(activations, gradients, live tensors) at a stage's peak with ``flight`` micro-batches held."""
     weights, grads, opt, logits = fp.weights, fp.grads, fp.opt, fp.logits
-    activations = fp.per_microbatch * flight + fp.rebuild
+    activations = fp.per_microbatch * flight + fp.rebuild + fp.transient
     if p.recipe == "torch_amp":
         # zero_grad(set_to_none=True): gradients are allocated during backward as activations
         # (and autocast's weight copies) are freed, so the peak is the larger of the two ends;
@@ -356,7 +394,8 @@ def peak_live_bytes(p, fp: StageFootprint, flight: float) -> tuple[float, float,
         weights += f.block_weights + f.root_weights
         grads += max(f.block_grads, f.root_grads)
     else:
-        live = weights + grads + opt + activations + logits
+        # the optimizer's temporaries exist after backward, when activations and logits are freed
+        live = weights + grads + opt + max(activations + logits, fp.optimizer_temp)
     return activations, grads, live
 
 

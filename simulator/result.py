@@ -32,6 +32,7 @@ class StageCost:
     groups: dict
     flops: float = 0.0      # GEMM + attention FLOPs of one micro-batch, forward + backward, no recompute
     host_s: float = 0.0     # host seconds to dispatch one micro-batch of this stage
+    host_forward_s: float = 0.0   # of which its forward pass
 
 
 @dataclass

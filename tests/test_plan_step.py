@@ -51,23 +51,23 @@ def test_one_gpu_megatron_time_within_10_percent():
     assert evaluated("h200_plan_megatron.json")[2].mape <= 0.10           # 8.3%
 
 
-@pytest.mark.parametrize("name,ratchet", [("h200x2_plan_megatron.json", 0.165), ("h200x2_plan_torchtitan.json", 0.31)])
+@pytest.mark.parametrize("name,ratchet", [("h200x2_plan_megatron.json", 0.146), ("h200x2_plan_torchtitan.json", 0.222)])
 def test_plan_step_time_ratchet(name, ratchet):
     assert evaluated(name)[2].mape <= ratchet
 
 
-@pytest.mark.xfail(strict=True, reason="2-GPU Megatron-Core local plans: time MAPE 16.0% (TP at seq 2048 -40..-58%)")
+@pytest.mark.xfail(strict=True, reason="2-GPU Megatron-Core local plans: time MAPE 14.6% (seq-2048 plans GPU-bound yet -18..-40%)")
 def test_two_gpu_megatron_time_target():
     assert evaluated("h200x2_plan_megatron.json")[2].mape <= 0.10
 
 
-@pytest.mark.xfail(strict=True, reason="torchtitan plans: time MAPE 30.2% (DTensor TP+SP under autocast -82%)")
+@pytest.mark.xfail(strict=True, reason="torchtitan plans: time MAPE 22.1% (DTensor TP+SP -49% after its host dispatch cost)")
 def test_torchtitan_time_target():
     assert evaluated("h200x2_plan_torchtitan.json")[2].mape <= 0.10
 
 
 # ---- memory and fit verdicts ----------------------------------------------------------------------
-MEMORY = {"h200_plan_megatron.json": (0.135, 8, 8), "h200x2_plan_megatron.json": (0.10, 34, 37),
+MEMORY = {"h200_plan_megatron.json": (0.025, 8, 8), "h200x2_plan_megatron.json": (0.032, 34, 37),
           "h200x2_plan_torchtitan.json": (0.23, 4, 4)}
 
 
@@ -79,11 +79,15 @@ def test_plan_step_memory_ratchet_and_fit_verdicts(name):
     assert s.fit_total == total and s.fit_correct >= right
 
 
-@pytest.mark.xfail(strict=True, reason="peak memory MAPE 12.9% / 9.6% / 22.3% (1-GPU Megatron, 2-GPU Megatron, "
-                                       "torchtitan); Megatron's fp32 softmax transients and recompute buffers not modelled")
-@pytest.mark.parametrize("name", FILES)
-def test_plan_step_memory_target(name):
-    assert evaluated(name)[2].memory_mape <= 0.05
+@pytest.mark.parametrize("name", FILES[:2])
+def test_megatron_plan_step_memory_target(name):
+    assert evaluated(name)[2].memory_mape <= 0.05          # 2.5% (1 GPU), 3.1% (2 GPUs)
+
+
+@pytest.mark.xfail(strict=True, reason="torch-native peak memory MAPE 22.3% (DDP under autocast and FSDP2 at "
+                                       "seq 4096 under-predicted 16-28%)")
+def test_torchtitan_plan_step_memory_target():
+    assert evaluated(FILES[2])[2].memory_mape <= 0.05
 
 
 # ---- ranking of the plans of one model ------------------------------------------------------------

@@ -119,7 +119,9 @@ def plan_model(rec: dict) -> ModelSpec:
 
 def record_plan(rec: dict) -> ParallelPlan:
     """The plan a plan_step record ran, every field from the record; the framework from ``framework``.
-    The harness runs Megatron-Core with overlap_grad_reduce on and overlap_param_gather off."""
+    The harness runs Megatron-Core with overlap_grad_reduce on and overlap_param_gather off, and
+    ModelParallelConfig's pipeline defaults (overlap_p2p_comm off: batch_isend_irecv, then a device
+    synchronize), unless the record says ``overlap_p2p``."""
     framework = rec.get("framework")
     if framework not in PLAN_STEP_FRAMEWORKS:
         raise Unsupported(f"unknown framework {framework!r}")
@@ -131,6 +133,7 @@ def record_plan(rec: dict) -> ParallelPlan:
                         schedule=rec.get("schedule") if int(rec["pp"]) > 1 else None,
                         overlap_grad_reduce=bool(rec.get("overlap_grad_reduce", True)),
                         overlap_param_gather=bool(rec.get("overlap_param_gather", False)),
+                        overlap_p2p=bool(rec.get("overlap_p2p", False)),
                         attention=rec.get("attention"), framework=framework, num_gpus=world)
 
 

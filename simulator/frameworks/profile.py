@@ -34,6 +34,20 @@ class Kernels(_Strict):
     attention: tuple[Literal["flash", "unfused", "math", "unfused_torch"], ...] = Field(min_length=1)
     elementwise: Literal["fused", "unfused"]
     optimizer: str
+    optimizer_temp_bytes: float = Field(0.0, ge=0)   # per shard parameter, live only during the step
+
+
+class HostCosts(_Strict):
+    """What the framework's Python costs on the host that issues its kernels, beyond plain PyTorch
+    eager (``host_op_s`` per modelled op, from the calibration profile). Measured on host-bound
+    steps of tiny models (validation/harness/plan_step.py --grid host) beside torch-native steps
+    on the same machine, so that the ratios transfer to another host CPU (validation/host_fit.py)."""
+
+    op_scale: float = Field(1.0, gt=0)        # host seconds per modelled op, relative to plain eager
+    tp_op_scale: float = Field(1.0, gt=0)     # further factor on a layer's ops when tp > 1
+    microbatch_ops: float = Field(0.0, ge=0)  # op-equivalents per micro-batch and stage (schedule, loss)
+    p2p_sync: bool = False                    # pipeline exchanges synchronize the device (no overlap_p2p)
+    measured_on: str = "not measured: plain PyTorch eager assumed"
 
 
 class Parallelism(_Strict):
@@ -57,6 +71,7 @@ class FrameworkProfile(_Strict):
     title: str
     export: Literal["megatron", "torchtitan", "deepspeed", "none"]
     host_class: Literal["eager", "compiled"]
+    host: HostCosts = HostCosts()
     kernels: Kernels
     zero: dict[int, ZeroStage]
     default_zero: int                # the stage a plan gets when it names none

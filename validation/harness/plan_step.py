@@ -62,13 +62,21 @@ MODELS = {
                        norm="rmsnorm", activation="swiglu", position="rope", linear_bias=False),
     "tiny-gpt": dict(layers=4, hidden=128, heads=4, kv_heads=4, ffn_hidden=512, vocab=512,
                      norm="layernorm", activation="gelu", position="learned", linear_bias=True),
+    # the host grid: the real models' op structure at sizes whose kernels take a few microseconds,
+    # so that a step's time is the host's time to issue it
+    "host-llama": dict(layers=8, hidden=256, heads=4, kv_heads=2, ffn_hidden=1024, vocab=2048,
+                       norm="rmsnorm", activation="swiglu", position="rope", linear_bias=False),
+    "host-gpt": dict(layers=8, hidden=256, heads=4, kv_heads=4, ffn_hidden=1024, vocab=2048,
+                     norm="layernorm", activation="gelu", position="learned", linear_bias=True),
 }
 
 
 def case(framework, model, seq, world, tp=1, pp=1, vp=1, zero=0, sp=False, recompute="none", mbs=1, gbs=8,
-         risky=False):
+         risky=False, layers=None):
     dp = world // (tp * pp)
     m = dict(MODELS[model], seq=seq, tied_embeddings=False)
+    if layers is not None:
+        m["layers"] = layers
     plan = dict(world=world, tp=tp, pp=pp, vp=vp, cp=1, dp=dp, sequence_parallel=bool(sp and tp > 1),
                 zero_stage=zero, recompute=recompute, mbs=mbs, gbs=gbs,
                 schedule=("interleaved" if vp > 1 else "1f1b") if pp > 1 else None)
@@ -135,6 +143,10 @@ def grid(name: str) -> list[dict]:
         cases += _megatron_two_gpu("llama-7b", 2048, 4, risky_ddp=True)
     if cases:
         return cases
+    if name == "host":
+        return host_grid()
+    if name == "prereg":
+        return prereg_grid()
     if name == "n2":
         return [case(T, "llama-1b", 4096, 2, zero=0, gbs=4), case(T, "llama-1b", 4096, 2, zero=3, gbs=4),
                 case(T, "llama-1b", 4096, 2, tp=2, sp=True, gbs=4), case(T, "llama-7b", 2048, 2, zero=3, gbs=4)]
@@ -149,9 +161,57 @@ def grid(name: str) -> list[dict]:
     raise SystemExit(f"unknown grid {name!r}")
 
 
+def host_grid() -> list[dict]:
+    """Host-bound steps for the host cost of each framework (issue #11): the host-llama / host-gpt
+    models (kernels of a few microseconds) with 2 and 8 layers and 2 to 16 micro-batches, so that the
+    host's seconds split into per step, per micro-batch and per layer-micro-batch; every plan kind of
+    the two-GPU grid; torch-native beside Megatron-Core on the same machine (the ratio of the two
+    is what transfers to another host CPU)."""
+    F, T, S = "megatron-core-local", "torchtitan", 256
+    out = []
+    for fw in (F, T):
+        out += [case(fw, "host-llama", S, 1, gbs=g, layers=n) for n in (2, 8) for g in (2, 8)]
+    out += [case(F, "host-gpt", S, 1, gbs=8), case(T, "host-gpt", S, 1, gbs=8)]
+    for n in (2, 8):
+        out += [case(F, "host-llama", S, 2, zero=0, gbs=16, layers=n), case(F, "host-llama", S, 2, tp=2, gbs=8, layers=n),
+                case(F, "host-llama", S, 2, tp=2, sp=True, gbs=8, layers=n), case(F, "host-llama", S, 2, pp=2, gbs=8, layers=n),
+                case(T, "host-llama", S, 2, zero=0, gbs=16, layers=n), case(T, "host-llama", S, 2, zero=3, gbs=16, layers=n),
+                case(T, "host-llama", S, 2, tp=2, sp=True, gbs=8, layers=n)]
+    out += [case(F, "host-llama", S, 2, zero=1, gbs=16), case(F, "host-llama", S, 2, pp=2, vp=2, gbs=8),
+            case(F, "host-llama", S, 2, tp=2, sp=True, gbs=8, recompute="selective"),
+            case(F, "host-llama", S, 2, zero=1, gbs=16, recompute="full"),
+            case(F, "host-gpt", S, 2, tp=2, gbs=8), case(F, "host-gpt", S, 2, zero=0, gbs=16),
+            case(T, "host-gpt", S, 2, tp=2, sp=True, gbs=8)]
+    return out
+
+
+def prereg_grid() -> list[dict]:
+    """Two-GPU plans never run before, predicted and committed before they ran
+    (validation/measurements/logs/prereg_h200x2_plan.txt): new model x sequence x micro-batch
+    combinations of every plan family, Megatron-Core local and torch-native."""
+    F, T = "megatron-core-local", "torchtitan"
+    out = [case(F, "llama-3b", 2048, 2, zero=1, gbs=8), case(F, "llama-3b", 2048, 2, tp=2, gbs=8),
+           case(F, "llama-3b", 2048, 2, tp=2, sp=True, gbs=8), case(F, "llama-3b", 2048, 2, pp=2, gbs=8),
+           case(F, "llama-3b", 2048, 2, pp=2, vp=2, gbs=8),
+           case(F, "gpt-1.3b", 4096, 2, zero=0, gbs=4), case(F, "gpt-1.3b", 4096, 2, zero=1, gbs=4),
+           case(F, "gpt-1.3b", 4096, 2, tp=2, sp=True, gbs=4), case(F, "gpt-1.3b", 4096, 2, pp=2, gbs=4),
+           case(F, "gpt-1.3b", 4096, 2, tp=2, sp=True, gbs=4, recompute="selective"),
+           case(F, "llama-1b", 2048, 2, zero=1, mbs=2, gbs=16), case(F, "llama-1b", 2048, 2, tp=2, sp=True, mbs=2, gbs=16),
+           case(F, "llama-1b", 2048, 2, pp=2, mbs=2, gbs=16),
+           case(F, "llama-1b", 8192, 2, tp=2, sp=True, gbs=2, recompute="full"),
+           case(F, "llama-1b", 8192, 2, pp=2, gbs=2, recompute="full"),
+           case(T, "llama-3b", 4096, 2, zero=3, gbs=4), case(T, "llama-3b", 4096, 2, tp=2, sp=True, gbs=4),
+           case(T, "gpt-1.3b", 2048, 2, zero=3, gbs=8), case(T, "gpt-1.3b", 2048, 2, zero=0, gbs=8),
+           case(F, "llama-7b", 4096, 2, tp=2, sp=True, gbs=4, recompute="full", risky=True),
+           case(F, "llama-7b", 4096, 2, pp=2, gbs=4, recompute="full", risky=True),
+           case(T, "llama-3b", 4096, 2, zero=0, gbs=4, risky=True)]
+    return out
+
+
 def case_label(c: dict) -> str:
     p = c["plan"]
-    bits = [c["framework"], c["name"], f"s{c['model']['seq']}", f"w{p['world']}", f"tp{p['tp']}", f"pp{p['pp']}"]
+    name = c["name"] if c["model"]["layers"] == MODELS[c["name"]]["layers"] else f"{c['name']}-L{c['model']['layers']}"
+    bits = [c["framework"], name, f"s{c['model']['seq']}", f"w{p['world']}", f"tp{p['tp']}", f"pp{p['pp']}"]
     if p["vp"] > 1:
         bits.append(f"vp{p['vp']}")
     bits += [f"dp{p['dp']}", f"z{p['zero_stage']}"]

@@ -147,6 +147,11 @@ def grid(name: str) -> list[dict]:
         return host_grid()
     if name == "prereg":
         return prereg_grid()
+    if name == "profile":     # where the GPU time of seq-2048 steps goes (kernel profile of one step)
+        F = "megatron-core-local"
+        return [dict(c, profile=True) for c in (
+            case(F, "llama-1b", 2048, 2, zero=0, gbs=8), case(F, "llama-1b", 4096, 2, zero=0, gbs=4),
+            case(F, "gpt-1.3b", 2048, 2, tp=2, gbs=8), case(F, "llama-1b", 2048, 2, tp=2, gbs=8))]
     if name == "n2":
         return [case(T, "llama-1b", 4096, 2, zero=0, gbs=4), case(T, "llama-1b", 4096, 2, zero=3, gbs=4),
                 case(T, "llama-1b", 4096, 2, tp=2, sp=True, gbs=4), case(T, "llama-7b", 2048, 2, zero=3, gbs=4)]
@@ -310,6 +315,47 @@ def host_phases(ctx: Ctx, step) -> dict:
         return {k: round(float(x), 6) for k, x in zip(keys, v.tolist())}
     except Exception as exc:  # noqa: BLE001
         _log(f"  (host phases not measured: {type(exc).__name__}: {exc})")
+        return {}
+
+
+def kernel_profile(ctx: Ctx, step) -> dict:
+    """One more step under torch.profiler (CUDA activity) on this rank: the step's wall seconds,
+    the GPU's busy seconds (union of kernel intervals: what is left is the GPU waiting for the
+    host or for a transfer), the kernels' summed seconds and count, and the 30 kernel names with
+    the most time (seconds, calls). Empty where the profiler fails."""
+    import torch
+    try:
+        from torch.profiler import ProfilerActivity, profile
+        ctx.sync()
+        t = time.perf_counter()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            step()
+            torch.cuda.synchronize()
+        wall = time.perf_counter() - t
+        spans, by_name = [], {}
+        for e in prof.events():
+            if getattr(e.device_type, "name", "") != "CUDA":
+                continue
+            a, b = e.time_range.start, e.time_range.end
+            spans.append((a, b))
+            tot, cnt = by_name.get(e.name, (0.0, 0))
+            by_name[e.name] = (tot + (b - a) * 1e-6, cnt + 1)
+        spans.sort()
+        busy, cur_a, cur_b = 0.0, None, None
+        for a, b in spans:
+            if cur_b is None or a > cur_b:
+                busy += (cur_b - cur_a) if cur_b is not None else 0.0
+                cur_a, cur_b = a, b
+            else:
+                cur_b = max(cur_b, b)
+        busy += (cur_b - cur_a) if cur_b is not None else 0.0
+        top = sorted(by_name.items(), key=lambda kv: -kv[1][0])[:30]
+        return {"profile_wall_s": round(wall, 6), "profile_busy_s": round(busy * 1e-6, 6),
+                "profile_kernel_s": round(sum(v[0] for v in by_name.values()), 6),
+                "profile_kernels": sum(v[1] for v in by_name.values()),
+                "profile_top": [[k[:120], round(v[0], 6), v[1]] for k, v in top]}
+    except Exception as exc:  # noqa: BLE001
+        _log(f"  (kernel profile not taken: {type(exc).__name__}: {exc})")
         return {}
 
 
@@ -748,6 +794,8 @@ def child_main(args):
             step = runner.build(c)
             warm, n = steps_for(c)
             times, peaks, phases = timed_steps(ctx, step, warm, n)
+            if c.get("profile"):
+                phases.update(kernel_profile(ctx, step))
         except Exception as exc:  # noqa: BLE001
             oom = common.is_oom(exc)
             err = common.short_exc(exc)

@@ -34,10 +34,12 @@ def published_csvs() -> list[Path]:
     return [base / f for f in RUN_FILES]
 
 
-# GPU description (as the CSVs print it) -> catalog cluster; first match wins, so GB200 precedes B200
-GPU_CLUSTERS = (("GB200", "gb200-nvl72"), ("B200", "dgx-b200"), ("A100-80GB", "dgx-a100-superpod"),
-                ("A100-40GB", "dgx-a100-40gb-superpod"), ("H100", "dgx-h100"), ("H200", "dgx-h200"))
-NOT_IN_CATALOG = ("GB300", "B300")   # published GPUs hardware_specs/catalog has no datasheet entry for
+# GPU description (as the CSVs print it) -> catalog cluster; first match wins, so GB300 precedes B300
+# and GB200 precedes B200 (``B300 (DGX-B300)``, ``GB300 (NVL72)``)
+GPU_CLUSTERS = (("GB300", "gb300-nvl72"), ("B300", "dgx-b300"), ("GB200", "gb200-nvl72"), ("B200", "dgx-b200"),
+                ("A100-80GB", "dgx-a100-superpod"), ("A100-40GB", "dgx-a100-40gb-superpod"), ("H100", "dgx-h100"),
+                ("H200", "dgx-h200"))
+NOT_IN_CATALOG: tuple[str, ...] = ()   # published GPUs hardware_specs/catalog has no datasheet entry for
 
 # A row's model name (lower case, letters and digits only, parenthesised remarks dropped) -> catalog model
 CATALOG_MODELS = {

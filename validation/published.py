@@ -281,10 +281,12 @@ def plan_from_row(row: dict, model: ModelSpec, fills: list[str] | None = None) -
     cp = _degree(row, "cp", fills, "cp") if fam in RECIPE_FAMILIES else (_int(row, "cp") or 1)
     ep = _degree(row, "ep", fills, "ep") if model.moe else (_int(row, "ep") or 1)
     framework = source_framework(row, fam)
+    split = recipe_pipeline_split(model, fam, pp, vp, fills)
+    etp = recipe_expert_tp(row, model, fam, tp, fills)
     sp = ("sequence parallel" in rec and "no sequence" not in rec
           or fam not in ("narayanan2021", "korthikanti2022") and framework.startswith("megatron") and tp > 1)
     return ParallelPlan(tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, mbs=mbs, gbs=gbs, seq=model.seq_len,
-                        zero_stage=zero, recompute=recompute, sequence_parallel=sp,
+                        zero_stage=zero, recompute=recompute, sequence_parallel=sp, layers_per_stage=split, etp=etp,
                         precision=row_precision(row, fills), dropout=fam in ("narayanan2021", "korthikanti2022"),
                         num_gpus=gpus, overlap_grad_reduce="no grad-allreduce overlap" not in row.get("notes", ""),
                         framework=framework,
@@ -293,6 +295,50 @@ def plan_from_row(row: dict, model: ModelSpec, fills: list[str] | None = None) -
 
 # sources whose runs are NeMo / Megatron-Bridge recipes (their defaults fill what a row leaves out)
 RECIPE_FAMILIES = ("megatron-bridge", "dgxc-benchmarking", "nemo")
+
+# Megatron-Bridge (commit 067f987df0) src/megatron/bridge/recipes/deepseek/h100/deepseek_v3.py,
+# _get_deepseek_v3_pipeline_layout: (4,1) E+16|16|16|13+MTP+loss; (8,1) = (4,2) E+8|8 x6|5+MTP+loss;
+# (16,1) = (8,2) = (4,4) E+4|4 x14|1+MTP+loss; perf_recipes/deepseek/gb300/deepseek_v3.py: pp=2 vp=8
+# 'Et*4|(t*4|)*14tmL'. Chunk c of pp*vp runs on pipeline rank c mod pp (Megatron-Core's layout).
+DSV3_LAYOUT_SOURCE = "Megatron-Bridge DeepSeek-V3 recipe pipeline layout (recipes/deepseek/h100/deepseek_v3.py)"
+DSV3_LAYOUTS = {(4, 1), (8, 1), (4, 2), (16, 1), (8, 2), (4, 4), (2, 8)}   # (pp, vp) the recipes state
+
+
+def deepseek_v3_split(num_layers: int, pp: int, vp: int) -> tuple[int, ...]:
+    """Decoder layers per pipeline rank under Megatron-Bridge's DeepSeek-V3 layouts: pp*vp chunks,
+    every chunk but the last holding ceil(layers / chunks) decoder layers, the last the rest (with
+    the MTP layer and the loss; the embedding rides in the first); chunk c runs on rank c mod pp.
+    This rule reproduces every layout the recipes list (DSV3_LAYOUTS)."""
+    chunks = pp * vp
+    per = -(-num_layers // chunks)
+    sizes = [per] * (chunks - 1) + [num_layers - per * (chunks - 1)]
+    if sizes[-1] < 1:
+        raise MeshcastError("pp", f"{num_layers} layers leave the last of pp*vp = {pp}*{vp} chunks empty")
+    return tuple(sum(sizes[r::pp]) for r in range(pp))
+
+
+def recipe_pipeline_split(model: ModelSpec, family: str, pp: int, vp: int, fills: list[str]):
+    """Layers per stage where a recipe run's framework states an explicit pipeline layout and
+    Megatron-Core's even split does not exist (DeepSeek-V3's 61 layers); else None (the
+    framework's own split, simulator/frameworks/rules.py default_split)."""
+    if (family not in RECIPE_FAMILIES or pp == 1 or not model.mla or model.num_layers % (pp * vp) == 0
+            or model.num_layers != 61):
+        return None
+    split = deepseek_v3_split(model.num_layers, pp, vp)
+    stated = "" if (pp, vp) in DSV3_LAYOUTS else f" (pp={pp} vp={vp} is not in the recipe's table: its rule applied)"
+    fills.append(f"pipeline layout: {DSV3_LAYOUT_SOURCE}, {pp * vp} chunks, layers per rank "
+                 f"{list(split)}{stated}")
+    return split
+
+
+def recipe_expert_tp(row: dict, model: ModelSpec, family: str, tp: int, fills: list[str]) -> int | None:
+    """The expert tensor-parallel degree: Megatron-Bridge's Qwen3-MoE and DeepSeek-V3 recipes set
+    expert_tensor_parallel_size = 1 (recipes/qwen/*/qwen3_moe.py, perf_recipes/deepseek/common.py);
+    elsewhere None (Megatron-Core's default: etp = tp)."""
+    if family != "megatron-bridge" or not model.moe or tp == 1:
+        return None
+    fills.append("etp not stated: 1 (Megatron-Bridge MoE recipes' expert_tensor_parallel_size)")
+    return 1
 
 
 def source_framework(row: dict, family: str) -> str:
@@ -327,13 +373,41 @@ def cluster_for(gpu: str) -> str:
     raise MeshcastError("gpu", f"no catalog cluster for {gpu!r}")
 
 
+SEGMENT_MAX_TRAYS = 18   # trays of one NVL72 rack
+
+
+def harness_placement(hw, family: str, fills: list[str]):
+    """The hardware as a Megatron-Bridge performance run is placed on a rack-scale (NVL72) system.
+    Its harness (scripts/performance/utils/executors.py, commit 067f987df0) submits jobs on 4-GPU
+    trays with Slurm ``--segment``: every node when there are at most 18, else the largest divisor
+    of the node count that is at most 18, so each segment's trays sit in one NVL72 rack. The NVLink
+    domain a run sees is therefore segment x 4 GPUs (64 of a rack's 72 on 16- and 64-tray jobs),
+    aligned to its rank blocks; the catalog's 72-GPU domain is what one rack offers."""
+    import dataclasses
+
+    node = hw.node
+    domain = node.intra_node.domain_gpus
+    if family != "megatron-bridge" or not domain or domain <= node.gpus_per_node:
+        return hw
+    nodes = max(1, hw.num_gpus // node.gpus_per_node)
+    segment = nodes if nodes <= SEGMENT_MAX_TRAYS else next(
+        s for s in range(SEGMENT_MAX_TRAYS, 0, -1) if nodes % s == 0)
+    span = segment * node.gpus_per_node
+    if span == domain:
+        return hw
+    fills.append(f"NVLink domain {span} GPUs: Megatron-Bridge's harness places {segment}-tray Slurm segments "
+                 f"in one rack (executors.py --segment)")
+    intra = node.intra_node.model_copy(update={"domain_gpus": span})
+    return dataclasses.replace(hw, node=node.model_copy(update={"intra_node": intra}))
+
+
 def compare_row(i: int, row: dict, calibration: str | None) -> RunComparison:
     """Simulate one published row's plan and compare with its published throughput or time."""
     fills: list[str] = []
     cluster = cluster_for(row["gpu"])
     model = model_from_row(row, fills)
     plan = plan_from_row(row, model, fills)
-    hw = load_hardware(cluster, plan.num_gpus)
+    hw = harness_placement(load_hardware(cluster, plan.num_gpus), source_family(row["source"]), fills)
     cal, note = calibration_for(hw.accelerator, calibration)
     r = simulate(model, hw, plan, cal)
     t_pred = r.step_time_s

@@ -162,6 +162,8 @@ def model_from_row(row: dict, fills: list[str] | None = None) -> ModelSpec:
         raise MeshcastError("model", "Nemotron 3 is a hybrid Mamba-Transformer MoE; meshcast models attention "
                                      "layers only")
     cat = catalog_name(name)
+    if cat is None and source_family(row["source"]) == "flashattention2":
+        return _flashattention_gpt(row, fills)
     if cat is None:
         return _model_from_columns(row)
     from models.catalog import load_model
@@ -208,6 +210,52 @@ def _model_from_columns(row: dict) -> ModelSpec:
         position="rope" if rope else "alibi" if mpt else "learned", tied_embeddings=not rope, moe=moe)
 
 
+# Dao 2023 (FlashAttention-2) section 4.2 trains "GPT-style models with either 1.3B or 2.7B parameters, on
+# 8xA100 80GB SXM" with the FlashAttention repository's training code (training/README.md, commit
+# 0b037c2d96): GPT3-1.3B = experiment pile/gpt3xl-flash (n_embd 2048, n_head 16, n_layer 24; datamodule
+# batch_size 8 at 80 GB), GPT3-2.7B = pile/gpt3-2.7B-flash-hdim128 ("we set head dimension to 128 (instead
+# of 80)": n_embd 2560, n_head 20, n_layer 32; batch_size 4 at 80 GB, 4 for every 8k config); batch 1M
+# tokens for both; GPT-2 tokenizer (50,257) padded to a multiple of 8; bf16 by default; DDP with the
+# optimizer state sharded (DDPStrategyZero1); no activation checkpointing.
+FA_REPO = "FlashAttention repo training configs (pile/gpt3xl-flash, gpt3-2.7B-flash-hdim128; training/README.md)"
+FA_HEADS = {2048: 16, 2560: 20}           # hidden -> heads of the repo's GPT3-1.3B / GPT3-2.7B configs
+FA_VOCAB = 50264                          # 50,257 padded to a multiple of 8 (pad_vocab_size_multiple=8)
+FA_BATCH_TOKENS = 1 << 20                 # "the 1.3B and 2.7B models have batch size 1M tokens"
+
+
+def _flashattention_gpt(row: dict, fills: list[str]) -> ModelSpec:
+    """The GPT of a FlashAttention-2 Table 1 row: layers and hidden from the row (GPT-3 paper sizes),
+    heads and vocabulary from the FlashAttention repo's configs of that model (FA_REPO)."""
+    h, layers = _int(row, "hidden"), _int(row, "layers")
+    heads = _int(row, "heads") or FA_HEADS.get(h or 0)
+    if not (h and layers and heads):
+        raise MeshcastError("model", "layers or hidden not stated, and no FlashAttention repo config of that size")
+    fills.append(f"heads {heads} (head dim {h // heads}), vocab {FA_VOCAB}: {FA_REPO}")
+    return ModelSpec(name=row["model"], family="gpt", num_layers=layers, hidden=h, ffn_hidden=4 * h,
+                     num_heads=heads, vocab=FA_VOCAB, seq_len=_int(row, "seq_len") or 2048, activation="gelu",
+                     norm="layernorm", linear_bias=True, position="learned", tied_embeddings=True)
+
+
+def flashattention_plan_fields(row: dict, model: ModelSpec, fills: list[str]) -> dict:
+    """tp, pp, micro- and global batch and attention backend of a FlashAttention-2 Table 1 row, as the
+    repo's training configs run it (FA_REPO): 8-GPU DDP, micro-batch 8 for GPT3-1.3B at 2k else 4,
+    1M-token batches. Skipped: the baseline without FlashAttention (its attention code, micro-batch
+    and checkpointing are not stated) and FlashAttention-1 (no kernel model)."""
+    label = row["model"].lower()
+    if "no flashattention" in label:
+        raise MeshcastError("attention", "the baseline without FlashAttention: its attention code, micro-batch and "
+                                         "checkpointing are not stated (the repo's configs are the FlashAttention runs)")
+    if "flashattention-2" not in label:
+        raise MeshcastError("attention", "FlashAttention-1's kernel is not modelled (meshcast's flash backend is "
+                                         "FlashAttention-2, the kernel PyTorch's SDPA runs)")
+    attention = "flash"
+    mbs = 8 if model.hidden == 2048 and model.seq_len <= 2048 else 4
+    gbs = FA_BATCH_TOKENS // model.seq_len
+    fills.append(f"tp=pp=1, mbs {mbs}, gbs {gbs} (1M tokens), bf16 DDP, attention {attention}: {FA_REPO}; "
+                 "its ZeRO-1 optimizer sharding costed as DDP (the pytorch profile has no ZeRO-1)")
+    return {"tp": 1, "pp": 1, "mbs": mbs, "gbs": gbs, "attention": attention}
+
+
 # the precision a plan runs for a row's dtype, and what the row's note says about the mapping
 PRECISION_WORDS = (("nvfp4", None), ("mxfp8", "fp8"), ("fp8-mx", "fp8"), ("fp8", "fp8"), ("bf16", "bf16"),
                    ("fp16", "fp16"), ("16-bit", "bf16"))
@@ -235,7 +283,7 @@ def row_precision(row: dict, fills: list[str]) -> str:
 
 def row_zero_stage(row: dict, family: str, fills: list[str]) -> int:
     """The ZeRO stage of a row: a number, or text starting with one (``3 (FSDP FULL_SHARD)``);
-    unstated: 0 for the 2021-22 Megatron papers, else 1 (Megatron-Core's distributed optimizer,
+    unstated: 0 for the 2021-22 Megatron papers and the FlashAttention repo's DDP, else 1 (Megatron-Core's distributed optimizer,
     the NeMo / Megatron-Bridge recipes' default)."""
     text = (row.get("zero_stage") or "").strip()
     m = re.match(r"(\d)\b", text)
@@ -244,7 +292,7 @@ def row_zero_stage(row: dict, family: str, fills: list[str]) -> int:
     if text:
         raise MeshcastError("zero_stage", f"{text!r}: no ZeRO stage meshcast can read (a framework without a "
                                           "profile in simulator/frameworks, e.g. MaxText's FSDP + DP)")
-    if family in ("narayanan2021", "korthikanti2022"):
+    if family in ("narayanan2021", "korthikanti2022", "flashattention2"):
         return 0
     fills.append("zero_stage not stated: 1 (Megatron-Core distributed optimizer)")
     return 1
@@ -266,6 +314,9 @@ def plan_from_row(row: dict, model: ModelSpec, fills: list[str] | None = None) -
     fam = source_family(row["source"])
     gpus = _int(row, "num_gpus")
     tp, pp, gbs, mbs = _int(row, "tp"), _int(row, "pp"), _int(row, "global_batch"), _int(row, "micro_batch")
+    fa = flashattention_plan_fields(row, model, fills) if fam == "flashattention2" else {}
+    if fa:
+        tp, pp, gbs, mbs = fa["tp"], fa["pp"], fa["gbs"], fa["mbs"]
     if mbs is None and fam in RECIPE_FAMILIES:
         mbs = 1
         fills.append("micro_batch not stated: 1 (the NeMo / Megatron-Bridge recipes' default)")
@@ -290,7 +341,7 @@ def plan_from_row(row: dict, model: ModelSpec, fills: list[str] | None = None) -
                         precision=row_precision(row, fills), dropout=fam in ("narayanan2021", "korthikanti2022"),
                         num_gpus=gpus, overlap_grad_reduce="no grad-allreduce overlap" not in row.get("notes", ""),
                         framework=framework,
-                        attention="unfused" if fam in ("narayanan2021", "korthikanti2022") else None)
+                        attention="unfused" if fam in ("narayanan2021", "korthikanti2022") else fa.get("attention"))
 
 
 # sources whose runs are NeMo / Megatron-Bridge recipes (their defaults fill what a row leaves out)
@@ -349,7 +400,7 @@ def source_framework(row: dict, family: str) -> str:
     Megatron papers; else Megatron-Core + Transformer Engine."""
     if "deepspeed" in (row.get("notes") or "").lower():
         return "deepspeed"
-    if family == "llm-foundry":
+    if family in ("llm-foundry", "flashattention2"):
         return "pytorch"
     return "megatron-core-local" if family in ("narayanan2021", "korthikanti2022") else "megatron-core"
 
@@ -359,6 +410,9 @@ def source_flops(row: dict, model: ModelSpec, plan: ParallelPlan) -> float:
     B, s, l, h, V = plan.gbs, model.seq_len, model.num_layers, model.hidden, model.vocab
     if source_family(row["source"]) == "narayanan2021":
         return 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
+    if source_family(row["source"]) == "flashattention2":   # Dao 2023 section 4.2, per sequence
+        from models.params import total_params
+        return B * (6 * s * total_params(model) + 12 * l * h * s * s)
     return step_model_flops(model, s, B)
 
 

@@ -69,6 +69,9 @@ class RunComparison:
     gpu: str = ""
     dtype: str = ""
     file: str = ""
+    moe: bool = False            # the model routes tokens to experts
+    accelerator: str = ""        # catalog accelerator the row ran on (gb300, h100-sxm, ...)
+    family: str = ""             # its microarchitecture family (nvidia-blackwell, ...)
 
 
 @dataclass
@@ -481,7 +484,8 @@ def compare_row(i: int, row: dict, calibration: str | None) -> RunComparison:
         raise MeshcastError("measured", "no iteration time, tokens/s or TFLOP/s to compare")
     note = "; ".join([note] + fills)
     return RunComparison(i, row["source"], row["model"], plan.num_gpus, metric, published, predicted, error,
-                         r.plan.to_dict(), r.fits, note, row.get("gpu", ""), row.get("dtype", ""))
+                         r.plan.to_dict(), r.fits, note, row.get("gpu", ""), row.get("dtype", ""),
+                         moe=model.moe is not None, accelerator=hw.accelerator.name, family=hw.accelerator.family)
 
 
 def compare_published(paths, calibration: str | None = None) -> tuple[list[RunComparison], list[Skipped]]:
@@ -520,6 +524,15 @@ def group_stats(done: list[RunComparison], key) -> dict[str, dict]:
     for c in done:
         out.setdefault(key(c), []).append(c.error)
     return {k: _stats(v) for k, v in sorted(out.items())}
+
+
+def per_regime(done: list[RunComparison]) -> dict[str, dict]:
+    """The figures of :func:`_stats` on the regimes the issue's targets name: MoE rows, dense rows,
+    Blackwell rows (B200, GB200, B300, GB300) and the rest; a regime with no row is left out."""
+    groups = {"moe": [c for c in done if c.moe], "dense": [c for c in done if not c.moe],
+              "blackwell": [c for c in done if c.family == "nvidia-blackwell"],
+              "not blackwell": [c for c in done if c.family != "nvidia-blackwell"]}
+    return {k: _stats([c.error for c in v]) for k, v in groups.items() if v}
 
 
 def coverage(done: list[RunComparison], skipped: list[Skipped]) -> dict[str, dict]:

@@ -246,8 +246,9 @@ def flashattention_plan_fields(row: dict, model: ModelSpec, fills: list[str]) ->
     and checkpointing are not stated) and FlashAttention-1 (no kernel model)."""
     label = row["model"].lower()
     if "no flashattention" in label:
-        raise MeshcastError("attention", "the baseline without FlashAttention: its attention code, micro-batch and "
-                                         "checkpointing are not stated (the repo's configs are the FlashAttention runs)")
+        raise MeshcastError("attention", "the baseline without FlashAttention: its attention code, micro-batch "
+                                         "and checkpointing are not stated (the repo's configs are the FlashAttention "
+                                         "runs)")
     if "flashattention-2" not in label:
         raise MeshcastError("attention", "FlashAttention-1's kernel is not modelled (meshcast's flash backend is "
                                          "FlashAttention-2, the kernel PyTorch's SDPA runs)")
@@ -286,8 +287,8 @@ def row_precision(row: dict, fills: list[str]) -> str:
 
 def row_zero_stage(row: dict, family: str, fills: list[str]) -> int:
     """The ZeRO stage of a row: a number, or text starting with one (``3 (FSDP FULL_SHARD)``);
-    unstated: 0 for the 2021-22 Megatron papers and the FlashAttention repo's DDP, else 1 (Megatron-Core's distributed optimizer,
-    the NeMo / Megatron-Bridge recipes' default)."""
+    unstated: 0 for the 2021-22 Megatron papers and the FlashAttention repo's DDP, else 1
+    (Megatron-Core's distributed optimizer, the NeMo / Megatron-Bridge recipes' default)."""
     text = (row.get("zero_stage") or "").strip()
     m = re.match(r"(\d)\b", text)
     if m:

@@ -106,3 +106,18 @@ def test_flashattention_rows_without_a_model_are_skipped_with_the_reason(model, 
     with pytest.raises(MeshcastError) as exc:
         plan_from_row(row, model_from_row(row, []), [])
     assert exc.value.field == "attention" and reason in exc.value.reason
+
+
+def test_megatron_edge_stages_may_give_one_chunk_to_embedding_or_loss():
+    """Llama 3.1 405B at pp=16 vp=8 (Megatron-Bridge's GB200 recipe): --account-for-embedding/loss
+    makes 128 chunks of one 'layer' each, so the first and last rank hold 7 decoder layers in 8 chunks.
+    Megatron-Core runs it; a framework without that accounting still needs vp layers per stage."""
+    from models.catalog import load_model
+    from simulator.plan import ParallelPlan, PlanError, resolve_plan
+    model = load_model("llama3-405b")
+    plan = resolve_plan(model, ParallelPlan(tp=4, pp=16, vp=8, mbs=1, gbs=1536, seq=8192,
+                                            framework="megatron-core"), 256)
+    assert plan.layers_per_stage == (7,) + (8,) * 14 + (7,)
+    with pytest.raises(PlanError, match="vp=8 exceeds"):       # a middle stage short of vp layers
+        resolve_plan(model, ParallelPlan(tp=4, pp=16, vp=8, mbs=1, gbs=1536, seq=8192, framework="megatron-core",
+                                         layers_per_stage=(8, 7) + (8,) * 13 + (7,)), 256)

@@ -236,7 +236,7 @@ def resolve_plan(model: ModelSpec, plan: ParallelPlan, num_gpus: int) -> Paralle
             raise PlanError("pp", why)
     plan = _with_derived(plan, dp=dp, seq=plan.seq or model.seq_len, gbs=plan.gbs or dp * plan.mbs, num_gpus=gpus,
                          layers_per_stage=split)
-    _check_model_fit(model, plan)
+    _check_model_fit(model, plan, edge_chunks=fw.export == "megatron")
     broken = framework_violation(fw, model, plan)
     if broken:
         raise PlanError(*broken)
@@ -276,7 +276,16 @@ def _choice(name: str, value, allowed, allow_none: bool = False) -> None:
         raise PlanError(name, f"must be one of {', '.join(allowed)}; got {value!r}")
 
 
-def _check_model_fit(model: ModelSpec, plan: ParallelPlan) -> None:
+def _too_few_layers_for_vp(split: tuple[int, ...], vp: int, edge_chunks: bool) -> bool:
+    """Whether a stage holds fewer decoder layers than its ``vp`` virtual chunks need. With
+    ``edge_chunks`` (Megatron-Core's --account-for-embedding/loss-in-pipeline-split) the embedding
+    and the loss count as one layer of the first and last stage, so one of their chunks may hold
+    only the embedding or only the loss: those two stages need vp - 1 decoder layers."""
+    last = len(split) - 1
+    return any(n < vp - (1 if edge_chunks and i in (0, last) else 0) for i, n in enumerate(split))
+
+
+def _check_model_fit(model: ModelSpec, plan: ParallelPlan, edge_chunks: bool = False) -> None:
     tp, pp, cp = plan.tp, plan.pp, plan.cp
     if model.num_heads % tp:
         raise PlanError("tp", f"tp={tp} does not divide the {model.num_heads} attention heads")
@@ -291,7 +300,7 @@ def _check_model_fit(model: ModelSpec, plan: ParallelPlan) -> None:
             raise PlanError("layers_per_stage", f"has {len(plan.layers_per_stage)} entries for pp={pp}")
         if sum(plan.layers_per_stage) != model.num_layers or min(plan.layers_per_stage) < 1:
             raise PlanError("layers_per_stage", f"must be positive and sum to {model.num_layers} layers")
-        if plan.vp > 1 and min(plan.layers_per_stage) < plan.vp:
+        if plan.vp > 1 and _too_few_layers_for_vp(tuple(plan.layers_per_stage), plan.vp, edge_chunks):
             raise PlanError("vp", f"vp={plan.vp} exceeds the layers of the smallest stage")
     elif model.num_layers % (pp * plan.vp):
         raise PlanError("pp", f"pp*vp = {pp}*{plan.vp} does not divide the {model.num_layers} layers "

@@ -225,15 +225,16 @@ def test_four_gpu_collectives_all_within_10_percent():
 def test_published_runs():
     from validation.published import compare_published, per_source
     done, skipped = compare_published(PUBLISHED)
-    assert len(done) >= 40
+    assert len(done) >= 50      # 46 + the 4 FlashAttention-2 rows of Dao 2023 Table 1
     src = per_source(done)
     assert src["korthikanti2022"]["mape"] <= 0.15
     assert src["nemo"]["mape"] <= 0.15
     assert src["megatron-llama"]["mape"] <= 0.15
+    assert src["flashattention2"]["mape"] <= 0.15
     ptdp = [abs(c.error) for c in done if c.plan["zero_stage"] != 3 and "narayanan" in c.source.lower()]
     assert sum(ptdp) / len(ptdp) <= 0.15
     # ratchet: DeepSpeed ZeRO-3 rows of Narayanan Table 2 are far off (docs/validation.md)
-    assert sum(abs(c.error) for c in done) / len(done) <= 0.24
+    assert sum(abs(c.error) for c in done) / len(done) <= 0.225
 
 
 def test_published_runs_more():
@@ -241,17 +242,62 @@ def test_published_runs_more():
     them. Ratchets on today's figures (docs/validation.md); every skip names an actionable reason."""
     from validation.published import compare_published, per_source
     done, skipped = compare_published(PUBLISHED_MORE)
-    assert len(done) >= 152 and len(done) + len(skipped) == 244
+    assert len(done) >= 200 and len(done) + len(skipped) == 244
     src = per_source(done)
     assert src["dgxc-benchmarking"]["mape"] <= 0.11
     assert src["llm-foundry"]["mape"] <= 0.14
-    # Qwen3-235B on 256 GB200: -76% to -81%; 31.9% -> 33.2% when NVLink collectives were refitted on 4 GPUs
-    assert src["megatron-bridge"]["mape"] <= 0.335
-    assert sum(abs(c.error) for c in done) / len(done) <= 0.15
-    allowed = ("gpu: GB300 is not in the catalog", "gpu: B300 is not in the catalog", "model: Nemotron 3 is a hybrid",
-               "dtype: NVFP4", "framework: MaxText", "precision: pytorch: fp8", "pp: 61 layers do not split",
-               "vp: vp=8 exceeds", "ep: ep*etp")
+    # 66 rows on GB200/B300/GB300 (was 18 at 33.2%: Qwen3-235B at -80% until NVL72 runs took the
+    # NVLink domain the Megatron-Bridge harness places them on); GPT-OSS BF16 +47% to +81% dominate now
+    assert src["megatron-bridge"]["mape"] <= 0.16
+    assert sum(abs(c.error) for c in done) / len(done) <= 0.14
+    allowed = ("model: Nemotron 3 is a hybrid", "dtype: NVFP4", "framework: MaxText", "precision: pytorch: fp8")
     assert all(s.reason.startswith(allowed) for s in skipped), {s.reason for s in skipped}
+    assert not [s for s in skipped if s.reason.startswith("gpu:")]     # every B300 / GB300 row has hardware
+
+
+@lru_cache(maxsize=None)
+def _published_both() -> tuple:
+    from validation.published import compare_published
+    return compare_published([PUBLISHED, PUBLISHED_MORE])
+
+
+# issue #12 item 5, figures of both CSVs together (314 rows; test data, never fitted; docs/validation.md)
+PUBLISHED_SOURCE_RATCHETS = {"dgxc-benchmarking": 0.101, "flashattention2": 0.123, "korthikanti2022": 0.028,
+                             "llm-foundry": 0.132, "megatron-bridge": 0.159, "megatron-llama": 0.143,
+                             "narayanan2021": 0.377, "nemo": 0.137}
+
+
+def test_published_coverage_and_figures_ratchet():
+    """Rows read and the figures quoted in docs/validation.md, so neither can slip back."""
+    from validation.published import per_regime, per_source
+    done, skipped = _published_both()
+    assert len(done) + len(skipped) == 314 and len(done) >= 250
+    assert sum(abs(c.error) for c in done) / len(done) <= 0.152
+    src = per_source(done)
+    for name, ratchet in PUBLISHED_SOURCE_RATCHETS.items():
+        assert src[name]["mape"] <= ratchet + 5e-4, name
+    regime = per_regime(done)
+    assert regime["moe"]["count"] >= 52 and regime["moe"]["mape"] <= 0.198
+    assert regime["blackwell"]["count"] >= 66 and regime["blackwell"]["mape"] <= 0.159
+
+
+@pytest.mark.xfail(strict=True, reason="250 of 314 rows (79.6%): Nemotron 3 hybrid Mamba (25), NVFP4 (10), "
+                                       "Megatron-LM README without micro-batch/tp (11), MaxText (6), ... "
+                                       "(docs/validation.md)")
+def test_published_uses_90_percent_of_rows():
+    done, skipped = _published_both()
+    assert len(done) >= 0.9 * (len(done) + len(skipped))
+
+
+@pytest.mark.xfail(strict=True, reason="overall 15.2%, Narayanan 37.7% (DeepSpeed ZeRO-3 rows), MoE 19.7% and "
+                                       "Blackwell 15.9% (GPT-OSS BF16 +47% to +81%) (docs/validation.md)")
+def test_published_targets_overall_source_moe_blackwell():
+    from validation.published import per_regime, per_source
+    done, _ = _published_both()
+    assert sum(abs(c.error) for c in done) / len(done) <= 0.12
+    assert all(v["mape"] <= 0.20 for v in per_source(done).values())
+    regime = per_regime(done)
+    assert regime["moe"]["mape"] <= 0.15 and regime["blackwell"]["mape"] <= 0.15
 
 
 def test_published_layer_times_within_10_percent():

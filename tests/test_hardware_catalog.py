@@ -41,12 +41,12 @@ def _write(tmp_path: Path, data: dict, name: str = "toy.yaml") -> Path:
 
 def test_catalog_is_populated():
     assert {"a100-40gb-sxm", "a100-80gb-sxm", "h100-sxm", "h100-pcie", "h200-sxm", "b200", "gb200",
-            "mi250x", "mi300x", "l40s"} <= set(list_accelerators())
+            "b300", "gb300", "mi250x", "mi300x", "l40s"} <= set(list_accelerators())
     assert {"dgx-a100", "dgx-a100-40gb", "dgx-h100", "hgx-h100-pcie", "dgx-h200", "dgx-b200",
-            "gb200-nvl72-tray", "frontier-mi250x", "mi300x-node", "l40s-node", "h100-sxm-1gpu",
+            "gb200-nvl72-tray", "dgx-b300", "gb300-nvl72-tray", "frontier-mi250x", "mi300x-node", "l40s-node", "h100-sxm-1gpu",
             "h200-sxm-1gpu", "h200-sxm-2gpu"} <= set(list_nodes())
     assert {"dgx-a100-superpod", "dgx-a100-40gb-superpod", "dgx-h100", "dgx-h200", "dgx-b200",
-            "gb200-nvl72", "frontier", "mi300x-cluster", "l40s-cluster", "dgx-h100-half-ib",
+            "gb200-nvl72", "dgx-b300", "gb300-nvl72", "frontier", "mi300x-cluster", "l40s-cluster", "dgx-h100-half-ib",
             "h100-1gpu", "h200-1gpu", "h200-2gpu"} <= set(list_clusters())
 
 
@@ -106,12 +106,18 @@ def test_bf16_peak_at_least_fp32(name):
         assert peaks.bf16 >= peaks.tf32 >= peaks.fp32
 
 
+BLACKWELL_ULTRA = ("b300", "gb300")
+
+
 @pytest.mark.parametrize("name", HOPPER_BLACKWELL)
 def test_fp8_is_twice_bf16_on_hopper_and_blackwell(name):
     peaks = load_accelerator(name).peak_flops_dense
     assert peaks.fp8 == pytest.approx(2 * peaks.bf16, rel=1e-3)
     if peaks.fp4 is not None:
-        assert peaks.fp4 == pytest.approx(2 * peaks.fp8, rel=1e-3)
+        # Blackwell Ultra's tensor cores run dense NVFP4 at 3x FP8 (15 PF on GB300, 13.5 on HGX B300;
+        # NVIDIA Blackwell Ultra blog and HGX B300 specifications), Blackwell's at 2x
+        ratio = 3 if name in BLACKWELL_ULTRA else 2
+        assert peaks.fp4 == pytest.approx(ratio * peaks.fp8, rel=1e-3)
 
 
 def test_fp4_only_on_blackwell():
@@ -173,6 +179,7 @@ def test_calibration_profiles_only_where_profiles_exist():
     ("NVIDIA H200", "h200-sxm"), ("NVIDIA H100 80GB HBM3", "h100-sxm"), ("NVIDIA H100 PCIe", "h100-pcie"),
     ("NVIDIA A100-SXM4-80GB", "a100-80gb-sxm"), ("NVIDIA A100-SXM4-40GB", "a100-40gb-sxm"),
     ("NVIDIA B200", "b200"), ("NVIDIA GB200", "gb200"), ("NVIDIA L40S", "l40s"),
+    ("NVIDIA B300 SXM6 AC", "b300"), ("NVIDIA GB300", "gb300"),
     ("AMD Instinct MI300X", "mi300x"), ("AMD Instinct MI250X", "mi250x"),
     ("AMD Instinct MI250X / MI250", "mi250x"),
 ])

@@ -34,10 +34,12 @@ def published_csvs() -> list[Path]:
     return [base / f for f in RUN_FILES]
 
 
-# GPU description (as the CSVs print it) -> catalog cluster; first match wins, so GB200 precedes B200
-GPU_CLUSTERS = (("GB200", "gb200-nvl72"), ("B200", "dgx-b200"), ("A100-80GB", "dgx-a100-superpod"),
-                ("A100-40GB", "dgx-a100-40gb-superpod"), ("H100", "dgx-h100"), ("H200", "dgx-h200"))
-NOT_IN_CATALOG = ("GB300", "B300")   # published GPUs hardware_specs/catalog has no datasheet entry for
+# GPU description (as the CSVs print it) -> catalog cluster; first match wins, so GB300 precedes B300
+# and GB200 precedes B200 (``B300 (DGX-B300)``, ``GB300 (NVL72)``)
+GPU_CLUSTERS = (("GB300", "gb300-nvl72"), ("B300", "dgx-b300"), ("GB200", "gb200-nvl72"), ("B200", "dgx-b200"),
+                ("A100-80GB", "dgx-a100-superpod"), ("A100-40GB", "dgx-a100-40gb-superpod"), ("H100", "dgx-h100"),
+                ("H200", "dgx-h200"))
+NOT_IN_CATALOG: tuple[str, ...] = ()   # published GPUs hardware_specs/catalog has no datasheet entry for
 
 # A row's model name (lower case, letters and digits only, parenthesised remarks dropped) -> catalog model
 CATALOG_MODELS = {
@@ -67,6 +69,9 @@ class RunComparison:
     gpu: str = ""
     dtype: str = ""
     file: str = ""
+    moe: bool = False            # the model routes tokens to experts
+    accelerator: str = ""        # catalog accelerator the row ran on (gb300, h100-sxm, ...)
+    family: str = ""             # its microarchitecture family (nvidia-blackwell, ...)
 
 
 @dataclass
@@ -160,6 +165,8 @@ def model_from_row(row: dict, fills: list[str] | None = None) -> ModelSpec:
         raise MeshcastError("model", "Nemotron 3 is a hybrid Mamba-Transformer MoE; meshcast models attention "
                                      "layers only")
     cat = catalog_name(name)
+    if cat is None and source_family(row["source"]) == "flashattention2":
+        return _flashattention_gpt(row, fills)
     if cat is None:
         return _model_from_columns(row)
     from models.catalog import load_model
@@ -206,6 +213,53 @@ def _model_from_columns(row: dict) -> ModelSpec:
         position="rope" if rope else "alibi" if mpt else "learned", tied_embeddings=not rope, moe=moe)
 
 
+# Dao 2023 (FlashAttention-2) section 4.2 trains "GPT-style models with either 1.3B or 2.7B parameters, on
+# 8xA100 80GB SXM" with the FlashAttention repository's training code (training/README.md, commit
+# 0b037c2d96): GPT3-1.3B = experiment pile/gpt3xl-flash (n_embd 2048, n_head 16, n_layer 24; datamodule
+# batch_size 8 at 80 GB), GPT3-2.7B = pile/gpt3-2.7B-flash-hdim128 ("we set head dimension to 128 (instead
+# of 80)": n_embd 2560, n_head 20, n_layer 32; batch_size 4 at 80 GB, 4 for every 8k config); batch 1M
+# tokens for both; GPT-2 tokenizer (50,257) padded to a multiple of 8; bf16 by default; DDP with the
+# optimizer state sharded (DDPStrategyZero1); no activation checkpointing.
+FA_REPO = "FlashAttention repo training configs (pile/gpt3xl-flash, gpt3-2.7B-flash-hdim128; training/README.md)"
+FA_HEADS = {2048: 16, 2560: 20}           # hidden -> heads of the repo's GPT3-1.3B / GPT3-2.7B configs
+FA_VOCAB = 50264                          # 50,257 padded to a multiple of 8 (pad_vocab_size_multiple=8)
+FA_BATCH_TOKENS = 1 << 20                 # "the 1.3B and 2.7B models have batch size 1M tokens"
+
+
+def _flashattention_gpt(row: dict, fills: list[str]) -> ModelSpec:
+    """The GPT of a FlashAttention-2 Table 1 row: layers and hidden from the row (GPT-3 paper sizes),
+    heads and vocabulary from the FlashAttention repo's configs of that model (FA_REPO)."""
+    h, layers = _int(row, "hidden"), _int(row, "layers")
+    heads = _int(row, "heads") or FA_HEADS.get(h or 0)
+    if not (h and layers and heads):
+        raise MeshcastError("model", "layers or hidden not stated, and no FlashAttention repo config of that size")
+    fills.append(f"heads {heads} (head dim {h // heads}), vocab {FA_VOCAB}: {FA_REPO}")
+    return ModelSpec(name=row["model"], family="gpt", num_layers=layers, hidden=h, ffn_hidden=4 * h,
+                     num_heads=heads, vocab=FA_VOCAB, seq_len=_int(row, "seq_len") or 2048, activation="gelu",
+                     norm="layernorm", linear_bias=True, position="learned", tied_embeddings=True)
+
+
+def flashattention_plan_fields(row: dict, model: ModelSpec, fills: list[str]) -> dict:
+    """tp, pp, micro- and global batch and attention backend of a FlashAttention-2 Table 1 row, as the
+    repo's training configs run it (FA_REPO): 8-GPU DDP, micro-batch 8 for GPT3-1.3B at 2k else 4,
+    1M-token batches. Skipped: the baseline without FlashAttention (its attention code, micro-batch
+    and checkpointing are not stated) and FlashAttention-1 (no kernel model)."""
+    label = row["model"].lower()
+    if "no flashattention" in label:
+        raise MeshcastError("attention", "the baseline without FlashAttention: its attention code, micro-batch "
+                                         "and checkpointing are not stated (the repo's configs are the FlashAttention "
+                                         "runs)")
+    if "flashattention-2" not in label:
+        raise MeshcastError("attention", "FlashAttention-1's kernel is not modelled (meshcast's flash backend is "
+                                         "FlashAttention-2, the kernel PyTorch's SDPA runs)")
+    attention = "flash"
+    mbs = 8 if model.hidden == 2048 and model.seq_len <= 2048 else 4
+    gbs = FA_BATCH_TOKENS // model.seq_len
+    fills.append(f"tp=pp=1, mbs {mbs}, gbs {gbs} (1M tokens), bf16 DDP, attention {attention}: {FA_REPO}; "
+                 "its ZeRO-1 optimizer sharding costed as DDP (the pytorch profile has no ZeRO-1)")
+    return {"tp": 1, "pp": 1, "mbs": mbs, "gbs": gbs, "attention": attention}
+
+
 # the precision a plan runs for a row's dtype, and what the row's note says about the mapping
 PRECISION_WORDS = (("nvfp4", None), ("mxfp8", "fp8"), ("fp8-mx", "fp8"), ("fp8", "fp8"), ("bf16", "bf16"),
                    ("fp16", "fp16"), ("16-bit", "bf16"))
@@ -233,8 +287,8 @@ def row_precision(row: dict, fills: list[str]) -> str:
 
 def row_zero_stage(row: dict, family: str, fills: list[str]) -> int:
     """The ZeRO stage of a row: a number, or text starting with one (``3 (FSDP FULL_SHARD)``);
-    unstated: 0 for the 2021-22 Megatron papers, else 1 (Megatron-Core's distributed optimizer,
-    the NeMo / Megatron-Bridge recipes' default)."""
+    unstated: 0 for the 2021-22 Megatron papers and the FlashAttention repo's DDP, else 1
+    (Megatron-Core's distributed optimizer, the NeMo / Megatron-Bridge recipes' default)."""
     text = (row.get("zero_stage") or "").strip()
     m = re.match(r"(\d)\b", text)
     if m:
@@ -242,7 +296,7 @@ def row_zero_stage(row: dict, family: str, fills: list[str]) -> int:
     if text:
         raise MeshcastError("zero_stage", f"{text!r}: no ZeRO stage meshcast can read (a framework without a "
                                           "profile in simulator/frameworks, e.g. MaxText's FSDP + DP)")
-    if family in ("narayanan2021", "korthikanti2022"):
+    if family in ("narayanan2021", "korthikanti2022", "flashattention2"):
         return 0
     fills.append("zero_stage not stated: 1 (Megatron-Core distributed optimizer)")
     return 1
@@ -264,6 +318,9 @@ def plan_from_row(row: dict, model: ModelSpec, fills: list[str] | None = None) -
     fam = source_family(row["source"])
     gpus = _int(row, "num_gpus")
     tp, pp, gbs, mbs = _int(row, "tp"), _int(row, "pp"), _int(row, "global_batch"), _int(row, "micro_batch")
+    fa = flashattention_plan_fields(row, model, fills) if fam == "flashattention2" else {}
+    if fa:
+        tp, pp, gbs, mbs = fa["tp"], fa["pp"], fa["gbs"], fa["mbs"]
     if mbs is None and fam in RECIPE_FAMILIES:
         mbs = 1
         fills.append("micro_batch not stated: 1 (the NeMo / Megatron-Bridge recipes' default)")
@@ -279,18 +336,64 @@ def plan_from_row(row: dict, model: ModelSpec, fills: list[str] | None = None) -
     cp = _degree(row, "cp", fills, "cp") if fam in RECIPE_FAMILIES else (_int(row, "cp") or 1)
     ep = _degree(row, "ep", fills, "ep") if model.moe else (_int(row, "ep") or 1)
     framework = source_framework(row, fam)
+    split = recipe_pipeline_split(model, fam, pp, vp, fills)
+    etp = recipe_expert_tp(row, model, fam, tp, fills)
     sp = ("sequence parallel" in rec and "no sequence" not in rec
           or fam not in ("narayanan2021", "korthikanti2022") and framework.startswith("megatron") and tp > 1)
     return ParallelPlan(tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, mbs=mbs, gbs=gbs, seq=model.seq_len,
-                        zero_stage=zero, recompute=recompute, sequence_parallel=sp,
+                        zero_stage=zero, recompute=recompute, sequence_parallel=sp, layers_per_stage=split, etp=etp,
                         precision=row_precision(row, fills), dropout=fam in ("narayanan2021", "korthikanti2022"),
                         num_gpus=gpus, overlap_grad_reduce="no grad-allreduce overlap" not in row.get("notes", ""),
                         framework=framework,
-                        attention="unfused" if fam in ("narayanan2021", "korthikanti2022") else None)
+                        attention="unfused" if fam in ("narayanan2021", "korthikanti2022") else fa.get("attention"))
 
 
 # sources whose runs are NeMo / Megatron-Bridge recipes (their defaults fill what a row leaves out)
 RECIPE_FAMILIES = ("megatron-bridge", "dgxc-benchmarking", "nemo")
+
+# Megatron-Bridge (commit 067f987df0) src/megatron/bridge/recipes/deepseek/h100/deepseek_v3.py,
+# _get_deepseek_v3_pipeline_layout: (4,1) E+16|16|16|13+MTP+loss; (8,1) = (4,2) E+8|8 x6|5+MTP+loss;
+# (16,1) = (8,2) = (4,4) E+4|4 x14|1+MTP+loss; perf_recipes/deepseek/gb300/deepseek_v3.py: pp=2 vp=8
+# 'Et*4|(t*4|)*14tmL'. Chunk c of pp*vp runs on pipeline rank c mod pp (Megatron-Core's layout).
+DSV3_LAYOUT_SOURCE = "Megatron-Bridge DeepSeek-V3 recipe pipeline layout (recipes/deepseek/h100/deepseek_v3.py)"
+DSV3_LAYOUTS = {(4, 1), (8, 1), (4, 2), (16, 1), (8, 2), (4, 4), (2, 8)}   # (pp, vp) the recipes state
+
+
+def deepseek_v3_split(num_layers: int, pp: int, vp: int) -> tuple[int, ...]:
+    """Decoder layers per pipeline rank under Megatron-Bridge's DeepSeek-V3 layouts: pp*vp chunks,
+    every chunk but the last holding ceil(layers / chunks) decoder layers, the last the rest (with
+    the MTP layer and the loss; the embedding rides in the first); chunk c runs on rank c mod pp.
+    This rule reproduces every layout the recipes list (DSV3_LAYOUTS)."""
+    chunks = pp * vp
+    per = -(-num_layers // chunks)
+    sizes = [per] * (chunks - 1) + [num_layers - per * (chunks - 1)]
+    if sizes[-1] < 1:
+        raise MeshcastError("pp", f"{num_layers} layers leave the last of pp*vp = {pp}*{vp} chunks empty")
+    return tuple(sum(sizes[r::pp]) for r in range(pp))
+
+
+def recipe_pipeline_split(model: ModelSpec, family: str, pp: int, vp: int, fills: list[str]):
+    """Layers per stage where a recipe run's framework states an explicit pipeline layout and
+    Megatron-Core's even split does not exist (DeepSeek-V3's 61 layers); else None (the
+    framework's own split, simulator/frameworks/rules.py default_split)."""
+    if (family not in RECIPE_FAMILIES or pp == 1 or not model.mla or model.num_layers % (pp * vp) == 0
+            or model.num_layers != 61):
+        return None
+    split = deepseek_v3_split(model.num_layers, pp, vp)
+    stated = "" if (pp, vp) in DSV3_LAYOUTS else f" (pp={pp} vp={vp} is not in the recipe's table: its rule applied)"
+    fills.append(f"pipeline layout: {DSV3_LAYOUT_SOURCE}, {pp * vp} chunks, layers per rank "
+                 f"{list(split)}{stated}")
+    return split
+
+
+def recipe_expert_tp(row: dict, model: ModelSpec, family: str, tp: int, fills: list[str]) -> int | None:
+    """The expert tensor-parallel degree: Megatron-Bridge's Qwen3-MoE and DeepSeek-V3 recipes set
+    expert_tensor_parallel_size = 1 (recipes/qwen/*/qwen3_moe.py, perf_recipes/deepseek/common.py);
+    elsewhere None (Megatron-Core's default: etp = tp)."""
+    if family != "megatron-bridge" or not model.moe or tp == 1:
+        return None
+    fills.append("etp not stated: 1 (Megatron-Bridge MoE recipes' expert_tensor_parallel_size)")
+    return 1
 
 
 def source_framework(row: dict, family: str) -> str:
@@ -301,7 +404,7 @@ def source_framework(row: dict, family: str) -> str:
     Megatron papers; else Megatron-Core + Transformer Engine."""
     if "deepspeed" in (row.get("notes") or "").lower():
         return "deepspeed"
-    if family == "llm-foundry":
+    if family in ("llm-foundry", "flashattention2"):
         return "pytorch"
     return "megatron-core-local" if family in ("narayanan2021", "korthikanti2022") else "megatron-core"
 
@@ -311,6 +414,9 @@ def source_flops(row: dict, model: ModelSpec, plan: ParallelPlan) -> float:
     B, s, l, h, V = plan.gbs, model.seq_len, model.num_layers, model.hidden, model.vocab
     if source_family(row["source"]) == "narayanan2021":
         return 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
+    if source_family(row["source"]) == "flashattention2":   # Dao 2023 section 4.2, per sequence
+        from models.params import total_params
+        return B * (6 * s * total_params(model) + 12 * l * h * s * s)
     return step_model_flops(model, s, B)
 
 
@@ -325,13 +431,41 @@ def cluster_for(gpu: str) -> str:
     raise MeshcastError("gpu", f"no catalog cluster for {gpu!r}")
 
 
+SEGMENT_MAX_TRAYS = 18   # trays of one NVL72 rack
+
+
+def harness_placement(hw, family: str, fills: list[str]):
+    """The hardware as a Megatron-Bridge performance run is placed on a rack-scale (NVL72) system.
+    Its harness (scripts/performance/utils/executors.py, commit 067f987df0) submits jobs on 4-GPU
+    trays with Slurm ``--segment``: every node when there are at most 18, else the largest divisor
+    of the node count that is at most 18, so each segment's trays sit in one NVL72 rack. The NVLink
+    domain a run sees is therefore segment x 4 GPUs (64 of a rack's 72 on 16- and 64-tray jobs),
+    aligned to its rank blocks; the catalog's 72-GPU domain is what one rack offers."""
+    import dataclasses
+
+    node = hw.node
+    domain = node.intra_node.domain_gpus
+    if family != "megatron-bridge" or not domain or domain <= node.gpus_per_node:
+        return hw
+    nodes = max(1, hw.num_gpus // node.gpus_per_node)
+    segment = nodes if nodes <= SEGMENT_MAX_TRAYS else next(
+        s for s in range(SEGMENT_MAX_TRAYS, 0, -1) if nodes % s == 0)
+    span = segment * node.gpus_per_node
+    if span == domain:
+        return hw
+    fills.append(f"NVLink domain {span} GPUs: Megatron-Bridge's harness places {segment}-tray Slurm segments "
+                 f"in one rack (executors.py --segment)")
+    intra = node.intra_node.model_copy(update={"domain_gpus": span})
+    return dataclasses.replace(hw, node=node.model_copy(update={"intra_node": intra}))
+
+
 def compare_row(i: int, row: dict, calibration: str | None) -> RunComparison:
     """Simulate one published row's plan and compare with its published throughput or time."""
     fills: list[str] = []
     cluster = cluster_for(row["gpu"])
     model = model_from_row(row, fills)
     plan = plan_from_row(row, model, fills)
-    hw = load_hardware(cluster, plan.num_gpus)
+    hw = harness_placement(load_hardware(cluster, plan.num_gpus), source_family(row["source"]), fills)
     cal, note = calibration_for(hw.accelerator, calibration)
     r = simulate(model, hw, plan, cal)
     t_pred = r.step_time_s
@@ -351,7 +485,8 @@ def compare_row(i: int, row: dict, calibration: str | None) -> RunComparison:
         raise MeshcastError("measured", "no iteration time, tokens/s or TFLOP/s to compare")
     note = "; ".join([note] + fills)
     return RunComparison(i, row["source"], row["model"], plan.num_gpus, metric, published, predicted, error,
-                         r.plan.to_dict(), r.fits, note, row.get("gpu", ""), row.get("dtype", ""))
+                         r.plan.to_dict(), r.fits, note, row.get("gpu", ""), row.get("dtype", ""),
+                         moe=model.moe is not None, accelerator=hw.accelerator.name, family=hw.accelerator.family)
 
 
 def compare_published(paths, calibration: str | None = None) -> tuple[list[RunComparison], list[Skipped]]:
@@ -390,6 +525,15 @@ def group_stats(done: list[RunComparison], key) -> dict[str, dict]:
     for c in done:
         out.setdefault(key(c), []).append(c.error)
     return {k: _stats(v) for k, v in sorted(out.items())}
+
+
+def per_regime(done: list[RunComparison]) -> dict[str, dict]:
+    """The figures of :func:`_stats` on the regimes the issue's targets name: MoE rows, dense rows,
+    Blackwell rows (B200, GB200, B300, GB300) and the rest; a regime with no row is left out."""
+    groups = {"moe": [c for c in done if c.moe], "dense": [c for c in done if not c.moe],
+              "blackwell": [c for c in done if c.family == "nvidia-blackwell"],
+              "not blackwell": [c for c in done if c.family != "nvidia-blackwell"]}
+    return {k: _stats([c.error for c in v]) for k, v in groups.items() if v}
 
 
 def coverage(done: list[RunComparison], skipped: list[Skipped]) -> dict[str, dict]:

@@ -109,7 +109,7 @@ def published_summary(paths: list[str], calibration: str | None, framework: str 
     and per precision."""
     from hardware_specs.errors import MeshcastError
     from validation.published import (compare_published, coverage, dtype_label, gpu_label, group_stats,
-                                       per_source)
+                                       per_regime, per_source)
     done, skipped = compare_published(paths, calibration)
     modelled = len(done)
     if framework is not None:
@@ -121,6 +121,7 @@ def published_summary(paths: list[str], calibration: str | None, framework: str 
     return done, {"per_source": per_source(done), "coverage": coverage(done, skipped),
                   "per_gpu": group_stats(done, lambda c: gpu_label(c.gpu)),
                   "per_dtype": group_stats(done, lambda c: dtype_label(c.dtype)),
+                  "per_regime": per_regime(done),
                   "evaluated": len(done), "rows": len(done) + len(skipped),
                   "runs": [c.__dict__ for c in done], "skipped": [s.__dict__ for s in skipped],
                   "mape": sum(abs(c.error) for c in done) / len(done),
@@ -133,7 +134,8 @@ def format_published(pub: dict) -> list[str]:
         if pub.get("framework") else ""
     lines = [f"published runs: {pub['evaluated']} of {pub['rows']} rows evaluated{only}, MAPE {pub['mape']:.1%}; "
              f"{len(pub['skipped'])} skipped"]
-    for title, key in (("per source", "per_source"), ("per GPU", "per_gpu"), ("per precision", "per_dtype")):
+    for title, key in (("per source", "per_source"), ("per GPU", "per_gpu"), ("per precision", "per_dtype"),
+                       ("per regime", "per_regime")):
         lines.append(f"  {title}:")
         for name, v in pub[key].items():
             lines.append(f"    {name:<20} {v['count']:>4} runs  MAPE {v['mape']:6.1%}  median {v['median_error']:+6.1%}  "

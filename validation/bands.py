@@ -1,10 +1,11 @@
 """Confidence bands from the project's own validation residuals (split-conformal, per regime).
 
 Residuals are log(predicted step time / measured step time) of whole training steps:
-  (a) every train_step record of validation/measurements/*.json, predicted with the GPU's own
-      profile (regime ``calibrated``) and with the other Hopper profile (``transfer``: H100 <->
-      H200). Host-bound tiny-model steps fitted the host parameters: they are kept, labelled
-      ``in_fit``, and left out of every band;
+  (a) every train_step and plan_step record of validation/measurements/*.json, predicted with
+      the GPU's own profile (regime ``calibrated``) and with the other Hopper profile
+      (``transfer``: H100 <-> H200). Host-bound tiny-model steps fitted the host parameters, and
+      the plan_step host grid (validation/host_fit.py) fitted the frameworks' host costs: they are
+      kept, labelled ``in_fit``, and left out of every band;
   (b) every published run validation/published.py can model (the committed copies of
       published_runs.csv and published_runs_more.csv), with the calibration simulate() would pick:
       A100 rows are the residuals of a GPU never measured here (``datasheet``).
@@ -71,6 +72,7 @@ def measurement_residuals(pattern: str = "validation/measurements/*.json") -> li
     from simulator.calibration import calibration_for, load_calibration
     from validation.accuracy import evaluate
     from validation.fit import host_bound
+    from validation.host_fit import HOST_FILES
     from validation.hardware import hardware_for
     from validation.records import load_measurements
 
@@ -78,7 +80,7 @@ def measurement_residuals(pattern: str = "validation/measurements/*.json") -> li
     for path in sorted(glob.glob(str(ROOT / pattern))):
         mf = load_measurements(path)
         idx = [i for i, r in enumerate(mf.records)
-               if r.get("kind") == "train_step" and r.get("time_s") and not r.get("oom")]
+               if r.get("kind") in ("train_step", "plan_step") and r.get("time_s") and not r.get("oom")]
         if not idx:
             continue
         hw = hardware_for(mf)
@@ -87,15 +89,16 @@ def measurement_residuals(pattern: str = "validation/measurements/*.json") -> li
         for cal in (own, other):
             regime, _ = gpu_regime(hw.accelerator, cal.name)
             for res in evaluate(mf, hw, cal, idx)[0]:
-                out.append(_measured(res, regime, Path(path).name, not host_bound(res.record)))
+                fitted = host_bound(res.record) or Path(path).name in HOST_FILES
+                out.append(_measured(res, regime, Path(path).name, not fitted))
     return out
 
 
 def _measured(res, regime: str, source: str, held_out: bool) -> Residual:
-    from validation.predict import reference_plan
+    from validation.predict import record_plan, reference_plan
     rec = res.record
     world = int(rec.get("world", 1))
-    tags = feature_tags(reference_plan(rec), world, 8)
+    tags = feature_tags(record_plan(rec) if rec["kind"] == "plan_step" else reference_plan(rec), world, 8)
     return Residual(math.log(res.prediction.time_s / rec["time_s"]), regime, workload(tags, world), tags, world,
                     source, held_out, "" if held_out else "in_fit: host-bound tiny step fitted the host parameters")
 

@@ -24,7 +24,7 @@ H = _harness()
 
 def test_case_list_is_well_formed():
     cs = H.cases()
-    keys = {"set", "seq", "head_dim", "causal", "batch", "heads", "kv_heads", "backend", "direction"}
+    keys = {"set", "seq", "head_dim", "causal", "batch", "heads", "kv_heads", "backend", "direction", "layout"}
     seen = set()
     for c in cs:
         assert set(c) == keys
@@ -33,6 +33,8 @@ def test_case_list_is_well_formed():
         assert 512 <= c["seq"] <= 16384 and c["head_dim"] in (64, 128)
         assert all(isinstance(c[k], int) and c[k] >= 1 for k in ("batch", "heads", "kv_heads", "seq"))
         assert c["heads"] % c["kv_heads"] == 0
+        assert c["layout"] == ("sbhd" if c["backend"] == "unfused_torch" else c["layout"])
+        assert c["layout"] in ("bshd", "bhsd", "sbhd")
         key = tuple(sorted(c.items()))
         assert key not in seen, c
         seen.add(key)
@@ -41,7 +43,7 @@ def test_case_list_is_well_formed():
     for shp in shapes:
         for be in H.SDPA_BACKENDS:
             for d in ("fwd", "fwd_bwd"):
-                assert dict(shp, backend=be, direction=d) in cs
+                assert dict(shp, backend=be, direction=d, layout="bshd") in cs
     assert {c["set"] for c in cs} == {"sweep", "random"}
     assert any(c["kv_heads"] < c["heads"] for c in cs if c["set"] == "sweep")
     assert {c["causal"] for c in cs} == {True, False}
@@ -74,15 +76,32 @@ def test_shape_rule():
     assert H.fwd_flops(dict(batch=1, heads=2, seq=4, head_dim=8, causal=True)) == 4 * 2 * 16 * 8 * 0.5
 
 
-def test_unfused_torch_pattern_matches_sdpa_math():
+@pytest.mark.parametrize("causal", [True, False])
+def test_unfused_torch_pattern_matches_sdpa_math(causal):
+    """Megatron's local pattern computes attention (GQA, both masks), in Megatron's [s, b, h, d]."""
     torch = pytest.importorskip("torch")
     import torch.nn.functional as F
     torch.manual_seed(0)
-    c = dict(batch=2, heads=4, kv_heads=2, seq=64, head_dim=32, causal=True, backend="unfused_torch")
-    q = torch.randn(2, 4, 64, 32, dtype=torch.float64)
-    k = torch.randn(2, 2, 64, 32, dtype=torch.float64)
-    v = torch.randn(2, 2, 64, 32, dtype=torch.float64)
-    got = H.build_forward(c, q, k, v)()
-    ref = F.scaled_dot_product_attention(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), is_causal=True)
-    assert torch.allclose(got, ref, atol=1e-5)
+    c = dict(batch=2, heads=4, kv_heads=2, seq=64, head_dim=32, causal=causal, backend="unfused_torch")
+    q, k, v = (torch.randn(64, 2, n, 32, dtype=torch.float64).permute(1, 2, 0, 3) for n in (4, 2, 2))
+    got = H.build_forward(c, q, k, v)()                               # [s, b, h, d]
+    ref = F.scaled_dot_product_attention(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), is_causal=causal)
+    assert torch.allclose(got.permute(1, 2, 0, 3), ref, atol=1e-5)
     assert math.isfinite(float(got.abs().sum()))
+
+
+def test_small_run_on_cpu(tmp_path):
+    """The whole GPU path on CPU with tiny shapes: every case gives a timed or an unsupported record."""
+    pytest.importorskip("torch")
+    import json
+    import subprocess
+    import sys
+    out = tmp_path / "a.json"
+    subprocess.run([sys.executable, str(ROOT / "validation" / "harness" / "attention_backends.py"), "--small",
+                    "--out", str(out)], check=True, capture_output=True, timeout=300)
+    recs = json.loads(out.read_text())["records"]
+    assert len(recs) == len(H.cases(small=True))
+    for r in recs:
+        assert (r["time_s"] is None) == bool(r.get("unsupported") or r.get("oom")), r
+        if r.get("unsupported"):
+            assert r["reason"]

@@ -99,13 +99,16 @@ def small_shapes():
 
 def cases(small: bool = False):
     """Every (shape, backend, direction) as a dict; run order: the sweep on the fused backends,
-    then the random set on the four SDPA backends, then the sweep on the slow (score-materialising)
+    then the random set on the four SDPA backends, then flash and cuDNN on the head_dim-128 MHA
+    sweep in the contiguous [b, h, s, d] layout (``layout: bhsd``; every other case ``bshd``: the
+    [b, s, h, d] tensor a projection writes, transposed, as frameworks call SDPA), then the sweep on
+    the slow (score-materialising)
     ones (unfused_torch at head_dim 128 only),
     so a run cut short by its budget loses the cheapest-to-lose cases."""
     shapes = small_shapes() if small else sweep_shapes() + random_shapes()
 
-    def expand(shp, backends):
-        return [dict(shp, backend=be, direction=d) for be in backends for d in ("fwd", "fwd_bwd")]
+    def expand(shp, backends, layout="bshd"):
+        return [dict(shp, backend=be, direction=d, layout=layout) for be in backends for d in ("fwd", "fwd_bwd")]
 
     sweep = [s for s in shapes if s["set"] == "sweep"]
     rand = [s for s in shapes if s["set"] == "random"]
@@ -115,10 +118,13 @@ def cases(small: bool = False):
         out += expand(s, fast)
     for s in rand:
         out += expand(s, SDPA_BACKENDS)
+    for s in sweep:                     # the contiguous layout kernels.py used, head_dim 128 MHA
+        if s["head_dim"] == 128 and s["kv_heads"] == s["heads"]:
+            out += expand(s, ("flash", "cudnn"), layout="bhsd")
     for s in sweep:
         out += expand(s, ("math",))
         if s["head_dim"] == 128:        # Megatron's local pattern: head_dim 128 sweep only (budget)
-            out += expand(s, ("unfused_torch",))
+            out += expand(s, ("unfused_torch",), layout="sbhd")
     return out
 
 
@@ -151,7 +157,7 @@ def estimate_total_s(cs=None) -> float:
 
 
 def label(c) -> str:
-    return (f"{c['set']:6s} {c['backend']:13s} {c['direction']:7s} b{c['batch']:<4d} h{c['heads']}/{c['kv_heads']:<3d}"
+    return (f"{c['set']:6s} {c.get('layout', 'bshd')} {c['backend']:13s} {c['direction']:7s} b{c['batch']:<4d} h{c['heads']}/{c['kv_heads']:<3d}"
             f" s{c['seq']:<6d} d{c['head_dim']} causal={int(c['causal'])}")
 
 
@@ -172,22 +178,30 @@ def build_forward(c, q, k, v):
     b, h, kv, s, d = c["batch"], c["heads"], c["kv_heads"], c["seq"], c["head_dim"]
     dev, dt = q.device, q.dtype
     if c["backend"] == "unfused_torch":
-        # Megatron-Core DotProductAttention + FusedScaleMaskSoftmax's torch fallback
+        # Megatron-Core DotProductAttention (megatron/core/transformer/dot_product_attention.py) with
+        # FusedScaleMaskSoftmax's torch fallback: inputs [s, b, heads, d] (layout sbhd; here the
+        # views q/k/v [b, heads, s, d] of such storage), GQA keys/values repeat_interleave'd to every
+        # head, scores = baddbmm(empty, q, k^T, beta=0, alpha=1/sqrt(d)) over [b*heads, s, s],
+        # .float(), causal masked_fill(-10000), fp32 softmax, back to bf16, bmm with v, and the
+        # context made contiguous as [s, b, heads*d]
         scale = 1.0 / math.sqrt(d)
         mask = torch.triu(torch.ones(s, s, device=dev, dtype=torch.bool), 1) if c["causal"] else None
 
         def fwd():
-            kk, vv = k, v
+            qs, ks, vs = (t.permute(2, 0, 1, 3) for t in (q, k, v))       # [s, b, heads, d] views
             if kv != h:
-                kk = k.repeat_interleave(h // kv, dim=1)
-                vv = v.repeat_interleave(h // kv, dim=1)
-            qf, kf, vf = q.reshape(b * h, s, d), kk.reshape(b * h, s, d), vv.reshape(b * h, s, d)
-            out = torch.empty(b * h, s, s, device=dev, dtype=dt)
-            scores = torch.baddbmm(out, qf, kf.transpose(1, 2), beta=0.0, alpha=scale).float()
+                ks = ks.repeat_interleave(h // kv, dim=2)
+                vs = vs.repeat_interleave(h // kv, dim=2)
+            qf = qs.reshape(s, b * h, d).transpose(0, 1)                    # [b*h, s, d], no copy
+            kf = ks.reshape(s, b * h, d).transpose(0, 1)
+            vf = vs.reshape(s, b * h, d).transpose(0, 1)
+            buf = torch.empty(b * h, s, s, device=dev, dtype=dt)
+            scores = torch.baddbmm(buf, qf, kf.transpose(1, 2), beta=0.0, alpha=scale).float()
             if mask is not None:
                 scores = scores.masked_fill(mask, -10000.0)
             p = torch.softmax(scores, dim=-1).to(dt)
-            return torch.bmm(p, vf).view(b, h, s, d)
+            ctx = torch.bmm(p, vf).view(b, h, s, d)
+            return ctx.permute(2, 0, 1, 3).contiguous()                     # [s, b, heads, d]
     else:
         from torch.nn.attention import sdpa_kernel
         be = _sdpa_backend(c["backend"])
@@ -208,11 +222,27 @@ def make_call(c, dev, dt):
     import torch
     b, h, kv, s, d = c["batch"], c["heads"], c["kv_heads"], c["seq"], c["head_dim"]
     bwd = c["direction"] == "fwd_bwd"
-    q = torch.randn(b, h, s, d, device=dev, dtype=dt, requires_grad=bwd)
-    k = torch.randn(b, kv, s, d, device=dev, dtype=dt, requires_grad=bwd)
-    v = torch.randn(b, kv, s, d, device=dev, dtype=dt, requires_grad=bwd)
-    g = torch.randn(b, h, s, d, device=dev, dtype=dt) if bwd else None
+    layout = c.get("layout", "bshd")
+    perm = {"bshd": (b, s, None, d), "sbhd": (s, b, None, d), "bhsd": (b, None, s, d)}[layout]
 
+    def mk(heads):
+        """[b, heads, s, d] view of storage in ``layout``: bshd is the [b, s, heads, d] output of a
+        projection transposed, as frameworks call SDPA; sbhd Megatron's [s, b, heads, d]; bhsd the
+        contiguous tensor kernels.py's attention section used."""
+        size = tuple(heads if x is None else x for x in perm)
+        t = torch.randn(*size, device=dev, dtype=dt)
+        if layout == "bshd":
+            t = t.transpose(1, 2)
+        elif layout == "sbhd":
+            t = t.permute(1, 2, 0, 3)
+        return t.requires_grad_(bwd)
+
+    q, k, v = mk(h), mk(kv), mk(kv)
+    g = None
+    if bwd:
+        g = mk(h).detach()
+        if c["backend"] == "unfused_torch":                                 # its output is [s, b, h, d]
+            g = g.permute(2, 0, 1, 3)
     fwd = build_forward(c, q, k, v)
 
     if bwd:
@@ -265,7 +295,8 @@ def run_case(c, flush, nvml, rec):
     dt = torch.bfloat16 if common.on_cuda() else torch.float32
     base = dict(kind="attention_fwd_bwd" if c["direction"] == "fwd_bwd" else "attention_fwd",
                 batch=c["batch"], heads=c["heads"], seq=c["seq"], head_dim=c["head_dim"], causal=c["causal"],
-                backend=c["backend"], dtype="bfloat16" if dt == torch.bfloat16 else "float32", set=c["set"])
+                backend=c["backend"], dtype="bfloat16" if dt == torch.bfloat16 else "float32", set=c["set"],
+                layout=c.get("layout", "bshd"))
     if c["kv_heads"] != c["heads"]:
         base["kv_heads"] = c["kv_heads"]
     flops = fwd_flops(c) * (3.0 if c["direction"] == "fwd_bwd" else 1.0)
@@ -296,6 +327,28 @@ def run_case(c, flush, nvml, rec):
                 r[key] = smp[key]
     rec.add(r)
     common.log(f"  {label(c)}  {st['time_s'] * 1e3:9.3f} ms  {common.fmt_rate(flops / st['time_s'], 'FLOP/s')}")
+
+
+def default_choices():
+    """The backend SDPA picks by itself (no sdpa_kernel) on this GPU and torch for a few bf16 shapes,
+    in meshcast's names (torch._fused_sdp_choice; SDPBackend values)."""
+    import torch
+    import common
+    names = {0: "math", 1: "flash", 2: "efficient", 3: "cudnn"}
+    out = {}
+    if not common.on_cuda():
+        return out
+    for hd in HEAD_DIMS:
+        for causal in (True, False):
+            for bwd in (False, True):
+                try:
+                    q = torch.randn(2, 2048, 16, hd, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+                    q.requires_grad_(bwd)
+                    choice = int(torch._fused_sdp_choice(q, q, q, is_causal=causal))
+                    out[f"d{hd}_causal{int(causal)}_{'train' if bwd else 'inference'}"] = names.get(choice, choice)
+                except Exception as exc:  # noqa: BLE001
+                    out[f"d{hd}_causal{int(causal)}"] = common.short_exc(exc, 120)
+    return out
 
 
 def main():
@@ -341,6 +394,7 @@ def main():
                               sdpa_backends=sorted(SDPBackend.__members__),
                               timing="common.time_fn: L2 flush before each call, 2 warm-ups, median of 5..50 calls",
                               estimated_s=round(estimate_total_s(cs), 1))
+    info["sdpa_default"] = default_choices()
     if nvml is not None:
         info["nvml"] = nvml.static()
     common.log("info:", info)

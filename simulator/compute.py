@@ -20,6 +20,7 @@ All times are seconds; FLOP/s and B/s are per device.
 """
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -46,6 +47,7 @@ GEMM_SPLIT_MIN_K = 256
 GEMM_ALIGN_BYTES = 16            # TMA / vectorised loads need 16-byte aligned leading dimensions
 ATTENTION_BLOCK_Q = 128          # query rows per FlashAttention thread block
 SFU_PER_SM = 16                  # special-function units per SM (Ampere/Hopper whitepapers)
+FP32_LANES_PER_SM = 128          # FP32 units per SM (Hopper whitepaper: 128 FP32 cores per SM)
 
 # Bytes moved per element of a [tokens, hidden] tensor by each memory-bound op, forward,
 # in units of the element size: reads + writes (norm: x in, y out; silu_mul: x, y in, out).
@@ -382,21 +384,27 @@ def fused_attention_params(cal: Calibration, backend: str, bwd: bool, tile: tupl
 
 def fused_attention_fitted(cal: Calibration, backend: str) -> bool:
     """Whether the calibration carries fitted parameters of this fused kernel."""
-    return any(k.startswith(backend + "_") for k in cal.attention_kernel_fraction)
+    return (any(k.startswith(backend + "_") for k in cal.attention_kernel_fraction)
+            or backend in cal.attention_kernel_overlap or backend in cal.attention_kernel_overhead)
 
 
+@lru_cache(maxsize=65536)
 def _pairs_per_block(n_q: int, n_kv: int, bq: int, bkv: int, seq_q: int, seq_kv: int, causal: bool,
-                     by_kv: bool) -> list[int]:
-    """Tiles (query block x key block pairs) each thread block visits, rectangular bq x bkv tiles.
-    Causal: queries are the last seq_q positions of the keys; a pair is visited when any of its
-    scores is kept (diagonal tiles cost a whole tile). ``by_kv``: blocks own key blocks (backward)."""
+                     by_kv: bool) -> tuple[int, int, int]:
+    """(thread blocks per head, tiles per head, tiles of the busiest block) for rectangular bq x bkv
+    tiles: a tile is a (query block, key block) pair a block visits. Causal: queries are the last
+    seq_q positions of the keys; a pair is visited when any of its scores is kept (diagonal tiles
+    cost a whole tile). ``by_kv``: blocks own key blocks (backward), else query blocks."""
     if not causal:
-        return [n_kv] * n_q if not by_kv else [n_q] * n_kv
+        return (n_kv, n_q * n_kv, n_q) if by_kv else (n_q, n_q * n_kv, n_kv)
     offset = seq_kv - seq_q
-    per_q = [min(n_kv, math.ceil((offset + min((i + 1) * bq, seq_q)) / bkv)) for i in range(n_q)]
+    per_q = [min(n_kv, math.ceil((offset + min((i + 1) * bq, seq_q)) / bkv)) for i in range(n_q)]  # non-decreasing
+    total = sum(per_q)
     if not by_kv:
-        return per_q
-    return [sum(1 for i in range(n_q) if per_q[i] > j) for j in range(n_kv)]
+        return n_q, total, max(per_q)
+    # key block j is visited by every query block i with per_q[i] > j
+    busiest = max(n_q - bisect.bisect_right(per_q, j) for j in range(n_kv))
+    return n_kv, total, busiest
 
 
 @lru_cache(maxsize=16384)
@@ -407,9 +415,10 @@ def _fused_pass(dev: DeviceModel, backend: str, batch: int, heads: int, kv_heads
 
     Per tile of bM x bN scores: tensor-core time t_mm = m·2·bM·bN·d / (peak·fraction) with m = 2
     matmuls forward (QKᵀ, PV) and 5 backward (QKᵀ recomputed, dP = dO·Vᵀ, dV, dK, dQ), and
-    exponential time t_exp = bM·bN / exp rate (16 SFUs per SM x SMs x clock x
-    ``attention_softmax_fraction``: the same hardware rate FlashAttention-2's fit gives); the
-    tile costs max(t_mm, t_exp) + (1 − overlap)·min(t_mm, t_exp) (overlap 0: FlashAttention-2's
+    softmax time t_exp = bM·bN / exp rate (16 SFUs per SM x SMs x clock x
+    ``attention_softmax_fraction``: the same hardware rate FlashAttention-2's fit gives) plus the
+    softmax's other per-score FP32 operations (forward 3.5 + d/bN, backward 4; see the code) at
+    128 FP32 lanes per SM per clock; the tile costs max(t_mm, t_exp) + (1 − overlap)·min(t_mm, t_exp) (overlap 0: FlashAttention-2's
     serial schedule; 1: FlashAttention-3's ping-pong hides the softmax under the other warpgroup's
     GEMMs, Shah et al. 2024 §3.1). Each thread block adds ``overhead`` tiles. Blocks run in waves
     (time = total / wave efficiency, as :func:`_flash_pass`), or, for a persistent kernel, as a
@@ -423,17 +432,25 @@ def _fused_pass(dev: DeviceModel, backend: str, batch: int, heads: int, kv_heads
     bq, bkv = _tile_for(k.bwd_tiles if bwd else k.fwd_tiles, head_dim, causal)
     frac, overlap, overhead = fused_attention_params(cal, backend, bwd, (bq, bkv))
     n_q, n_kv = math.ceil(seq_q / bq), math.ceil(seq_kv / bkv)
-    per_block = _pairs_per_block(n_q, n_kv, bq, bkv, seq_q, seq_kv, causal, by_kv=bwd)
+    per_head, pairs, busiest = _pairs_per_block(n_q, n_kv, bq, bkv, seq_q, seq_kv, causal, bwd)
     bh = batch * heads
-    blocks = bh * len(per_block)
+    blocks = bh * per_head
     sms = dev.accelerator.sm_count
     peak = dev.accelerator.peak_flops("bf16") * dev.clock_rate("bf16")
     t_mm = (5 if bwd else 2) * 2.0 * bq * bkv * head_dim / (peak * frac)
-    t_exp = bq * bkv / dev.exp_per_s
+    # the softmax's other per-score work on the FP32 units (FP32_LANES_PER_SM per SM per clock):
+    # forward: scale-and-subtract-max FMA, row max, row sum, bf16 conversion (two per instruction),
+    # and the rescale of the O accumulator (d / bN multiplies per score); backward: P = exp(S - LSE)'s
+    # FMA, dS = P * (dP - D) (subtract, multiply), two bf16 conversions (of P and dS)
+    alu_ops = 4.0 if bwd else 3.5 + head_dim / bkv
+    alu_rate = sms * FP32_LANES_PER_SM * dev.accelerator.boost_clock_hz
+    # the SFU and FP32 units run at the SM clock: under sustained load at its power-limited fraction
+    clock = (cal.sustained_clock_fraction.get("bf16") or 1.0) if dev.sustained else 1.0
+    t_exp = (bq * bkv / dev.exp_per_s + bq * bkv * alu_ops / alu_rate) / clock
     t_tile = max(t_mm, t_exp) + (1.0 - overlap) * min(t_mm, t_exp)          # whole-GPU seconds per tile
-    total = (bh * sum(per_block) + blocks * overhead) * t_tile
+    total = (bh * pairs + blocks * overhead) * t_tile
     if k.persistent:
-        compute = max(total, (max(per_block) + overhead) * t_tile * sms)
+        compute = max(total, (busiest + overhead) * t_tile * sms)
     else:
         compute = total / (blocks / (math.ceil(blocks / sms) * sms))
     q_elems, kv_elems = batch * heads * seq_q * head_dim, batch * kv_heads * seq_kv * head_dim

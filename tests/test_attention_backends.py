@@ -294,3 +294,18 @@ def test_fit_recovers_cudnn_and_efficient_parameters(tmp_path):
     assert held["attention_fwd"].mape < 0.05 and held["attention_fwd_bwd"].mape < 0.05
     for key in ("cudnn", "efficient"):
         assert cal.attention_kernel_overhead[key] == pytest.approx(truth.attention_kernel_overhead[key], abs=0.3)
+
+
+def test_backend_table_groups_by_backend_and_set(tmp_path):
+    """validation/attention_backends.py: per backend, direction and set, with refusals counted."""
+    import dataclasses
+    from simulator.calibration import load_calibration
+    from validation.attention_backends import backend_table
+    truth = dataclasses.replace(load_calibration("h200-sxm"), attention_kernel_fraction={"cudnn_fwd": 0.6})
+    path, _ = _synthetic_file(tmp_path, truth)
+    rows = {(r["backend"], r["kind"], r["set"]): r for r in backend_table([str(path)], "h200-sxm")}
+    assert {k[2] for k in rows} == {"sweep", "random"}
+    assert sum(r["refused"] for r in rows.values()) == 1
+    assert rows[("flash", "attention_fwd", "sweep")]["mape"] < 0.05        # flash: same model as the truth
+    assert rows[("cudnn", "attention_fwd", "random")]["count"] == sum(
+        1 for c in H.cases() if (c["backend"], c["direction"], c["set"]) == ("cudnn", "fwd", "random"))

@@ -324,13 +324,13 @@ FUSED_KERNELS = {
         persistent=False, bwd_launches=3, source="cuDNN SDPA; tiles assumed"),
     # PyTorch's memory-efficient attention (xFormers' CUTLASS kernel, sm80 mma.sync on Hopper):
     # forward instantiations fmha_cutlassF_bf16_aligned_64x64_rf (head_dim <= 64), 64x128_rf (<= 128),
-    # 32x128_gmem (larger); backward fmha_cutlassB_bf16_aligned_128x128_k128 (head_dim <= 128; the
-    # largest instantiation, which Hopper's 228 KB of shared memory fits) and 64x64 beyond;
-    # one backward kernel (it computes the dO·O row sums itself)
+    # 32x128_gmem (larger); backward (dispatch_cutlassB_bf16_sm80: the first listed kernel whose
+    # kMaxK covers head_dim) fmha_cutlassB_bf16_aligned_64x64_k64 (head_dim <= 64), 128x128_k128
+    # (<= 128), 64x64_k65536 beyond; one backward kernel (it computes the dO·O row sums itself)
     "efficient": FusedAttentionKernel(
         "efficient",
         fwd_tiles=((64, (64, 64), (64, 64)), (128, (64, 128), (64, 128)), (65536, (32, 128), (32, 128))),
-        bwd_tiles=((128, (128, 128), (128, 128)), (65536, (64, 64), (64, 64))),
+        bwd_tiles=((64, (64, 64), (64, 64)), (128, (128, 128), (128, 128)), (65536, (64, 64), (64, 64))),
         persistent=False, bwd_launches=1, source="PyTorch aten/src/ATen/native/transformers/cuda/mem_eff_attention"),
 }
 # backends whose model is a Hopper design (WGMMA, TMA, warp specialisation), by the accelerator

@@ -309,3 +309,17 @@ def test_backend_table_groups_by_backend_and_set(tmp_path):
     assert rows[("flash", "attention_fwd", "sweep")]["mape"] < 0.05        # flash: same model as the truth
     assert rows[("cudnn", "attention_fwd", "random")]["count"] == sum(
         1 for c in H.cases() if (c["backend"], c["direction"], c["set"]) == ("cudnn", "fwd", "random"))
+
+
+def test_fa3_is_never_fitted():
+    """No calibration parameter is FA3's own: its model takes only what GEMM and FlashAttention-2
+    records fitted (the GEMM efficiency, the exp rate, launch cost, the sustained clock)."""
+    import dataclasses
+    from simulator.compute import attention_time
+    from validation.fit import COMPUTE_PARAMS
+    assert not [p.path for p in COMPUTE_PARAMS if "fa3" in p.path]
+    dev = _dev("h100-sxm")
+    cal = dataclasses.replace(dev.cal, attention_kernel_fraction={"fa3_fwd": 0.1, "fa3_bwd": 0.1},
+                              attention_kernel_overlap={"fa3": 0.0}, attention_kernel_overhead={"fa3": 9.0})
+    assert attention_time(_dev("h100-sxm", cal=cal), 1, 16, 8192, 8192, 128, True, 16, "fa3", "fwd_bwd") == \
+        attention_time(dev, 1, 16, 8192, 8192, 128, True, 16, "fa3", "fwd_bwd")

@@ -65,6 +65,15 @@ class Calibration:
       attention_bwd_fraction     FlashAttention backward: fraction of bf16 peak
       attention_softmax_fraction achieved fraction of the special-function units' exp rate
       attention_tile_overhead    fixed work per FlashAttention thread block, in score tiles
+                                 (the four attention_* above: PyTorch SDPA's FlashAttention-2, ``flash``)
+      attention_kernel_fraction[backend_direction]  the other fused attention kernels
+                                 (``cudnn_fwd``, ``cudnn_bwd``, ``efficient_fwd``, ``efficient_bwd``):
+                                 fraction of the bf16 peak their tensor-core work reaches; unset:
+                                 the documented fallback of simulator.compute.fused_attention_params
+      attention_kernel_overlap[backend]   share of the shorter of (tensor-core, exponential) work
+                                 per tile hidden under the longer (0: serial, as FlashAttention-2;
+                                 1: fully overlapped, as FlashAttention-3's ping-pong schedule)
+      attention_kernel_overhead[backend]  fixed work per thread block, in tiles
       comm_overlap_slowdown      compute time lost per second of communication hidden under it
                                  (NCCL kernels occupy SMs and HBM bandwidth: ~16-32 channels of
                                  132 SMs on Hopper); a planning value, not fitted
@@ -112,6 +121,9 @@ class Calibration:
     ddp_tensor_host_s: float = 0.0
     optimizer_tensor_host_s: float = 0.0
     fsdp_optimizer_tensor_host_s: float = 0.0
+    attention_kernel_fraction: dict = field(default_factory=dict)
+    attention_kernel_overlap: dict = field(default_factory=dict)
+    attention_kernel_overhead: dict = field(default_factory=dict)
     memory_op_fraction: dict = field(default_factory=dict)
     collective_fraction: dict = field(default_factory=dict)
     collective_alpha_fraction: dict = field(default_factory=dict)
@@ -141,7 +153,8 @@ class Calibration:
 DEFAULT = Calibration()
 
 
-DICT_PARAMETERS = ("gemm_peak_fraction", "memory_op_fraction", "collective_fraction", "collective_alpha_fraction",
+DICT_PARAMETERS = ("gemm_peak_fraction", "attention_kernel_fraction", "attention_kernel_overlap",
+                   "attention_kernel_overhead", "memory_op_fraction", "collective_fraction", "collective_alpha_fraction",
                    "collective_shard_steps", "sustained_clock_fraction")
 
 
@@ -170,6 +183,9 @@ def _profile_schema() -> type:
             for name, value in DEFAULT.to_dict().items() if isinstance(value, float)}
     spec.update(gemm_peak_fraction=(Optional[dict[str, fraction]], None),
                 memory_op_fraction=(Optional[dict[str, fraction]], None),
+                attention_kernel_fraction=(Optional[dict[str, fraction]], None),
+                attention_kernel_overlap=(Optional[dict[str, Annotated[float, Field(ge=0, le=1)]]], None),
+                attention_kernel_overhead=(Optional[dict[str, nonneg]], None),
                 collective_fraction=(Optional[dict[str, positive]], None),
                 collective_alpha_fraction=(Optional[dict[str, positive]], None),
                 collective_shard_steps=(Optional[dict[str, nonneg]], None),

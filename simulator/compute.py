@@ -20,6 +20,7 @@ All times are seconds; FLOP/s and B/s are per device.
 """
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -46,6 +47,7 @@ GEMM_SPLIT_MIN_K = 256
 GEMM_ALIGN_BYTES = 16            # TMA / vectorised loads need 16-byte aligned leading dimensions
 ATTENTION_BLOCK_Q = 128          # query rows per FlashAttention thread block
 SFU_PER_SM = 16                  # special-function units per SM (Ampere/Hopper whitepapers)
+FP32_LANES_PER_SM = 128          # FP32 units per SM (Hopper whitepaper: 128 FP32 cores per SM)
 
 # Bytes moved per element of a [tokens, hidden] tensor by each memory-bound op, forward,
 # in units of the element size: reads + writes (norm: x in, y out; silu_mul: x, y in, out).
@@ -208,13 +210,29 @@ def attention_time(dev: DeviceModel, batch: int, heads: int, seq_q: int, seq_kv:
                    direction: str = "fwd") -> float:
     """Predicted time of scaled-dot-product attention, seconds.
 
-    ``direction``: ``fwd``, ``bwd`` or ``fwd_bwd``. ``backend``: ``flash`` (fused, IO-aware),
+    ``direction``: ``fwd``, ``bwd`` or ``fwd_bwd``. ``backend``: ``flash`` (PyTorch SDPA's
+    FlashAttention-2, fused and IO-aware), ``cudnn`` (cuDNN's fused flash attention: SDPA's
+    CUDNN_ATTENTION, Transformer Engine's FusedAttention), ``efficient`` (SDPA's memory-efficient
+    CUTLASS kernel), ``fa3`` (FlashAttention-3, Shah et al. 2024; never fitted) -- the four costed by
+    :func:`_flash_pass` / :func:`_fused_pass`; ``cudnn`` and ``fa3`` are Hopper designs and are costed
+    as ``flash`` on accelerators of other families (HOPPER_DESIGNS) --,
     ``unfused`` (Megatron-LM before FlashAttention: 16-bit batched GEMMs around one fused
     scale-mask-softmax kernel over the materialised score matrix) or ``math`` (PyTorch's SDPA
     math backend: the same in fp32 with separate mask and softmax passes) or ``unfused_torch``
     (Megatron-Core's local DotProductAttention without apex or Transformer Engine: bf16 batched
     GEMMs, the softmax in fp32 as separate PyTorch kernels)."""
     kv_heads = kv_heads or heads
+    if backend in HOPPER_DESIGNS and dev.accelerator.family not in HOPPER_DESIGNS[backend]:
+        backend = "flash"   # no WGMMA/TMA before Hopper: cuDNN's and FA3's sm80 paths are FA2-class kernels
+    if backend in FUSED_KERNELS and backend != "fa3" and not fused_attention_fitted(dev.cal, backend):
+        backend = "flash"   # a kernel never measured is costed as the one that was (FlashAttention-2)
+    if backend in FUSED_KERNELS:
+        t = 0.0
+        if direction in ("fwd", "fwd_bwd"):
+            t += _fused_pass(dev, backend, batch, heads, kv_heads, seq_q, seq_kv, head_dim, causal, bwd=False)
+        if direction in ("bwd", "fwd_bwd"):
+            t += _fused_pass(dev, backend, batch, heads, kv_heads, seq_q, seq_kv, head_dim, causal, bwd=True)
+        return t
     if backend == "unfused_torch":
         return _unfused_torch_attention_time(dev, batch, heads, kv_heads, seq_q, seq_kv, head_dim, direction)
     if backend == "math":
@@ -263,6 +281,185 @@ def _flash_pass(dev: DeviceModel, batch: int, heads: int, kv_heads: int, seq_q: 
     if bwd:   # dO.O row sums before, fp32 dQ accumulator converted to bf16 after
         io = 2.5 * io + batch * heads * seq_q * head_dim * (2 + 2 + 4 + 4 + 2)
         launches = 3
+    return max(compute, io / dev.hbm_Bps) + launches * cal.kernel_launch_s
+
+
+@dataclass(frozen=True)
+class FusedAttentionKernel:
+    """The structure of one fused (IO-aware, online-softmax) attention kernel family.
+
+    ``fwd_tiles`` / ``bwd_tiles``: ((largest head_dim, (bM, bN) non-causal, (bM, bN) causal), ...):
+    a forward thread block owns bM query rows and loops over key blocks of bN; a backward block owns
+    bN keys and loops over query blocks of bM (FlashAttention-2's and -3's partitioning).
+    ``persistent``: a persistent kernel with a tile scheduler (blocks handed to SMs as they free up)
+    instead of one launch wave after another. ``bwd_launches``: kernels of one backward (the dO·O
+    row sums before, the fp32 dQ conversion after)."""
+
+    name: str
+    fwd_tiles: tuple
+    bwd_tiles: tuple
+    persistent: bool
+    bwd_launches: int
+    source: str
+
+
+FUSED_KERNELS = {
+    # FlashAttention-3 (Dao-AILab/flash-attention hopper/tile_size.h tile_size_fwd_sm90, bf16;
+    # hopper/flash_bwd_launch_template.h run_mha_bwd_hdim*, Arch >= 90); persistent tile scheduler
+    # (hopper/tile_scheduler.hpp); backward: preprocess, main, dQ postprocess kernels
+    "fa3": FusedAttentionKernel(
+        "fa3",
+        fwd_tiles=((64, (192, 192), (192, 128)), (96, (192, 144), (192, 144)), (128, (128, 176), (128, 128)),
+                   (192, (128, 128), (128, 128)), (256, (128, 80), (128, 80))),
+        bwd_tiles=((64, (128, 128), (128, 128)), (96, (64, 128), (64, 128)), (128, (80, 128), (64, 128)),
+                   (192, (64, 96), (64, 96)), (256, (64, 80), (64, 80))),
+        persistent=True, bwd_launches=3, source="Shah et al. 2024 (FlashAttention-3); hopper/tile_size.h"),
+    # cuDNN's fused flash attention (cudnn-frontend SDPA; Transformer Engine's FusedAttention
+    # F16_arbitrary_seqlen): its tiles are not published; 128 x 128 forward and 64 x 128 backward are
+    # assumed (FlashAttention-3's causal tiles at head_dim 128); launches in waves
+    "cudnn": FusedAttentionKernel(
+        "cudnn",
+        fwd_tiles=((256, (128, 128), (128, 128)),),
+        bwd_tiles=((256, (64, 128), (64, 128)),),
+        persistent=False, bwd_launches=3, source="cuDNN SDPA; tiles assumed"),
+    # PyTorch's memory-efficient attention (xFormers' CUTLASS kernel, sm80 mma.sync on Hopper):
+    # forward instantiations fmha_cutlassF_bf16_aligned_64x64_rf (head_dim <= 64), 64x128_rf (<= 128),
+    # 32x128_gmem (larger); backward (dispatch_cutlassB_bf16_sm80: the first listed kernel whose
+    # kMaxK covers head_dim) fmha_cutlassB_bf16_aligned_64x64_k64 (head_dim <= 64), 128x128_k128
+    # (<= 128), 64x64_k65536 beyond; one backward kernel (it computes the dO·O row sums itself)
+    "efficient": FusedAttentionKernel(
+        "efficient",
+        fwd_tiles=((64, (64, 64), (64, 64)), (128, (64, 128), (64, 128)), (65536, (32, 128), (32, 128))),
+        bwd_tiles=((64, (64, 64), (64, 64)), (128, (128, 128), (128, 128)), (65536, (64, 64), (64, 64))),
+        persistent=False, bwd_launches=1, source="PyTorch aten/src/ATen/native/transformers/cuda/mem_eff_attention"),
+}
+# backends whose model is a Hopper design (WGMMA, TMA, warp specialisation), by the accelerator
+# families it applies to; elsewhere they are costed as FlashAttention-2 (``flash``). Transformer
+# Engine likewise prefers cuDNN's FusedAttention only on compute capability >= 9.0
+# (transformer_engine/pytorch/attention/dot_product_attention/utils.py, get_attention_backend)
+HOPPER_DESIGNS = {"fa3": ("nvidia-hopper",), "cudnn": ("nvidia-hopper", "nvidia-blackwell")}
+# kernels that never materialise the score matrix (they keep only the log-sum-exp for backward)
+FUSED_ATTENTION = ("flash",) + tuple(FUSED_KERNELS)
+FA3_OVERLAP_FWD = 1.0    # ping-pong of two warpgroups + intra-warpgroup overlap (Shah et al. 2024 §3.1-3.2)
+FA3_OVERLAP_BWD = 0.0    # the backward has no ping-pong schedule: matmuls and exponentials in turn
+FUSED_BLOCK_OVERHEAD_TILES = 1.0   # design value: a block's prologue (Q load) and epilogue (O store, rescale)
+
+
+def _tile_for(table: tuple, head_dim: int, causal: bool) -> tuple[int, int]:
+    for max_d, plain, masked in table:
+        if head_dim <= max_d:
+            return masked if causal else plain
+    return table[-1][2 if causal else 1]
+
+
+def fused_attention_params(cal: Calibration, backend: str, bwd: bool, tile: tuple[int, int] = (128, 128)) -> tuple:
+    """(tensor-core fraction of the bf16 peak, softmax overlap, per-block overhead in tiles) of one
+    fused kernel's pass.
+
+    * ``fa3`` is never fitted: its tensor cores run like a Hopper GEMM's (warp-specialised TMA
+      producer, WGMMA consumers: the CUTLASS pipeline cuBLAS's large GEMMs use), so the fraction
+      is the calibrated ``gemm_peak_fraction.bf16`` times the GEMM model's small-tile factor
+      ((bM·bN / 128·256) ** ``gemm_small_tile_exponent``); overlap 1 forward (ping-pong), 0 backward;
+      one tile of per-block overhead.
+    * ``cudnn`` and ``efficient``: ``attention_kernel_fraction.<backend>_fwd`` / ``<backend>_bwd``,
+      ``attention_kernel_overlap.<backend>`` and ``attention_kernel_overhead.<backend>`` once fitted on
+      measurements of that kernel (validation/harness/attention_backends.py). A calibration without
+      them costs the kernel as FlashAttention-2 (:func:`attention_time` hands it to ``flash``: a
+      kernel never measured is costed like the one that was); the fallbacks here (FlashAttention-2's
+      fitted fractions, overlap 0, ``attention_tile_overhead``) are the fit's starting point."""
+    direction = "bwd" if bwd else "fwd"
+    if backend != "fa3":
+        frac = cal.attention_bwd_fraction if bwd else cal.attention_fwd_fraction
+        defaults = (frac, 0.0, cal.attention_tile_overhead)
+    else:
+        small = (tile[0] * tile[1] / (GEMM_TILES[0][0] * GEMM_TILES[0][1])) ** cal.gemm_small_tile_exponent
+        defaults = (cal.gemm_fraction("bf16") * min(1.0, small), FA3_OVERLAP_BWD if bwd else FA3_OVERLAP_FWD,
+                    FUSED_BLOCK_OVERHEAD_TILES)
+    if backend == "fa3":
+        return defaults
+    return (cal.attention_kernel_fraction.get(f"{backend}_{direction}", defaults[0]),
+            cal.attention_kernel_overlap.get(backend, defaults[1]),
+            cal.attention_kernel_overhead.get(backend, defaults[2]))
+
+
+def fused_attention_fitted(cal: Calibration, backend: str) -> bool:
+    """Whether the calibration carries fitted parameters of this fused kernel."""
+    return (any(k.startswith(backend + "_") for k in cal.attention_kernel_fraction)
+            or backend in cal.attention_kernel_overlap or backend in cal.attention_kernel_overhead)
+
+
+@lru_cache(maxsize=65536)
+def _pairs_per_block(n_q: int, n_kv: int, bq: int, bkv: int, seq_q: int, seq_kv: int, causal: bool,
+                     by_kv: bool) -> tuple[int, int, int]:
+    """(thread blocks per head, tiles per head, tiles of the busiest block) for rectangular bq x bkv
+    tiles: a tile is a (query block, key block) pair a block visits. Causal: queries are the last
+    seq_q positions of the keys; a pair is visited when any of its scores is kept (diagonal tiles
+    cost a whole tile). ``by_kv``: blocks own key blocks (backward), else query blocks."""
+    if not causal:
+        return (n_kv, n_q * n_kv, n_q) if by_kv else (n_q, n_q * n_kv, n_kv)
+    offset = seq_kv - seq_q
+    per_q = [min(n_kv, math.ceil((offset + min((i + 1) * bq, seq_q)) / bkv)) for i in range(n_q)]  # non-decreasing
+    total = sum(per_q)
+    if not by_kv:
+        return n_q, total, max(per_q)
+    # key block j is visited by every query block i with per_q[i] > j
+    busiest = max(n_q - bisect.bisect_right(per_q, j) for j in range(n_kv))
+    return n_kv, total, busiest
+
+
+@lru_cache(maxsize=16384)
+def _fused_pass(dev: DeviceModel, backend: str, batch: int, heads: int, kv_heads: int, seq_q: int, seq_kv: int,
+                head_dim: int, causal: bool, bwd: bool) -> float:
+    """One pass (forward, or backward with its pre/post-processing kernels) of a fused attention
+    kernel of FUSED_KERNELS, seconds.
+
+    Per tile of bM x bN scores: tensor-core time t_mm = m·2·bM·bN·d / (peak·fraction) with m = 2
+    matmuls forward (QKᵀ, PV) and 5 backward (QKᵀ recomputed, dP = dO·Vᵀ, dV, dK, dQ), and
+    softmax time t_exp = bM·bN / exp rate (16 SFUs per SM x SMs x clock x
+    ``attention_softmax_fraction``: the same hardware rate FlashAttention-2's fit gives) plus the
+    softmax's other per-score FP32 operations (forward 3.5 + d/bN, backward 4; see the code) at
+    128 FP32 lanes per SM per clock; the tile costs max(t_mm, t_exp) + (1 − overlap)·min(t_mm, t_exp) (overlap 0: FlashAttention-2's
+    serial schedule; 1: FlashAttention-3's ping-pong hides the softmax under the other warpgroup's
+    GEMMs, Shah et al. 2024 §3.1). Each thread block adds ``overhead`` tiles. Blocks run in waves
+    (time = total / wave efficiency, as :func:`_flash_pass`), or, for a persistent kernel, as a
+    greedy schedule bounded by max(total / SMs, the longest block). HBM bytes: every tensor once
+    (forward: Q, K, V read, O written; backward: Q, K, V, O, dO read, dQ, dK, dV written and the
+    fp32 dQ accumulator read and written): the query blocks of one head re-read its K and V, but
+    from L2 (one head's K and V, 4·s·d bytes, fit the 50-60 MB L2 of a Hopper GPU up to s ~ 100k),
+    since blocks of one head run together. The pass takes the larger of compute and IO."""
+    k = FUSED_KERNELS[backend]
+    cal = dev.cal
+    bq, bkv = _tile_for(k.bwd_tiles if bwd else k.fwd_tiles, head_dim, causal)
+    frac, overlap, overhead = fused_attention_params(cal, backend, bwd, (bq, bkv))
+    n_q, n_kv = math.ceil(seq_q / bq), math.ceil(seq_kv / bkv)
+    per_head, pairs, busiest = _pairs_per_block(n_q, n_kv, bq, bkv, seq_q, seq_kv, causal, bwd)
+    bh = batch * heads
+    blocks = bh * per_head
+    sms = dev.accelerator.sm_count
+    peak = dev.accelerator.peak_flops("bf16") * dev.clock_rate("bf16")
+    t_mm = (5 if bwd else 2) * 2.0 * bq * bkv * head_dim / (peak * frac)
+    # the softmax's other per-score work on the FP32 units (FP32_LANES_PER_SM per SM per clock):
+    # forward: scale-and-subtract-max FMA, row max, row sum, bf16 conversion (two per instruction),
+    # and the rescale of the O accumulator (d / bN multiplies per score); backward: P = exp(S - LSE)'s
+    # FMA, dS = P * (dP - D) (subtract, multiply), two bf16 conversions (of P and dS)
+    alu_ops = 4.0 if bwd else 3.5 + head_dim / bkv
+    alu_rate = sms * FP32_LANES_PER_SM * dev.accelerator.boost_clock_hz
+    # the SFU and FP32 units run at the SM clock: under sustained load at its power-limited fraction
+    clock = (cal.sustained_clock_fraction.get("bf16") or 1.0) if dev.sustained else 1.0
+    t_exp = (bq * bkv / dev.exp_per_s + bq * bkv * alu_ops / alu_rate) / clock
+    t_tile = max(t_mm, t_exp) + (1.0 - overlap) * min(t_mm, t_exp)          # whole-GPU seconds per tile
+    total = (bh * pairs + blocks * overhead) * t_tile
+    if k.persistent:
+        compute = max(total, (busiest + overhead) * t_tile * sms)
+    else:
+        compute = total / (blocks / (math.ceil(blocks / sms) * sms))
+    q_elems, kv_elems = batch * heads * seq_q * head_dim, batch * kv_heads * seq_kv * head_dim
+    launches = 1
+    if bwd:   # read Q, O, dO, write dQ (bf16) and its fp32 accumulator (read + write); K, V, dK, dV
+        io = q_elems * (2 + 2 + 2 + 2 + 8) + kv_elems * (2 + 2 + 2 + 2)
+        launches = k.bwd_launches
+    else:     # read Q, K, V, write O
+        io = q_elems * (2 + 2) + kv_elems * (2 + 2)
     return max(compute, io / dev.hbm_Bps) + launches * cal.kernel_launch_s
 
 

@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass
 
 from models.params import embedding_params, largest_layer_matrix, layer_params, norm_params
 from models.schema import ModelSpec
+from simulator.compute import FUSED_ATTENTION
 from simulator.frameworks import get_framework
 from simulator.identity_cache import IdentityCache
 from simulator.lowering import Context, _attention_dims
@@ -246,7 +247,7 @@ def layer_activation_bytes(ctx: Context, moe: bool) -> float:
     attn = resid * Tsp * h + g_in * Tsp * h                   # norm input, QKV-GEMM input
     attn += 2 * T * (heads * qk + kv * qk + kv * vd)          # Q, K, V
     attn += 2 * T * heads * vd                                # attention output = out-proj input
-    if p.attention == "flash":
+    if p.attention in FUSED_ATTENTION:                        # FlashAttention-style kernels
         attn += 4 * p.mbs * heads * (p.seq // p.cp)           # log-sum-exp
     elif p.recompute != "selective" and p.attention == "unfused_torch":
         # softmax output kept in fp32 for its backward, its bf16 copy for the PV GEMM (+dropout)

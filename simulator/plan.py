@@ -21,7 +21,7 @@ from simulator.frameworks import default_split, framework_violation, get_framewo
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
-ATTENTION_BACKENDS = ("flash", "unfused", "math", "unfused_torch")
+ATTENTION_BACKENDS = ("flash", "cudnn", "fa3", "efficient", "unfused", "math", "unfused_torch")
 RECIPES = ("megatron", "zero", "torch_amp", "torch_fsdp")
 PRECISIONS = ("bf16", "fp16", "fp8")
 ATTENTIONS = ATTENTION_BACKENDS   # the name the plan-file schema uses

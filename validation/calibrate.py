@@ -26,13 +26,16 @@ class CalibrationReport:
 
 
 def _select(files: list[tuple[MeasurementFile, Hardware]], kinds: tuple, holdout_every: int):
-    """(train samples, held-out (file, indices)) over all files for records of ``kinds``."""
+    """(train samples, held-out (file, indices)) over all files for records of ``kinds``. Records
+    of a random held-out set (``set: random``, e.g. validation/harness/attention_backends.py) are
+    never fitted: they are all held out; the rest split every ``holdout_every``-th."""
     train, held = [], []
     for mf, hw in files:
-        idx = [i for i, r in enumerate(mf.records) if r.get("kind") in kinds]
+        idx = [i for i, r in enumerate(mf.records) if r.get("kind") in kinds and r.get("set") != "random"]
+        rand = [i for i, r in enumerate(mf.records) if r.get("kind") in kinds and r.get("set") == "random"]
         tr, ho = split_holdout(len(idx), holdout_every) if holdout_every else (list(range(len(idx))), [])
         train += [(mf.records[idx[i]], hw) for i in tr]
-        held.append((mf, hw, [idx[i] for i in ho], [idx[i] for i in tr]))
+        held.append((mf, hw, sorted([idx[i] for i in ho] + rand), [idx[i] for i in tr]))
     return train, held
 
 
@@ -115,6 +118,9 @@ def physical_violations(cal: Calibration) -> list[str]:
     for op, f in cal.memory_op_fraction.items():
         if not 0 < f <= 1:
             out.append(f"memory_op_fraction.{op} = {f:.3g} is not in (0, 1]")
+    for key, f in cal.attention_kernel_fraction.items():
+        if not 0 < f <= 1:
+            out.append(f"attention_kernel_fraction.{key} = {f:.3g} is not in (0, 1]")
     for link, eff in cal.links.items():
         for kind in ("all_reduce", *cal.collective_fraction):
             achieved = eff.bandwidth_fraction * cal.collective_fraction.get(kind, 1.0)

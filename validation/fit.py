@@ -16,6 +16,7 @@ from scipy.optimize import least_squares
 
 from hardware_specs.catalog import Hardware
 from simulator.calibration import DEFAULT, DICT_PARAMETERS, Calibration
+from simulator.compute import fused_attention_params
 from simulator.comm import COLLECTIVES as COLLECTIVE_KINDS
 from validation.predict import ELEMENTWISE_KINDS, Unsupported, predict_record
 
@@ -29,6 +30,7 @@ class Param:
     upper: float
 
 
+FITTED_ATTENTION_KERNELS = ("cudnn", "efficient")
 COMPUTE_PARAMS = [Param(f"gemm_peak_fraction.{d}", 0.05, 1.0) for d in ("bf16", "fp16", "tf32", "fp32", "fp8")] + [
     Param("gemm_tile_overhead_k", 0.0, 4096.0),
     Param("gemm_small_tile_exponent", 0.0, 2.0),
@@ -41,7 +43,12 @@ COMPUTE_PARAMS = [Param(f"gemm_peak_fraction.{d}", 0.05, 1.0) for d in ("bf16", 
     Param("attention_softmax_fraction", 0.05, 1.0),
     Param("attention_tile_overhead", 0.0, 16.0),
     Param("softmax_row_latency_s", 0.0, 50e-6),
-] + [Param(f"memory_op_fraction.{k}", 0.1, 1.0) for k in ELEMENTWISE_KINDS + ("copy",)]
+] + [Param(f"memory_op_fraction.{k}", 0.1, 1.0) for k in ELEMENTWISE_KINDS + ("copy",)] + [
+    # fused attention kernels other than FlashAttention-2 (simulator.compute.fused_attention_params);
+    # only records with that ``backend`` move them; FlashAttention-3 (fa3) is never fitted
+    p for be in FITTED_ATTENTION_KERNELS for p in (
+        Param(f"attention_kernel_fraction.{be}_fwd", 0.1, 1.0), Param(f"attention_kernel_fraction.{be}_bwd", 0.1, 1.0),
+        Param(f"attention_kernel_overlap.{be}", 0.0, 1.0), Param(f"attention_kernel_overhead.{be}", 0.0, 16.0))]
 
 
 # extra starting points of the compute fit: the GEMM tile model has a second basin where smaller
@@ -91,6 +98,12 @@ def get_value(cal: Calibration, path: str) -> float:
     parts = path.split(".")
     if parts[0] == "links":
         return getattr(cal.links[parts[1]], parts[2])
+    if parts[0].startswith("attention_kernel_") and parts[1] not in getattr(cal, parts[0]):
+        # unfitted: the model's fallback (a start of the fit); an overlap starts half way, off its bound
+        backend, _, direction = parts[1].partition("_")
+        frac, overlap, overhead = fused_attention_params(cal, backend, direction == "bwd")
+        return {"attention_kernel_fraction": frac, "attention_kernel_overlap": max(overlap, 0.5),
+                "attention_kernel_overhead": overhead}[parts[0]]
     if len(parts) == 2:
         d = getattr(cal, parts[0])
         default = {"memory_op_fraction": cal.hbm_fraction, "collective_shard_steps": 0.0}.get(parts[0], 1.0)

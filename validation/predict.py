@@ -14,6 +14,8 @@ from validation.records import record_dtype
 
 ELEMENTWISE_KINDS = ("layernorm", "rmsnorm", "gelu", "softmax", "silu_mul", "add")
 KERNEL_KINDS = ("copy", "gemm", "attention_fwd", "attention_fwd_bwd") + ELEMENTWISE_KINDS
+# attention records' ``backend`` (meshcast's kernel names; simulator.compute.attention_time)
+ATTENTION_KERNELS = ("flash", "cudnn", "efficient", "fa3", "math", "unfused", "unfused_torch")
 # strategy -> ZeRO stage of the plain-PyTorch framework (simulator/frameworks/pytorch.yaml)
 STRATEGIES = {"single": 0, "ddp": 0, "fsdp_full_shard": 3}
 
@@ -65,9 +67,13 @@ def kernel_time(rec: dict, hw: Hardware, cal: Calibration) -> float:
     if kind.startswith("attention"):
         direction = "fwd" if kind == "attention_fwd" else "fwd_bwd"
         backend = rec.get("backend", "flash")
+        if backend not in ATTENTION_KERNELS:
+            raise Unsupported(f"unknown attention backend {backend!r}")
+        if rec.get("unsupported"):
+            raise Unsupported(f"the {backend} backend refused this shape on the GPU")
         return attention_time(dev, rec["batch"], rec["heads"], rec["seq"], rec["seq"], rec["head_dim"],
                               bool(rec.get("causal", False)), rec.get("kv_heads") or rec["heads"],
-                              "math" if backend == "math" else "flash", direction)
+                              backend, direction)
     assert kind in ELEMENTWISE_PASSES
     return elementwise_time(dev, kind, rec["tokens"], rec["hidden"], record_dtype(rec))
 

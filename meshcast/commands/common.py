@@ -22,7 +22,7 @@ FRAMEWORKS = ("deepspeed", "megatron-core", "megatron-core-local", "pytorch", "t
 DEFAULT_FRAMEWORK = "megatron-core"
 EXPORT_FORMATS = ("megatron", "torchtitan", "deepspeed")   # simulator.frameworks.launch.FORMATS (tested)
 PRECISIONS = ("bf16", "fp16", "fp8")
-ATTENTION = ("flash", "unfused", "math")
+ATTENTION = ("flash", "cudnn", "fa3", "efficient", "unfused", "math", "unfused_torch")   # simulator.plan.ATTENTION_BACKENDS
 
 MEGATRON_ALIASES = {  # meshcast flag -> Megatron-LM spellings accepted as the same option
     "--tp": ("--tensor-model-parallel-size",),
@@ -56,7 +56,7 @@ PLAN_OPTIONS = (  # (flag, plan field, type, choices, help)
     ("--precision", "precision", str, PRECISIONS, "GEMM precision (default bf16)"),
     ("--framework", "framework", str, FRAMEWORKS,
      "framework that runs the plan; decides the plan space, memory semantics and kernels (default megatron-core)"),
-    ("--attention", "attention", str, ATTENTION, "attention kernel (default flash)"),
+    ("--attention", "attention", str, ATTENTION, "attention kernel (default: the framework's first, e.g. cudnn for megatron-core)"),
 )
 
 

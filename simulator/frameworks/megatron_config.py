@@ -156,7 +156,8 @@ def _parallel_args(m: ModelSpec, p: ParallelPlan, a: list, notes: list) -> None:
     if p.framework == "megatron-core-local":
         _add(a, "--transformer-impl", "local")
     else:
-        _add(a, "--attention-backend", "unfused" if p.attention == "unfused" else "auto")
+        # cudnn: TE's own choice on Hopper+ (auto); fa3 and flash: TE's FlashAttention (FA3 when installed)
+        _add(a, "--attention-backend", {"unfused": "unfused", "fa3": "flash", "flash": "flash"}.get(p.attention, "auto"))
     if p.tp_comm_overlap:
         _add(a, "--tp-comm-overlap")
     if p.ep_comm_overlap:
@@ -467,7 +468,7 @@ def _plan(vals: dict, L: Optional[int], model: Optional[ModelSpec]) -> tuple[Par
         recompute=recompute, recompute_layers=rec_layers, mbs=_int(vals, "--micro-batch-size", 1),
         gbs=_int(vals, "--global-batch-size"), seq=_int(vals, "--seq-length"),
         precision="fp16" if "--fp16" in vals else "fp8" if "--fp8-format" in vals else "bf16",
-        attention=None if local else ("unfused" if backend in ("unfused", "local") else "flash"),
+        attention=None if local else {"unfused": "unfused", "local": "unfused", "fused": "cudnn", "flash": "flash"}.get(backend),
         dropout=dropout, overlap_grad_reduce="--overlap-grad-reduce" in vals,
         overlap_param_gather="--overlap-param-gather" in vals or zero == 0,
         tp_comm_overlap="--tp-comm-overlap" in vals, ep_comm_overlap="--overlap-moe-expert-parallel-comm" in vals,

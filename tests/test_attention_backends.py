@@ -1,0 +1,325 @@
+"""Attention backends as separate kernels (issue #12 item 3): the harness's case list
+(validation/harness/attention_backends.py) and, with torch present, its Megatron-local pattern."""
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _harness():
+    spec = importlib.util.spec_from_file_location("attention_backends",
+                                                  ROOT / "validation" / "harness" / "attention_backends.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+H = _harness()
+
+
+def test_case_list_is_well_formed():
+    cs = H.cases()
+    keys = {"set", "seq", "head_dim", "causal", "batch", "heads", "kv_heads", "backend", "direction", "layout"}
+    seen = set()
+    for c in cs:
+        assert set(c) == keys
+        assert c["set"] in ("sweep", "random")
+        assert c["backend"] in H.BACKENDS and c["direction"] in ("fwd", "fwd_bwd")
+        assert 512 <= c["seq"] <= 16384 and c["head_dim"] in (64, 128)
+        assert all(isinstance(c[k], int) and c[k] >= 1 for k in ("batch", "heads", "kv_heads", "seq"))
+        assert c["heads"] % c["kv_heads"] == 0
+        assert c["layout"] == ("sbhd" if c["backend"] == "unfused_torch" else c["layout"])
+        assert c["layout"] in ("bshd", "bhsd", "sbhd")
+        key = tuple(sorted(c.items()))
+        assert key not in seen, c
+        seen.add(key)
+    # every SDPA backend runs every shape, forward and forward+backward
+    shapes = {tuple((k, c[k]) for k in ("set", "seq", "head_dim", "causal", "batch", "heads", "kv_heads")) for c in cs}
+    for shp in shapes:
+        for be in H.SDPA_BACKENDS:
+            for d in ("fwd", "fwd_bwd"):
+                assert dict(shp, backend=be, direction=d, layout="bshd") in cs
+    assert {c["set"] for c in cs} == {"sweep", "random"}
+    assert any(c["kv_heads"] < c["heads"] for c in cs if c["set"] == "sweep")
+    assert {c["causal"] for c in cs} == {True, False}
+
+
+def test_random_set_is_seeded_and_held_out():
+    a, b = H.random_shapes(), H.random_shapes()
+    assert a == b                                       # seeded: the same draw every time
+    assert H.random_shapes(seed=H.RANDOM_SEED + 1) != a
+    sweep = {(s["seq"], s["head_dim"], s["batch"], s["heads"]) for s in H.sweep_shapes()}
+    assert not any((s["seq"], s["head_dim"], s["batch"], s["heads"]) in sweep for s in a)
+    assert any(s["seq"] % 128 for s in a)              # some unaligned sequence lengths
+
+
+def test_estimated_time_within_budget():
+    """The whole section on one H200 at the harness's conservative rates (flash/cuDNN 200 TFLOP/s,
+    efficient 100, math 30 ps per score element, backward 2.4-4.5x) fits 4 minutes with room."""
+    total = H.estimate_total_s()
+    assert total <= 0.75 * H.BUDGET_S, total
+    for c in H.cases():
+        t = H.estimate_call_s(c)
+        assert 0.5e-3 <= t <= 0.2, (c, t)               # each call ~1-100 ms (a factor 2 of slack)
+
+
+def test_shape_rule():
+    b, h, kv = H.shape(16384, 128)
+    assert (b, h, kv) == (1, 6, 6)
+    b, h, kv = H.shape(1024, 64, group=4)
+    assert h == 32 and kv == 8 and b * h * 1024 ** 2 == pytest.approx(H.SCORES[64], rel=0.02)
+    assert H.fwd_flops(dict(batch=1, heads=2, seq=4, head_dim=8, causal=True)) == 4 * 2 * 16 * 8 * 0.5
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_unfused_torch_pattern_matches_sdpa_math(causal):
+    """Megatron's local pattern computes attention (GQA, both masks), in Megatron's [s, b, h, d]."""
+    torch = pytest.importorskip("torch")
+    import torch.nn.functional as F
+    torch.manual_seed(0)
+    c = dict(batch=2, heads=4, kv_heads=2, seq=64, head_dim=32, causal=causal, backend="unfused_torch")
+    q, k, v = (torch.randn(64, 2, n, 32, dtype=torch.float64).permute(1, 2, 0, 3) for n in (4, 2, 2))
+    got = H.build_forward(c, q, k, v)()                               # [s, b, h, d]
+    ref = F.scaled_dot_product_attention(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), is_causal=causal)
+    assert torch.allclose(got.permute(1, 2, 0, 3), ref, atol=1e-5)
+    assert math.isfinite(float(got.abs().sum()))
+
+
+def test_small_run_on_cpu(tmp_path):
+    """The whole GPU path on CPU with tiny shapes: every case gives a timed or an unsupported record."""
+    pytest.importorskip("torch")
+    import json
+    import subprocess
+    import sys
+    out = tmp_path / "a.json"
+    subprocess.run([sys.executable, str(ROOT / "validation" / "harness" / "attention_backends.py"), "--small",
+                    "--out", str(out)], check=True, capture_output=True, timeout=300)
+    recs = json.loads(out.read_text())["records"]
+    assert len(recs) == len(H.cases(small=True))
+    for r in recs:
+        assert (r["time_s"] is None) == bool(r.get("unsupported") or r.get("oom")), r
+        if r.get("unsupported"):
+            assert r["reason"]
+
+
+# ---- the model: simulator/compute.py attention_time per backend --------------------------------
+
+def _dev(acc="h100-sxm", sustained=False, cal=None):
+    from hardware_specs.catalog import load_accelerator
+    from simulator.calibration import load_calibration
+    from simulator.compute import DeviceModel
+    return DeviceModel(load_accelerator(acc), cal or load_calibration(acc.replace("-pcie", "-sxm")), sustained=sustained)
+
+
+def _tflops(dev, backend, seq, head_dim=128, causal=False, direction="fwd", heads=None):
+    """TFLOP/s at the FA3 paper's benchmark shapes: batch x seq = 16k tokens, heads x head_dim = 2048."""
+    from simulator.compute import attention_flops, attention_time
+    heads = heads or 2048 // head_dim
+    b = 16384 // seq
+    f = attention_flops(b, heads, seq, seq, head_dim, causal) * {"fwd": 1.0, "bwd": 2.5, "fwd_bwd": 3.5}[direction]
+    return f / attention_time(dev, b, heads, seq, seq, head_dim, causal, heads, backend, direction) / 1e12
+
+
+@pytest.mark.parametrize("acc", ["h100-sxm", "h200-sxm"])
+@pytest.mark.parametrize("direction", ["fwd", "fwd_bwd"])
+def test_math_slower_than_fused_at_long_sequences(acc, direction):
+    """The math backend materialises the s x s scores in fp32 (Θ(s²) HBM bytes, fp32 GEMMs): at 4k+
+    tokens it is several times slower than every fused kernel (h200_kernels.json: 10-30x)."""
+    dev = _dev(acc)
+    for seq in (4096, 16384):
+        math_t = _tflops(dev, "math", seq, direction=direction)
+        for be in ("flash", "cudnn", "efficient", "fa3"):
+            assert _tflops(dev, be, seq, direction=direction) > 4 * math_t, (be, seq)
+
+
+def test_unfitted_kernels_are_costed_as_flashattention2():
+    """cuDNN and memory-efficient attention without fitted parameters cost exactly what the measured
+    FlashAttention-2 costs; once parameters are fitted they have their own model."""
+    import dataclasses
+    from simulator.compute import attention_time
+    dev = _dev("h200-sxm")
+    for be in ("cudnn", "efficient"):
+        for causal in (True, False):
+            a = attention_time(dev, 2, 16, 4096, 4096, 128, causal, 8, be, "fwd_bwd")
+            assert a == attention_time(dev, 2, 16, 4096, 4096, 128, causal, 8, "flash", "fwd_bwd")
+    cal = dataclasses.replace(dev.cal, attention_kernel_fraction={"cudnn_fwd": 0.7, "cudnn_bwd": 0.5})
+    fitted = _dev("h200-sxm", cal=cal)
+    assert attention_time(fitted, 2, 16, 4096, 4096, 128, True, 16, "cudnn") != attention_time(
+        fitted, 2, 16, 4096, 4096, 128, True, 16, "flash")
+
+
+def test_hopper_designs_are_flashattention2_before_hopper():
+    """FA3 and cuDNN's Hopper kernels need WGMMA/TMA: on an A100 they are costed as FlashAttention-2
+    (Transformer Engine prefers cuDNN only on sm >= 90, and runs FA2 on Ampere)."""
+    from simulator.compute import attention_time
+    dev = _dev("a100-80gb-sxm", cal=_dev("h100-sxm").cal)
+    for be in ("fa3", "cudnn"):
+        assert attention_time(dev, 1, 16, 8192, 8192, 128, True, 16, be) == attention_time(
+            dev, 1, 16, 8192, 8192, 128, True, 16, "flash")
+
+
+def test_causal_costs_about_half_at_long_sequences():
+    """A causal kernel skips the key blocks above the diagonal: at 16k about half the time."""
+    from simulator.compute import attention_time
+    dev = _dev("h100-sxm")
+    for be in ("fa3", "flash"):
+        full = attention_time(dev, 1, 16, 16384, 16384, 128, False, 16, be)
+        causal = attention_time(dev, 1, 16, 16384, 16384, 128, True, 16, be)
+        assert 0.45 < causal / full < 0.62, be
+
+
+# FlashAttention-3 forward, H100 SXM, BF16, head_dim 128, 16 heads, batch x seq = 16k tokens (the FA3
+# paper's benchmark shapes), non-causal, TFLOP/s: pytorch/benchmark PR #2391 (commit ff65cb6, "Fix
+# dimension order for FlashAttention-3"), test plan table, column flash_v3-tflops. Test data only:
+# nothing in meshcast is fitted on FA3.
+FA3_PUBLISHED_FWD_HD128 = {512: 430.32, 1024: 517.099, 2048: 565.544, 4096: 590.233, 8192: 614.234, 16384: 620.73}
+
+
+def test_fa3_forward_against_published_h100_figures():
+    """meshcast's FA3 design model (GEMM efficiency of the tensor cores, the softmax hidden under the
+    other warpgroup's GEMMs, FA3's 128 x 176 tiles, persistent scheduling) at the sustained
+    (power-limited) clock of a benchmark loop is within +20% of the published figures at every
+    length, and never below them: the model is optimistic by 11-15% (FA3's own ablation reaches
+    661 TFLOP/s, 67% of peak, where the model's tensor cores run at the 84% of a cuBLAS GEMM)."""
+    dev = _dev("h100-sxm", sustained=True)
+    for seq, published in FA3_PUBLISHED_FWD_HD128.items():
+        err = _tflops(dev, "fa3", seq) / published - 1
+        assert 0.0 <= err <= 0.20, (seq, err)
+
+
+def test_fa3_over_flashattention2_forward_speedup():
+    """Shah et al. 2024 (abstract, §4.1): FA3 forward is 1.5-2.0x FlashAttention-2 on H100. meshcast's
+    FA3 over its FlashAttention-2 (fitted on torch's FA2 on an H100) at head_dim 128, 2k-16k tokens:
+    within 1.5x and 2.0x + 15% (the model's FA3 optimism above; causal 2k is the largest, 2.26x)."""
+    dev = _dev("h100-sxm")
+    for causal in (False, True):
+        for seq in (2048, 4096, 8192, 16384):
+            ratio = _tflops(dev, "fa3", seq, causal=causal) / _tflops(dev, "flash", seq, causal=causal)
+            assert 1.5 <= ratio <= 2.3, (causal, seq, ratio)
+
+
+@pytest.mark.xfail(strict=True, reason="the FA3 backward model is optimistic: 2.3x FA2 where the paper "
+                                       "reports 1.5-1.75x (dQ atomics and register pressure are not modelled)")
+def test_fa3_over_flashattention2_backward_speedup():
+    """Shah et al. 2024: FA3's backward is 1.5-1.75x FlashAttention-2's on H100."""
+    dev = _dev("h100-sxm")
+    for seq in (4096, 16384):
+        ratio = _tflops(dev, "fa3", seq, direction="bwd") / _tflops(dev, "flash", seq, direction="bwd")
+        assert 1.5 <= ratio <= 1.75 * 1.1, (seq, ratio)
+
+
+def test_frameworks_pick_the_backend_their_kernels_run():
+    """megatron-core (Transformer Engine) defaults to cuDNN fused attention (TE's get_attention_backend
+    prefers FusedAttention over FlashAttention on sm >= 90); torch-native frameworks run SDPA."""
+    from simulator.frameworks import get_framework
+    assert get_framework("megatron-core").default_attention == "cudnn"
+    assert "fa3" in get_framework("megatron-core").kernels.attention
+    for fw in ("torchtitan", "pytorch"):
+        k = get_framework(fw).kernels.attention
+        assert {"flash", "cudnn", "efficient", "math"} <= set(k)
+    assert get_framework("megatron-core-local").default_attention == "unfused"
+
+
+def test_megatron_export_names_the_attention_backend():
+    """The Megatron launch config asks for the kernel meshcast costed, and reads it back."""
+    from models.catalog import load_model
+    from simulator.frameworks.megatron_config import megatron_arguments, read_config
+    from simulator.plan import ParallelPlan, resolve_plan
+    model = load_model("llama3-8b")
+    want = {"cudnn": "auto", "fa3": "flash", "flash": "flash", "unfused": "unfused"}
+    for attention, flag in want.items():
+        plan = resolve_plan(model, ParallelPlan(framework="megatron-core", attention=attention, mbs=1, gbs=8), 8)
+        args = megatron_arguments(model, plan)[0]
+        assert args[args.index("--attention-backend") + 1] == flag
+    text = "torchrun pretrain_gpt.py --attention-backend fused --micro-batch-size 1 --global-batch-size 8"
+    assert read_config(text, model, 8).plan.attention == "cudnn"
+
+
+def _synthetic_file(tmp_path, truth):
+    """The harness's cases 'measured' by meshcast itself under calibration ``truth`` (2% noise):
+    what validation/harness/attention_backends.py will write, with known parameters behind it."""
+    import json
+    import random as _random
+    from validation.hardware import hardware_for
+    from validation.predict import predict_record
+    from validation.records import MeasurementFile
+    info = {"gpu": "NVIDIA H200", "sm_count": 132}
+    hw = hardware_for(MeasurementFile("x", info, []))
+    rng = _random.Random(3)
+    recs = []
+    for c in H.cases():
+        if c["backend"] not in ("cudnn", "efficient", "flash"):
+            continue
+        rec = dict(kind="attention_fwd_bwd" if c["direction"] == "fwd_bwd" else "attention_fwd", batch=c["batch"],
+                   heads=c["heads"], seq=c["seq"], head_dim=c["head_dim"], causal=c["causal"], backend=c["backend"],
+                   set=c["set"], layout=c["layout"])
+        if c["kv_heads"] != c["heads"]:
+            rec["kv_heads"] = c["kv_heads"]
+        rec["time_s"] = predict_record(rec, hw, truth).time_s * math.exp(rng.gauss(0, 0.02))
+        recs.append(rec)
+    recs.append(dict(recs[0], time_s=None, unsupported=True, reason="refused"))   # a refusal is skipped
+    path = tmp_path / "h200_attention_backends.json"
+    path.write_text(json.dumps({"info": info, "records": recs}))
+    return path, hw
+
+
+def test_fit_recovers_cudnn_and_efficient_parameters(tmp_path):
+    """The fit path the real data will take (meshcast calibrate's compute fit): parameters of cuDNN
+    and memory-efficient attention behind synthetic records are recovered; the random set and the
+    refused shapes are not fitted."""
+    import dataclasses
+    from simulator.calibration import load_calibration
+    from validation.calibrate import calibrate
+    from validation.records import load_measurements
+    start = load_calibration("h200-sxm")
+    truth = dataclasses.replace(
+        start, attention_kernel_fraction={"cudnn_fwd": 0.62, "cudnn_bwd": 0.45, "efficient_fwd": 0.40,
+                                          "efficient_bwd": 0.28},
+        attention_kernel_overlap={"cudnn": 0.6, "efficient": 0.1}, attention_kernel_overhead={"cudnn": 2.0, "efficient": 1.0})
+    path, hw = _synthetic_file(tmp_path, truth)
+    mf = load_measurements(path)
+    report = calibrate([(mf, hw)], "synthetic", start=start)
+    cal = report.calibration
+    for key, want in truth.attention_kernel_fraction.items():
+        assert cal.attention_kernel_fraction[key] == pytest.approx(want, rel=0.05), key
+    n_random = sum(1 for r in mf.records if r.get("set") == "random")
+    n_sweep = sum(1 for r in mf.records if r.get("set") == "sweep" and r.get("time_s"))
+    assert n_random > 0 and report.fits["compute"].n_records <= n_sweep
+    held = {s.kind: s for s in report.held_out}
+    assert held["attention_fwd"].mape < 0.05 and held["attention_fwd_bwd"].mape < 0.05
+    for key in ("cudnn", "efficient"):
+        assert cal.attention_kernel_overhead[key] == pytest.approx(truth.attention_kernel_overhead[key], abs=0.3)
+
+
+def test_backend_table_groups_by_backend_and_set(tmp_path):
+    """validation/attention_backends.py: per backend, direction and set, with refusals counted."""
+    import dataclasses
+    from simulator.calibration import load_calibration
+    from validation.attention_backends import backend_table
+    truth = dataclasses.replace(load_calibration("h200-sxm"), attention_kernel_fraction={"cudnn_fwd": 0.6})
+    path, _ = _synthetic_file(tmp_path, truth)
+    rows = {(r["backend"], r["kind"], r["set"]): r for r in backend_table([str(path)], "h200-sxm")}
+    assert {k[2] for k in rows} == {"sweep", "random"}
+    assert sum(r["refused"] for r in rows.values()) == 1
+    assert rows[("flash", "attention_fwd", "sweep")]["mape"] < 0.05        # flash: same model as the truth
+    assert rows[("cudnn", "attention_fwd", "random")]["count"] == sum(
+        1 for c in H.cases() if (c["backend"], c["direction"], c["set"]) == ("cudnn", "fwd", "random"))
+
+
+def test_fa3_is_never_fitted():
+    """No calibration parameter is FA3's own: its model takes only what GEMM and FlashAttention-2
+    records fitted (the GEMM efficiency, the exp rate, launch cost, the sustained clock)."""
+    import dataclasses
+    from simulator.compute import attention_time
+    from validation.fit import COMPUTE_PARAMS
+    assert not [p.path for p in COMPUTE_PARAMS if "fa3" in p.path]
+    dev = _dev("h100-sxm")
+    cal = dataclasses.replace(dev.cal, attention_kernel_fraction={"fa3_fwd": 0.1, "fa3_bwd": 0.1},
+                              attention_kernel_overlap={"fa3": 0.0}, attention_kernel_overhead={"fa3": 9.0})
+    assert attention_time(_dev("h100-sxm", cal=cal), 1, 16, 8192, 8192, 128, True, 16, "fa3", "fwd_bwd") == \
+        attention_time(dev, 1, 16, 8192, 8192, 128, True, 16, "fa3", "fwd_bwd")

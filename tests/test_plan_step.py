@@ -195,3 +195,69 @@ def test_validate_groups_repeats_across_files_with_sample_lists(capsys):
              "validation/measurements/h200x4_train.json"]
     assert main(["validate", "--measurements", *files]) == 0
     assert "plan_step" in capsys.readouterr().out
+
+
+# ---- plan families and the pre-registered set -------------------------------------------------
+PREREG = "h200x2_plan_prereg.json"    # predicted in logs/prereg_h200x2_plan.txt before it ran
+
+
+def test_plan_families_of_a_record():
+    from validation.accuracy import plan_families_of
+    base = dict(world=2, tp=1, pp=1, cp=1, vp=1, zero_stage=0, recompute="none", sequence_parallel=False)
+    assert plan_families_of(base) == ["dp"]
+    assert plan_families_of(dict(base, zero_stage=1)) == ["dp + distributed optimizer"]
+    assert plan_families_of(dict(base, zero_stage=3)) == ["FSDP / ZeRO-3"]
+    assert plan_families_of(dict(base, tp=2, sequence_parallel=True, recompute="full")) == ["tp + sp", "recompute full"]
+    assert plan_families_of(dict(base, pp=2, vp=2)) == ["pp interleaved"]
+    assert plan_families_of(dict(base, world=1)) == ["1 GPU"]
+
+
+def _families(*names):
+    from validation.accuracy import plan_families
+    res = [r for n in names for r in evaluated(n)[0]]
+    return {(f.framework, f.family): f for f in plan_families(res)}
+
+
+# Megatron-Core local, two GPUs, every 2-GPU file pooled: step-time MAPE per family today
+FAMILY_TIME_TODAY = {"dp": 0.10, "dp + distributed optimizer": 0.097, "tp": 0.19, "tp + sp": 0.15,
+                     "pp 1F1B": 0.14, "pp interleaved": 0.20, "recompute full": 0.04, "recompute selective": 0.04}
+
+
+@pytest.mark.parametrize("family", sorted(FAMILY_TIME_TODAY))
+def test_megatron_family_time_ratchet(family):
+    fam = _families("h200x2_plan_megatron.json", PREREG)[("megatron-core-local", family)]
+    assert fam.time_mape <= FAMILY_TIME_TODAY[family] + 1e-9
+
+
+def _megatron_family_memory():
+    fams = _families("h200x2_plan_megatron.json", PREREG)
+    return {fam: f.memory_mape for (fw, fam), f in fams.items() if fw == "megatron-core-local"}
+
+
+def test_megatron_family_memory_ratchet():
+    mem = _megatron_family_memory()
+    assert mem.pop("recompute selective") <= 0.057               # 5.6%
+    assert all(v <= 0.05 for v in mem.values())                  # 1.3-4.4%
+
+
+@pytest.mark.xfail(strict=True, reason="selective recompute peak memory 5.6% (1 of its 3 plans -7.6%)")
+def test_megatron_family_memory_target():
+    assert all(v <= 0.05 for v in _megatron_family_memory().values())
+
+
+@pytest.mark.xfail(strict=True, reason="seq-2048 Megatron steps run 11-30% slower than predicted while GPU-bound: "
+                                       "tp, tp + sp, pp families above 10% (docs/measurements.md)")
+def test_megatron_family_time_target():
+    fams = _families("h200x2_plan_megatron.json", PREREG)
+    assert all(f.time_mape <= 0.10 for (fw, _), f in fams.items() if fw == "megatron-core-local")
+
+
+def test_preregistered_set_figures():
+    """Predicted before it ran: time 13.9%, peak memory 6.7% (Megatron 3.6%, torch-native 17-27%),
+    17 of 18 fit verdicts (the miss: an allocator-fragmentation OOM at seq 8192, 34 GiB allocated of
+    132 reserved), meshcast's pick the measured best in all 6 groups."""
+    _, unsupported, s, groups = evaluated(PREREG)
+    assert not unsupported
+    assert s.mape <= 0.139 and s.memory_mape <= 0.0671
+    assert s.fit_correct >= 17 and s.fit_total == 18
+    assert all(g.pick_ok for g in groups)

@@ -267,8 +267,7 @@ def plan_groups(results: list[RecordResult], usable: float | None = None) -> lis
         tau = None
         if len(timed) >= 3:
             tau = kendall_tau([r.record["time_s"] for r in timed], [r.prediction.time_s for r in timed])
-        fits = [r for r in rs if r.prediction.time_s is not None
-                and ((r.prediction.peak_memory_bytes or 0) <= usable if usable else r.prediction.fits)]
+        fits = [r for r in rs if r.prediction.time_s is not None and _predicted_to_fit(r, usable)]
         pick = min(fits, key=lambda r: r.prediction.time_s) if fits else None
         best = min(timed, key=lambda r: r.record["time_s"]) if timed else None
         pick_oom = bool(pick is not None and pick.record.get("oom"))
@@ -278,4 +277,74 @@ def plan_groups(results: list[RecordResult], usable: float | None = None) -> lis
         out.append(PlanGroupStats(dict(zip(PLAN_GROUP_FIELDS, key)), len(rs), len(timed), tau,
                                   plan_label(pick.record) if pick else None, plan_label(best.record) if best else None,
                                   regret, pick_oom, regret is not None and regret <= PICK_TOLERANCE))
+    return out
+
+
+def _predicted_to_fit(r: RecordResult, usable: float | None) -> bool:
+    """meshcast's one fit verdict for a record (simulator.memory.fits_in on the fit-verdict bytes),
+    against the measured GPU's memory where known."""
+    p = r.prediction
+    if usable and p.total_memory_bytes is not None:
+        return fits_in(p.total_memory_bytes, usable)
+    return bool(p.fits)
+
+
+# ---- plan families (issue #11) ---------------------------------------------------------------
+PLAN_FAMILIES = ("1 GPU", "dp", "dp + distributed optimizer", "FSDP / ZeRO-3", "tp", "tp + sp", "pp 1F1B",
+                 "pp interleaved", "cp", "recompute full", "recompute selective")
+
+
+def plan_families_of(rec: dict) -> list[str]:
+    """The plan families a plan_step record belongs to: its structure (the first of pipeline,
+    tensor, context, sharded or plain data parallelism that it uses) and its recompute, if any."""
+    pp, tp, cp, world = (int(rec.get(k, 1)) for k in ("pp", "tp", "cp", "world"))
+    zero = int(rec.get("zero_stage", 0))
+    if pp > 1:
+        out = ["pp interleaved" if int(rec.get("vp", 1)) > 1 else "pp 1F1B"]
+    elif tp > 1:
+        out = ["tp + sp" if rec.get("sequence_parallel") else "tp"]
+    elif cp > 1:
+        out = ["cp"]
+    elif world == 1:
+        out = ["1 GPU"]
+    else:
+        out = ["FSDP / ZeRO-3" if zero == 3 else "dp + distributed optimizer" if zero else "dp"]
+    if rec.get("recompute", "none") != "none":
+        out.append(f"recompute {rec['recompute']}")
+    return out
+
+
+@dataclass
+class FamilyStats:
+    """Accuracy over the plan_step records of one plan family (a record may be in two: its
+    structure and its recompute)."""
+    framework: str
+    family: str
+    plans: int
+    timed: int
+    time_mape: float | None
+    memory_mape: float | None
+    fit_correct: int
+    fit_total: int
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def plan_families(results: list[RecordResult]) -> list[FamilyStats]:
+    """Per framework and plan family: time and peak-memory MAPE over the timed records, and fit
+    verdicts."""
+    members: dict[tuple[str, str], list[RecordResult]] = {}
+    for r in results:
+        if r.record.get("kind") == "plan_step":
+            for fam in plan_families_of(r.record):
+                members.setdefault((str(r.record.get("framework")), fam), []).append(r)
+    out = []
+    for fw, fam in sorted(members, key=lambda k: (k[0], PLAN_FAMILIES.index(k[1]))):
+        rs = members[(fw, fam)]
+        t = [abs(r.time_error) for r in rs if r.time_error is not None]
+        m = [abs(r.memory_error) for r in rs if r.memory_error is not None]
+        v = [r.fit_correct for r in rs if r.fit_correct is not None]
+        out.append(FamilyStats(fw, fam, len(rs), len(t), statistics.fmean(t) if t else None,
+                               statistics.fmean(m) if m else None, sum(v), len(v)))
     return out

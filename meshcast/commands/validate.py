@@ -32,7 +32,7 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     """Compare predictions with measurement files and/or published runs."""
     from simulator.calibration import calibration_for, profile_fitted_on
-    from validation.accuracy import PLAIN_ROOFLINE, evaluate, plan_groups, repeat_stats, summarize
+    from validation.accuracy import PLAIN_ROOFLINE, evaluate, plan_families, plan_groups, repeat_stats, summarize
     from validation.hardware import hardware_for
     from validation.records import load_measurements
 
@@ -65,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
         groups = plan_groups(results, usable)
         if groups:
             entry["plan_groups"] = [g.to_dict() for g in groups]
+            entry["plan_families"] = [f.to_dict() for f in plan_families(results)]
         out["files"].append(entry)
     repeats = repeat_stats(all_results)
     if repeats:
@@ -176,6 +177,11 @@ def format_text(out: dict) -> str:
                 if w["error"] is not None and abs(w["error"]) > 0.15:
                     rec = {a: b for a, b in w["record"].items() if a not in ("kind", "time_s")}
                     lines.append(f"    worst {k['kind']}: {w['error']:+.0%} {str(rec)[:110]}")
+        if f.get("plan_families"):
+            lines.append("  plan families: timed/plans, step-time MAPE, peak-memory MAPE, fit verdicts right")
+            for fam in f["plan_families"]:
+                lines.append(f"    {fam['framework']:<20}{fam['family']:<28}{fam['timed']:>3}/{fam['plans']:<3} time {_pct(fam['time_mape']):>6}"
+                             f"  memory {_pct(fam['memory_mape']):>6}  fits {fam['fit_correct']}/{fam['fit_total']}")
         if f.get("plan_groups"):
             lines.append("  plans of one model (framework, model, seq, GPUs, global batch): Kendall tau of predicted vs "
                          "measured step time; meshcast's pick against the measured best (right within 3%)")

@@ -15,9 +15,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from models.params import attention_params, mlp_params
+from models.params import attention_params, embedding_params, layer_params, mlp_params, norm_params
 from models.schema import ModelSpec
 from simulator.comm import Fabric, collective_time
+from simulator.frameworks import get_framework
 from simulator.compute import (DTYPE_BYTES, DeviceModel, attention_flops, attention_time, elementwise_time,
                                flash_attention_bytes, gemm_bytes, gemm_flops, gemm_time, memory_time)
 from simulator.ops import Op
@@ -349,7 +350,31 @@ def layer_ops(ctx: Context, moe: bool, recompute: bool = True) -> list[Op]:
     """All ops of one transformer layer for one micro-batch: forward, recompute, backward."""
     fwd = attention_block_fwd(ctx) + mlp_block_fwd(ctx, moe)
     rec = recomputed(fwd, ctx.plan) if recompute else []
-    return fwd + rec + backward_of(ctx, fwd)
+    return fwd + rec + backward_of(ctx, fwd) + main_grad_accumulation(ctx, "layer", _layer_local_params(ctx, moe))
+
+
+def _layer_local_params(ctx: Context, moe: bool) -> float:
+    """Parameters of one layer of this kind held by one device (TP-split matrices, replicated
+    norms and router, this rank's experts)."""
+    m, p = ctx.model, ctx.plan
+    index = next((i for i in range(m.num_layers) if m.is_moe_layer(i) == moe), 0)
+    lp = layer_params(m, index)
+    return ((lp.attention + lp.dense_mlp + lp.shared_experts) / p.tp + lp.norms + lp.router
+            + lp.expert * lp.num_experts / (p.ep * p.expert_tp))
+
+
+def main_grad_accumulation(ctx: Context, block: str, params: float) -> list[Op]:
+    """Where the framework accumulates weight gradients with a separate kernel (Megatron DDP
+    without gradient-accumulation fusion: ``param.main_grad.add_(param.grad)`` in each parameter's
+    backward hook, megatron/core/distributed/distributed_data_parallel.py), one add per parameter
+    tensor and micro-batch: read the fp32 main_grad (4), read the bf16 grad (2), write fp32 (4)
+    bytes per parameter. A mixed-dtype add takes TensorIterator's unrolled casting path, not the
+    vectorized one; ASSUMPTION (no committed kernel measurement of that path): it runs at the generic
+    memory-bound fraction ``hbm_fraction``."""
+    if get_framework(ctx.plan.framework).kernels.grad_accumulation != "unfused_fp32" or params <= 0:
+        return []
+    nbytes = 10.0 * params
+    return [Op(f"{block}.main_grad_accumulate", "memory", "bwd", memory_time(ctx.dev, nbytes), bytes=nbytes)]
 
 
 def embedding_ops(ctx: Context) -> list[Op]:
@@ -363,7 +388,8 @@ def embedding_ops(ctx: Context) -> list[Op]:
     table = m.vocab * m.hidden / p.tp * DTYPE_BYTES["fp32"] * 2     # zero-fill + accumulate the dense grad
     ops.append(Op("embedding.grad", "memory", "bwd", memory_time(ctx.dev, 3 * act + table, launches=2),
                   bytes=3 * act + table))
-    return ops
+    positions = embedding_params(m) - m.vocab * m.hidden * (1 if m.tied_embeddings else 2)
+    return ops + main_grad_accumulation(ctx, "embedding", m.vocab * m.hidden / p.tp + max(0, positions))
 
 
 def head_ops(ctx: Context) -> list[Op]:
@@ -385,7 +411,9 @@ def head_ops(ctx: Context) -> list[Op]:
               bytes=loss_bwd_bytes)]
     bwd += backward_of(ctx, [op for op in fwd if op.kind != "memory" and op.group != "tp"
                              or op.name == "head.sp_all_gather"])
-    return fwd + bwd
+    # the output head's weight (a tied one is accumulated into the embedding's) and the final norm
+    head_params = (0 if m.tied_embeddings else m.vocab * m.hidden / p.tp) + norm_params(m)
+    return fwd + bwd + main_grad_accumulation(ctx, "head", head_params)
 
 
 def p2p_time(ctx: Context) -> float:

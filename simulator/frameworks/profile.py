@@ -35,6 +35,14 @@ class Kernels(_Strict):
     elementwise: Literal["fused", "unfused"]
     optimizer: str
     optimizer_temp_bytes: float = Field(0.0, ge=0)   # per shard parameter, live only during the step
+    # HBM bytes per (shard) parameter of one optimizer step where the framework's optimizer is not
+    # its recipe's default (simulator.engine.OPTIMIZER_BYTES); None: the recipe's
+    optimizer_bytes: float | None = Field(None, gt=0)
+    # how a micro-batch's weight gradients reach the fp32 gradient buffer: "fused" (written or
+    # accumulated by the weight-gradient GEMM / autograd, no separate kernel) or "unfused_fp32"
+    # (Megatron DDP without gradient-accumulation fusion: param.main_grad.add_(param.grad), a
+    # separate mixed-dtype add per parameter tensor and micro-batch)
+    grad_accumulation: Literal["fused", "unfused_fp32"] = "fused"
 
 
 class HostCosts(_Strict):

@@ -11,7 +11,9 @@ their totals compare with ``profile_kernel_s``, not with the step time.
     python -m validation.kernel_reconcile [FILE]   (default: validation/measurements/h200x2_plan_profile.json)
 
 Measured "other" is everything outside the named families, including the kernels below the top
-30 (their names are not recorded). Attribution caveats: the measured GEMM family holds the
+30 (their names are not recorded) and the optimizer's kernels that are not foreach kernels (grad
+norm, the fp32-to-bf16 parameter copy); the optimizer is also compared with the record's
+synchronized optimizer phase (``synced_opt_s``), which holds all of them. Attribution caveats: the measured GEMM family holds the
 attention batched GEMMs, the linear layers and the logits alike; ``cast_to_fp32`` also holds the
 loss's ``logits.float()``; ``softmax_bwd_mul`` is every vectorized fp32 binary kernel
 (``vectorized_elementwise_kernel<4, BinaryFunctor<float, float, float, ...>``), which in these
@@ -111,7 +113,7 @@ def reconcile(path: str = DEFAULT_FILE) -> list[dict]:
         st = _step(plan_model(rec), replace(hw, num_gpus=rec["world"]), record_plan(rec), cal)
         rows.append({"label": label, "measured": meas, "modelled": mod, "step_s": rec["time_s"],
                      "busy_s": rec["profile_busy_s"], "kernel_s": rec["profile_kernel_s"],
-                     "predicted_step_s": st.step})
+                     "predicted_step_s": st.step, "synced_opt_s": rec.get("synced_opt_s")})
     return rows
 
 
@@ -126,6 +128,9 @@ def format_rows(rows: list[dict]) -> str:
             lines.append(f"  {f:16s} {a:12.1f} {b:12.1f} {b - a:+11.1f}")
         a, b = sum(r["measured"].values()) * 1e3, sum(r["modelled"].values()) * 1e3
         lines.append(f"  {'total':16s} {a:12.1f} {b:12.1f} {b - a:+11.1f}")
+        if r.get("synced_opt_s"):   # the optimizer phase timed on its own (host_phases): all its kernels
+            a, b = r["synced_opt_s"] * 1e3, r["modelled"]["optimizer"] * 1e3
+            lines.append(f"  {'(optimizer phase)':16s} {a:12.1f} {b:12.1f} {b - a:+11.1f}")
     return "\n".join(lines)
 
 

@@ -575,7 +575,7 @@ def _optimizer_time(ctx: Context, hw: Hardware, dense: float, expert: float) -> 
         link = hw.node.host_link.bandwidth_per_direction_Bps
         cpu = hw.node.host_adam_params_per_s / hw.node.gpus_per_node
         return params * 4 / link + params / cpu + params * 2 / link
-    per_param = get_framework(p.framework).kernels.optimizer_bytes or OPTIMIZER_BYTES[p.recipe]
+    per_param = get_framework(p.framework).kernels.choices(p.attention).optimizer_bytes or OPTIMIZER_BYTES[p.recipe]
     return memory_time(ctx.dev, params * per_param, launches=2)
 
 

@@ -371,7 +371,8 @@ def main_grad_accumulation(ctx: Context, block: str, params: float) -> list[Op]:
     bytes per parameter. A mixed-dtype add takes TensorIterator's unrolled casting path, not the
     vectorized one; ASSUMPTION (no committed kernel measurement of that path): it runs at the generic
     memory-bound fraction ``hbm_fraction``."""
-    if get_framework(ctx.plan.framework).kernels.grad_accumulation != "unfused_fp32" or params <= 0:
+    kernels = get_framework(ctx.plan.framework).kernels
+    if kernels.choices(ctx.plan.attention).grad_accumulation != "unfused_fp32" or params <= 0:
         return []
     nbytes = 10.0 * params
     return [Op(f"{block}.main_grad_accumulate", "memory", "bwd", memory_time(ctx.dev, nbytes), bytes=nbytes)]

@@ -43,6 +43,25 @@ class Kernels(_Strict):
     # (Megatron DDP without gradient-accumulation fusion: param.main_grad.add_(param.grad), a
     # separate mixed-dtype add per parameter tensor and micro-batch)
     grad_accumulation: Literal["fused", "unfused_fp32"] = "fused"
+    # the same two choices for a build without its fused extensions (apex, Transformer Engine),
+    # which a plan marks by running the attention backend ``unfused_torch``; None: as above
+    without_extensions: "KernelChoices | None" = None
+
+    def choices(self, attention: str | None) -> "KernelChoices":
+        """(optimizer bytes, gradient accumulation) for a plan running ``attention``."""
+        if attention == "unfused_torch" and self.without_extensions is not None:
+            return self.without_extensions
+        return KernelChoices(optimizer_bytes=self.optimizer_bytes, grad_accumulation=self.grad_accumulation)
+
+
+class KernelChoices(_Strict):
+    """Kernel choices that differ between builds of one framework."""
+
+    optimizer_bytes: float | None = Field(None, gt=0)
+    grad_accumulation: Literal["fused", "unfused_fp32"] = "fused"
+
+
+Kernels.model_rebuild()
 
 
 class HostCosts(_Strict):

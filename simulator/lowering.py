@@ -210,6 +210,7 @@ def attention_block_fwd(ctx: Context) -> list[Op]:
         ops.append(_gemm(ctx, "attention.qkv", T, (heads + 2 * kv) * m.dim_head, h, "fwd", bias=_qkv_bias(m)))
     else:
         ops += _mla_projections(ctx, heads)
+    ops += _rope(ctx, T, heads, max(1, m.kv_heads // tp) if m.mla is None else heads)
     core = _attention(ctx, "fwd")
     ops.append(core)
     if m.mla is None:
@@ -225,6 +226,26 @@ def attention_block_fwd(ctx: Context) -> list[Op]:
     ops += _tp_reduce(ctx, "attention", act, out.time_s)
     ops.append(_elementwise(ctx, "attention.residual", "add", ctx.sp_tokens, h, "fwd", rd))
     return ops + _autocast_ops(ctx, "attention", attention_params(m) / tp)
+
+
+def _rope(ctx: Context, tokens: int, heads: int, kv_heads: int) -> list[Op]:
+    """Rotary embeddings where the framework runs them as separate PyTorch kernels (Megatron-Core
+    without apply_rope_fusion: rope_utils.py _apply_rotary_pos_emb_bshd, once on Q and once on K,
+    bf16). Per element of Q and K, forward: t * cos (read 2, write 2), -x2 on half (2), the
+    rotate-half cat (4), * sin (4), the add (6), the final cat with the empty pass-through part
+    (4): 24 bytes, 6 kernels per tensor (cos and sin themselves are [s, d]: negligible bytes).
+    Backward (autograd): grad * cos and grad * sin (8), the neg (2), the chunk's gradient gathered
+    (4), the two paths added (6), the slice's gradient copied into a zeroed tensor (6): 26 bytes,
+    7 kernels per tensor. These kernels are small and partly strided (Q and K are views of the
+    fused QKV output); costed at the generic memory-bound fraction."""
+    m = ctx.model
+    kernels = get_framework(ctx.plan.framework).kernels
+    if m.position != "rope" or kernels.choices(ctx.plan.attention).rope != "megatron_unfused":
+        return []
+    qk_dim = _attention_dims(m)[0] if m.mla is None else m.mla.qk_rope_head_dim
+    elems = tokens * (heads + kv_heads) * qk_dim
+    return [Op("attention.rope", "memory", "fwd", memory_time(ctx.dev, 24.0 * elems, launches=12), bytes=24.0 * elems),
+            Op("attention.rope", "memory", "bwd", memory_time(ctx.dev, 26.0 * elems, launches=14), bytes=26.0 * elems)]
 
 
 def _mla_projections(ctx: Context, heads: int) -> list[Op]:

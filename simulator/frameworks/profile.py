@@ -43,7 +43,11 @@ class Kernels(_Strict):
     # (Megatron DDP without gradient-accumulation fusion: param.main_grad.add_(param.grad), a
     # separate mixed-dtype add per parameter tensor and micro-batch)
     grad_accumulation: Literal["fused", "unfused_fp32"] = "fused"
-    # the same two choices for a build without its fused extensions (apex, Transformer Engine),
+    # rotary embeddings: "none" (no separate kernels modelled: fused into attention or a fused RoPE
+    # kernel, or not yet modelled for this framework) or "megatron_unfused" (Megatron-Core's
+    # apply_rotary_pos_emb without apply_rope_fusion: separate PyTorch kernels on Q and K)
+    rope: Literal["none", "megatron_unfused"] = "none"
+    # the same choices for a build without its fused extensions (apex, Transformer Engine),
     # which a plan marks by running the attention backend ``unfused_torch``; None: as above
     without_extensions: "KernelChoices | None" = None
 
@@ -51,7 +55,8 @@ class Kernels(_Strict):
         """(optimizer bytes, gradient accumulation) for a plan running ``attention``."""
         if attention == "unfused_torch" and self.without_extensions is not None:
             return self.without_extensions
-        return KernelChoices(optimizer_bytes=self.optimizer_bytes, grad_accumulation=self.grad_accumulation)
+        return KernelChoices(optimizer_bytes=self.optimizer_bytes, grad_accumulation=self.grad_accumulation,
+                             rope=self.rope)
 
 
 class KernelChoices(_Strict):
@@ -59,6 +64,7 @@ class KernelChoices(_Strict):
 
     optimizer_bytes: float | None = Field(None, gt=0)
     grad_accumulation: Literal["fused", "unfused_fp32"] = "fused"
+    rope: Literal["none", "megatron_unfused"] = "none"
 
 
 Kernels.model_rebuild()

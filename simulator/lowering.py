@@ -356,9 +356,10 @@ def backward_of(ctx: Context, fwd: list[Op]) -> list[Op]:
 
 
 def recomputed(fwd: list[Op], plan: ParallelPlan) -> list[Op]:
-    """Ops re-run before backward: all of the layer (full) or the attention core (selective)."""
+    """Ops re-run before backward: all of the layer's forward (full) or the attention core
+    (selective); the backward-phase ops a forward list carries (gradient copies) are not re-run."""
     if plan.recompute == "full":
-        keep = fwd
+        keep = [op for op in fwd if op.phase == "fwd"]
     elif plan.recompute == "selective":
         keep = [op for op in fwd if op.kind == "attention"]
     else:

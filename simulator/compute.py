@@ -290,17 +290,13 @@ def _unfused_torch_attention_time(dev: DeviceModel, batch: int, heads: int, kv_h
                                                                          head_dim, d))
 
 
-# Kernel families of the unfused_torch attention path (names used by validation/kernel_reconcile.py)
-UNFUSED_TORCH_FAMILIES = ("gemm", "cast_to_fp32", "mask", "softmax_fwd", "softmax_bwd", "softmax_bwd_mul",
-                          "cast_to_bf16", "memcpy", "small")
-
-
 def unfused_torch_attention_parts(dev: DeviceModel, batch: int, heads: int, kv_heads: int, seq_q: int, seq_kv: int,
                                   head_dim: int, direction: str) -> list[tuple[str, float]]:
     """(kernel family, seconds) of each kernel Megatron-Core's DotProductAttention launches with
     FusedScaleMaskSoftmax's PyTorch fallback (megatron/core/transformer/dot_product_attention.py,
     megatron/core/fusions/fused_softmax.py forward_torch_softmax; no apex, no Transformer Engine),
-    ``direction`` ``fwd`` or ``bwd``. n = batch·heads·sq·skv score elements.
+    ``direction`` ``fwd`` or ``bwd``; the families are the kernel families of
+    validation/kernel_reconcile.py (``small``: its ``other``). n = batch·heads·sq·skv score elements.
 
     Forward: GQA keys and values repeated to every head (repeat_interleave); the causal mask built
     anew each call (get_default_causal_mask: ones fp32, triu, .bool(), sq x skv once); QK^T as a

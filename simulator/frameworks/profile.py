@@ -52,7 +52,7 @@ class Kernels(_Strict):
     without_extensions: "KernelChoices | None" = None
 
     def choices(self, attention: str | None) -> "KernelChoices":
-        """(optimizer bytes, gradient accumulation) for a plan running ``attention``."""
+        """Optimizer bytes, gradient accumulation and RoPE kernels for a plan running ``attention``."""
         if attention == "unfused_torch" and self.without_extensions is not None:
             return self.without_extensions
         return KernelChoices(optimizer_bytes=self.optimizer_bytes, grad_accumulation=self.grad_accumulation,

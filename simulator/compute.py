@@ -480,30 +480,73 @@ def _unfused_attention_time(dev: DeviceModel, batch: int, heads: int, seq_q: int
 
 def _unfused_torch_attention_time(dev: DeviceModel, batch: int, heads: int, kv_heads: int, seq_q: int,
                                   seq_kv: int, head_dim: int, direction: str) -> float:
-    """Megatron-Core's DotProductAttention with FusedScaleMaskSoftmax's PyTorch fallback (no apex,
-    no Transformer Engine; megatron/core/fusions/fused_softmax.py forward_torch_softmax): GQA keys
-    and values repeated to every head (repeat_interleave), QK^T as a bf16 baddbmm (scale folded in)
-    over the whole s x s matrix (no causal skipping), then on the scores, each its own kernel:
-    ``.float()`` (read 2, write 4 bytes), the causal ``masked_fill_`` in place (read 4, write 4),
-    fp32 softmax, ``.bfloat16()`` (read 4, write 2); PV as a bf16 bmm. Backward: the two GEMMs of
-    PV, the mirrored passes (dP to fp32, fp32 softmax backward, masked_fill of the gradient, back
-    to bf16) and the two GEMMs of QK^T; the repeated keys' and values' gradients summed back."""
+    """Megatron-Core's local DotProductAttention (no apex, no Transformer Engine): the sum of its
+    kernels, :func:`unfused_torch_attention_parts`."""
+    dirs = ("fwd", "bwd") if direction == "fwd_bwd" else (direction,)
+    return sum(t for d in dirs for _, t in unfused_torch_attention_parts(dev, batch, heads, kv_heads, seq_q, seq_kv,
+                                                                         head_dim, d))
+
+
+def unfused_torch_attention_parts(dev: DeviceModel, batch: int, heads: int, kv_heads: int, seq_q: int, seq_kv: int,
+                                  head_dim: int, direction: str) -> list[tuple[str, float]]:
+    """(kernel family, seconds) of each kernel Megatron-Core's DotProductAttention launches with
+    FusedScaleMaskSoftmax's PyTorch fallback (megatron/core/transformer/dot_product_attention.py,
+    megatron/core/fusions/fused_softmax.py forward_torch_softmax; no apex, no Transformer Engine),
+    ``direction`` ``fwd`` or ``bwd``; the families are the kernel families of
+    validation/kernel_reconcile.py (``small``: its ``other``). n = batch·heads·sq·skv score elements.
+
+    Forward: GQA keys and values repeated to every head (repeat_interleave); the causal mask built
+    anew each call (get_default_causal_mask: ones fp32, triu, .bool(), sq x skv once); QK^T as a
+    bf16 baddbmm over the whole s x s matrix (no causal skipping); ``.float()`` (read 2, write 4
+    bytes per score); ``masked_fill_`` in place (read 4, write 4; the bool mask, one s x s copy
+    broadcast over batch and heads, stays in L2); fp32 softmax (read 4, write 4); ``.bfloat16()``
+    (read 4, write 2); PV as a bf16 bmm.
+    Backward (autograd, PyTorch's derivatives): the two GEMMs of PV; dP to fp32 (read 2, write 4);
+    softmax backward, which PyTorch's CUDA softmax_backward runs as ``tmp = grad * output`` (a
+    vectorized fp32 multiply: read 4, read 4, write 4) and then the row kernel (read tmp and
+    output, write dS: 12 bytes); masked_fill's gradient ``grad.masked_fill(mask, 0)``, out of place,
+    which ATen runs as a clone (a device-to-device memcpy: read 4, write 4) and masked_fill_ on it
+    (read 4, write 4); dS to bf16 (read 4, write 2); the two GEMMs of QK^T, each scaled by the
+    baddbmm's alpha (a bf16 multiply of dQ and dK); the repeated keys' and values' gradients summed
+    back to kv_heads.
+
+    Kernel classes (PyTorch's TensorIterator, aten/src/ATen/native/cuda/Loops.cuh): contiguous
+    same-dtype kernels run vectorized (16-byte loads): ``.bfloat16()`` (bfloat16_copy_kernel,
+    vectorized), the softmax-backward multiply and row kernel (float4 loads), costed at the
+    calibrated vectorized copy and add fractions (memory_op_fraction copy / add, fitted on
+    h200_kernels.json-style copies and adds); the memcpy at the copy fraction. Kernels that take
+    the non-vectorized paths -- ``.float()`` (a dtype-converting copy: unrolled_elementwise_kernel
+    with dynamic casts) and ``masked_fill_`` with a broadcast mask (a non-contiguous iterator:
+    elementwise_kernel<128, 2> with offset calculators) -- have no committed kernel measurement;
+    ASSUMPTION: they run at the generic memory-bound fraction ``hbm_fraction`` (docs/measurements.md
+    says how far the profiled kernels are from it)."""
     bh = batch * heads
     n = bh * seq_q * seq_kv                                   # score elements
     rows, row = bh * seq_q, seq_kv
     repeat = 0.0
     if kv_heads != heads:                                     # read kv heads, write all heads, K and V
         repeat = 2 * batch * seq_kv * head_dim * 2 * (kv_heads + heads)
-    t_fwd = (gemm_time(dev, seq_q, seq_kv, head_dim, "bf16", bh) + gemm_time(dev, seq_q, head_dim, seq_kv, "bf16", bh)
-             + memory_time(dev, n * (6 + 8 + 6), launches=3)                       # float, mask, bfloat16
-             + elementwise_time(dev, "softmax", rows, row, "fp32")
-             + memory_time(dev, repeat, launches=2))
-    t_bwd = (gemm_time(dev, seq_q, seq_kv, head_dim, "bf16", bh) + gemm_time(dev, seq_kv, head_dim, seq_q, "bf16", bh)
-             + gemm_time(dev, seq_q, head_dim, seq_kv, "bf16", bh) + gemm_time(dev, seq_kv, head_dim, seq_q, "bf16", bh)
-             + memory_time(dev, n * (6 + 8 + 6), launches=3)                       # float, mask grad, bfloat16
-             + elementwise_time(dev, "softmax", rows, row, "fp32", backward=True)
-             + memory_time(dev, repeat, launches=2))
-    return {"fwd": t_fwd, "bwd": t_bwd, "fwd_bwd": t_fwd + t_bwd}[direction]
+    qk = gemm_time(dev, seq_q, seq_kv, head_dim, "bf16", bh)
+    pv = gemm_time(dev, seq_q, head_dim, seq_kv, "bf16", bh)
+    if direction == "fwd":
+        mask_build = seq_q * seq_kv * (4 + 8 + 5)             # ones (w4), triu (r4 w4), .bool() (r4 w1)
+        return [("gemm", qk + pv),
+                ("cast_to_fp32", memory_time(dev, 6.0 * n)),
+                ("mask", memory_time(dev, 8.0 * n)),
+                ("softmax_fwd", elementwise_time(dev, "softmax", rows, row, "fp32")),
+                ("cast_to_bf16", memory_time(dev, 6.0 * n, op="copy")),
+                ("small", memory_time(dev, repeat, launches=2) + memory_time(dev, mask_build, launches=3))]
+    grads = 4 * bh * head_dim * (seq_q + seq_kv)              # alpha multiply of dQ and dK (bf16: read 2, write 2)
+    reduce = 2 * batch * seq_kv * head_dim * 2 * (kv_heads + heads) if kv_heads != heads else 0.0
+    return [("gemm", gemm_time(dev, seq_q, seq_kv, head_dim, "bf16", bh) + gemm_time(dev, seq_kv, head_dim, seq_q, "bf16", bh)
+             + gemm_time(dev, seq_q, head_dim, seq_kv, "bf16", bh) + gemm_time(dev, seq_kv, head_dim, seq_q, "bf16", bh)),
+            ("cast_to_fp32", memory_time(dev, 6.0 * n)),
+            ("softmax_bwd_mul", memory_time(dev, 12.0 * n, op="add")),
+            ("softmax_bwd", memory_time(dev, 12.0 * n, op="add")),
+            ("memcpy", memory_time(dev, 8.0 * n, op="copy")),
+            ("mask", memory_time(dev, 8.0 * n)),
+            ("cast_to_bf16", memory_time(dev, 6.0 * n, op="copy")),
+            ("small", memory_time(dev, grads, launches=2) + memory_time(dev, reduce, launches=2))]
 
 
 def _math_attention_time(dev: DeviceModel, batch: int, heads: int, seq_q: int, seq_kv: int,

@@ -59,7 +59,7 @@ _LOWERED = IdentityCache(limit=4096)
 # planners.bounds keys its layer costs on the same list.
 LOWERING_FIELDS = ("tp", "cp", "ep", "etp", "mbs", "seq", "sequence_parallel", "recompute",
                    "recompute_layers", "precision", "attention", "dropout", "tp_comm_overlap", "recipe",
-                   "ep_comm_overlap")
+                   "ep_comm_overlap", "framework")
 _LAYER_KEY = operator.attrgetter(*LOWERING_FIELDS)
 
 
@@ -575,7 +575,8 @@ def _optimizer_time(ctx: Context, hw: Hardware, dense: float, expert: float) -> 
         link = hw.node.host_link.bandwidth_per_direction_Bps
         cpu = hw.node.host_adam_params_per_s / hw.node.gpus_per_node
         return params * 4 / link + params / cpu + params * 2 / link
-    return memory_time(ctx.dev, params * OPTIMIZER_BYTES[p.recipe], launches=2)
+    per_param = get_framework(p.framework).kernels.choices(p.attention).optimizer_bytes or OPTIMIZER_BYTES[p.recipe]
+    return memory_time(ctx.dev, params * per_param, launches=2)
 
 
 def _result(model, hardware, plan, cal, stages, mems, st: _Step, events) -> Result:

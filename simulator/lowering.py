@@ -15,9 +15,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from models.params import attention_params, mlp_params
+from models.params import attention_params, embedding_params, layer_params, mlp_params, norm_params
 from models.schema import ModelSpec
 from simulator.comm import Fabric, collective_time
+from simulator.frameworks import get_framework
 from simulator.compute import (DTYPE_BYTES, DeviceModel, attention_flops, attention_time, elementwise_time,
                                flash_attention_bytes, gemm_bytes, gemm_flops, gemm_time, memory_time)
 from simulator.ops import Op
@@ -209,6 +210,7 @@ def attention_block_fwd(ctx: Context) -> list[Op]:
         ops.append(_gemm(ctx, "attention.qkv", T, (heads + 2 * kv) * m.dim_head, h, "fwd", bias=_qkv_bias(m)))
     else:
         ops += _mla_projections(ctx, heads)
+    ops += _rope(ctx, T, heads, max(1, m.kv_heads // tp) if m.mla is None else heads)
     core = _attention(ctx, "fwd")
     ops.append(core)
     if m.mla is None:
@@ -224,6 +226,26 @@ def attention_block_fwd(ctx: Context) -> list[Op]:
     ops += _tp_reduce(ctx, "attention", act, out.time_s)
     ops.append(_elementwise(ctx, "attention.residual", "add", ctx.sp_tokens, h, "fwd", rd))
     return ops + _autocast_ops(ctx, "attention", attention_params(m) / tp)
+
+
+def _rope(ctx: Context, tokens: int, heads: int, kv_heads: int) -> list[Op]:
+    """Rotary embeddings where the framework runs them as separate PyTorch kernels (Megatron-Core
+    without apply_rope_fusion: rope_utils.py _apply_rotary_pos_emb_bshd, once on Q and once on K,
+    bf16). Per element of Q and K, forward: t * cos (read 2, write 2), -x2 on half (2), the
+    rotate-half cat (4), * sin (4), the add (6), the final cat with the empty pass-through part
+    (4): 24 bytes, 6 kernels per tensor (cos and sin themselves are [s, d]: negligible bytes).
+    Backward (autograd): grad * cos and grad * sin (8), the neg (2), the chunk's gradient gathered
+    (4), the two paths added (6), the slice's gradient copied into a zeroed tensor (6): 26 bytes,
+    7 kernels per tensor. These kernels are small and partly strided (Q and K are views of the
+    fused QKV output); costed at the generic memory-bound fraction."""
+    m = ctx.model
+    kernels = get_framework(ctx.plan.framework).kernels
+    if m.position != "rope" or kernels.choices(ctx.plan.attention).rope != "megatron_unfused":
+        return []
+    qk_dim = _attention_dims(m)[0] if m.mla is None else m.mla.qk_rope_head_dim
+    elems = tokens * (heads + kv_heads) * qk_dim
+    return [Op("attention.rope", "memory", "fwd", memory_time(ctx.dev, 24.0 * elems, launches=12), bytes=24.0 * elems),
+            Op("attention.rope", "memory", "bwd", memory_time(ctx.dev, 26.0 * elems, launches=14), bytes=26.0 * elems)]
 
 
 def _mla_projections(ctx: Context, heads: int) -> list[Op]:
@@ -334,9 +356,10 @@ def backward_of(ctx: Context, fwd: list[Op]) -> list[Op]:
 
 
 def recomputed(fwd: list[Op], plan: ParallelPlan) -> list[Op]:
-    """Ops re-run before backward: all of the layer (full) or the attention core (selective)."""
+    """Ops re-run before backward: all of the layer's forward (full) or the attention core
+    (selective); the backward-phase ops a forward list carries (gradient copies) are not re-run."""
     if plan.recompute == "full":
-        keep = fwd
+        keep = [op for op in fwd if op.phase == "fwd"]
     elif plan.recompute == "selective":
         keep = [op for op in fwd if op.kind == "attention"]
     else:
@@ -349,7 +372,32 @@ def layer_ops(ctx: Context, moe: bool, recompute: bool = True) -> list[Op]:
     """All ops of one transformer layer for one micro-batch: forward, recompute, backward."""
     fwd = attention_block_fwd(ctx) + mlp_block_fwd(ctx, moe)
     rec = recomputed(fwd, ctx.plan) if recompute else []
-    return fwd + rec + backward_of(ctx, fwd)
+    return fwd + rec + backward_of(ctx, fwd) + main_grad_accumulation(ctx, "layer", _layer_local_params(ctx, moe))
+
+
+def _layer_local_params(ctx: Context, moe: bool) -> float:
+    """Parameters of one layer of this kind held by one device (TP-split matrices, replicated
+    norms and router, this rank's experts)."""
+    m, p = ctx.model, ctx.plan
+    index = next((i for i in range(m.num_layers) if m.is_moe_layer(i) == moe), 0)
+    lp = layer_params(m, index)
+    return ((lp.attention + lp.dense_mlp + lp.shared_experts) / p.tp + lp.norms + lp.router
+            + lp.expert * lp.num_experts / (p.ep * p.expert_tp))
+
+
+def main_grad_accumulation(ctx: Context, block: str, params: float) -> list[Op]:
+    """Where the framework accumulates weight gradients with a separate kernel (Megatron DDP
+    without gradient-accumulation fusion: ``param.main_grad.add_(param.grad)`` in each parameter's
+    backward hook, megatron/core/distributed/distributed_data_parallel.py), one add per parameter
+    tensor and micro-batch: read the fp32 main_grad (4), read the bf16 grad (2), write fp32 (4)
+    bytes per parameter. A mixed-dtype add takes TensorIterator's unrolled casting path, not the
+    vectorized one; ASSUMPTION (no committed kernel measurement of that path): it runs at the generic
+    memory-bound fraction ``hbm_fraction``."""
+    kernels = get_framework(ctx.plan.framework).kernels
+    if kernels.choices(ctx.plan.attention).grad_accumulation != "unfused_fp32" or params <= 0:
+        return []
+    nbytes = 10.0 * params
+    return [Op(f"{block}.main_grad_accumulate", "memory", "bwd", memory_time(ctx.dev, nbytes), bytes=nbytes)]
 
 
 def embedding_ops(ctx: Context) -> list[Op]:
@@ -363,7 +411,8 @@ def embedding_ops(ctx: Context) -> list[Op]:
     table = m.vocab * m.hidden / p.tp * DTYPE_BYTES["fp32"] * 2     # zero-fill + accumulate the dense grad
     ops.append(Op("embedding.grad", "memory", "bwd", memory_time(ctx.dev, 3 * act + table, launches=2),
                   bytes=3 * act + table))
-    return ops
+    positions = embedding_params(m) - m.vocab * m.hidden * (1 if m.tied_embeddings else 2)
+    return ops + main_grad_accumulation(ctx, "embedding", m.vocab * m.hidden / p.tp + max(0, positions))
 
 
 def head_ops(ctx: Context) -> list[Op]:
@@ -385,7 +434,9 @@ def head_ops(ctx: Context) -> list[Op]:
               bytes=loss_bwd_bytes)]
     bwd += backward_of(ctx, [op for op in fwd if op.kind != "memory" and op.group != "tp"
                              or op.name == "head.sp_all_gather"])
-    return fwd + bwd
+    # the output head's weight (a tied one is accumulated into the embedding's) and the final norm
+    head_params = (0 if m.tied_embeddings else m.vocab * m.hidden / p.tp) + norm_params(m)
+    return fwd + bwd + main_grad_accumulation(ctx, "head", head_params)
 
 
 def p2p_time(ctx: Context) -> float:

@@ -262,9 +262,11 @@ def _published_both() -> tuple:
 
 
 # issue #12 item 5, figures of both CSVs together (314 rows; test data, never fitted; docs/validation.md)
-PUBLISHED_SOURCE_RATCHETS = {"dgxc-benchmarking": 0.101, "flashattention2": 0.123, "korthikanti2022": 0.028,
-                             "llm-foundry": 0.132, "megatron-bridge": 0.159, "megatron-llama": 0.143,
-                             "narayanan2021": 0.377, "nemo": 0.137}
+# after the recompute fix of session 4 (recomputed forwards no longer re-run backward-phase ops):
+# korthikanti 2.8 -> 2.9%, llm-foundry 13.2 -> 13.3%, narayanan 37.7 -> 37.9%, overall 15.20 -> 15.24%
+PUBLISHED_SOURCE_RATCHETS = {"dgxc-benchmarking": 0.101, "flashattention2": 0.123, "korthikanti2022": 0.029,
+                             "llm-foundry": 0.133, "megatron-bridge": 0.159, "megatron-llama": 0.143,
+                             "narayanan2021": 0.379, "nemo": 0.137}
 
 
 def test_published_coverage_and_figures_ratchet():
@@ -272,7 +274,7 @@ def test_published_coverage_and_figures_ratchet():
     from validation.published import per_regime, per_source
     done, skipped = _published_both()
     assert len(done) + len(skipped) == 314 and len(done) >= 250
-    assert sum(abs(c.error) for c in done) / len(done) <= 0.152
+    assert sum(abs(c.error) for c in done) / len(done) <= 0.1525
     src = per_source(done)
     for name, ratchet in PUBLISHED_SOURCE_RATCHETS.items():
         assert src[name]["mape"] <= ratchet + 5e-4, name

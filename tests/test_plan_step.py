@@ -48,17 +48,19 @@ def test_every_plan_step_record_is_predicted(name):
 
 # ---- time ---------------------------------------------------------------------------------------
 def test_one_gpu_megatron_time_within_10_percent():
-    assert evaluated("h200_plan_megatron.json")[2].mape <= 0.10           # 8.3%
+    assert evaluated("h200_plan_megatron.json")[2].mape <= 0.10           # 2.5% (8.3% before the kernel reconciliation)
 
 
-@pytest.mark.parametrize("name,ratchet", [("h200x2_plan_megatron.json", 0.146), ("h200x2_plan_torchtitan.json", 0.222)])
+# ratchets: 1-GPU and 2-GPU Megatron-Core improved by the kernel reconciliation (issue #11; 8.3% -> 2.5%,
+# 14.5% -> 8.3%: validation/kernel_reconcile.py, docs/measurements.md); torchtitan unchanged
+@pytest.mark.parametrize("name,ratchet", [("h200_plan_megatron.json", 0.026), ("h200x2_plan_megatron.json", 0.084),
+                                          ("h200x2_plan_torchtitan.json", 0.222)])
 def test_plan_step_time_ratchet(name, ratchet):
     assert evaluated(name)[2].mape <= ratchet
 
 
-@pytest.mark.xfail(strict=True, reason="2-GPU Megatron-Core local plans: time MAPE 14.6% (seq-2048 plans GPU-bound yet -18..-40%)")
 def test_two_gpu_megatron_time_target():
-    assert evaluated("h200x2_plan_megatron.json")[2].mape <= 0.10
+    assert evaluated("h200x2_plan_megatron.json")[2].mape <= 0.10         # 8.3% (tensor-parallel s2048 host-bound: up to -37%)
 
 
 @pytest.mark.xfail(strict=True, reason="torchtitan plans: time MAPE 22.1% (DTensor TP+SP -49% after its host dispatch cost)")
@@ -220,8 +222,8 @@ def _families(*names):
 
 
 # Megatron-Core local, two GPUs, every 2-GPU file pooled: step-time MAPE per family today
-FAMILY_TIME_TODAY = {"dp": 0.10, "dp + distributed optimizer": 0.097, "tp": 0.19, "tp + sp": 0.135,
-                     "pp 1F1B": 0.12, "pp interleaved": 0.20, "recompute full": 0.031, "recompute selective": 0.035}
+FAMILY_TIME_TODAY = {"dp": 0.040, "dp + distributed optimizer": 0.041, "tp": 0.118, "tp + sp": 0.092,
+                     "pp 1F1B": 0.047, "pp interleaved": 0.085, "recompute full": 0.023, "recompute selective": 0.019}
 
 
 @pytest.mark.parametrize("family", sorted(FAMILY_TIME_TODAY))
@@ -246,17 +248,19 @@ def test_megatron_family_memory_target():
     assert all(v <= 0.05 for v in _megatron_family_memory().values())
 
 
-@pytest.mark.xfail(strict=True, reason="seq-2048 Megatron steps run 11-30% slower than predicted while GPU-bound: "
-                                       "tp, tp + sp, pp families above 10% (docs/measurements.md)")
+@pytest.mark.xfail(strict=True, reason="tp family 11.7%: seq-2048 tensor-parallel plans host-bound on the LL-protocol "
+                                       "all-reduces, predicted up to 37% fast (docs/measurements.md)")
 def test_megatron_family_time_target():
     fams = _families("h200x2_plan_megatron.json", PREREG, PREREG_REST)
     assert all(f.time_mape <= 0.10 for (fw, _), f in fams.items() if fw == "megatron-core-local")
 
 
 def test_preregistered_set_figures():
-    """Predicted before it ran (both runs: 22 plans): time 12.6%, peak memory 7.8% (Megatron-Core
-    2.8%, torch-native 23.9%), 21 of 22 fit verdicts (the miss: an allocator-fragmentation OOM at
-    seq 8192, 34 GiB allocated of 132 reserved), meshcast's pick the measured best in all 7 groups."""
+    """Predicted before it ran (both runs: 22 plans), by the model of commit 87fc7ef: time 12.6%,
+    peak memory 7.8%, 21 of 22 fit verdicts (the miss: an allocator-fragmentation OOM at seq 8192,
+    34 GiB allocated of 132 reserved), meshcast's pick the measured best in all 7 groups. The
+    kernel reconciliation that came after (developed on h200x2_plan_profile.json, not on this set)
+    gives 7.5% (Megatron-Core 4.5%, torch-native 17.1%): held out, but no longer pre-registered."""
     from validation.accuracy import plan_groups, summarize
     res = []
     for name in (PREREG, PREREG_REST):
@@ -264,7 +268,25 @@ def test_preregistered_set_figures():
         assert not unsupported
         res += r
     s = {k.kind: k for k in summarize(res)}["plan_step"]
-    assert s.mape <= 0.127 and s.memory_mape <= 0.079
+    assert s.mape <= 0.075 and s.memory_mape <= 0.079
     assert s.fit_correct >= 21 and s.fit_total == 22
     groups = plan_groups(res, 150109880320.0)
     assert len(groups) == 7 and all(g.pick_ok for g in groups)
+
+
+# ---- kernel families of profiled steps (validation/kernel_reconcile.py) -----------------------------
+def test_kernel_reconciliation_of_profiled_steps():
+    from validation.kernel_reconcile import FAMILIES, reconcile
+    rows = reconcile(str(MEAS / "h200x2_plan_profile.json"))
+    assert len(rows) == 4
+    for r in rows:
+        assert set(r["measured"]) == set(r["modelled"]) == set(FAMILIES)
+        assert sum(r["measured"].values()) == pytest.approx(r["kernel_s"], rel=1e-6)
+        # the kernels the first pass had no op for are modelled now
+        assert r["modelled"]["main_grad_add"] > 0 and r["modelled"]["memcpy"] > 0 and r["modelled"]["softmax_bwd_mul"] > 0
+    # GPU-bound data-parallel steps: modelled kernel seconds within 4% of the profile's (ratchet; 3.0% and 1.3%
+    # today; 17.4% and 0.4% before, the latter by compensating errors)
+    for r in rows:
+        if "tp1" in r["label"]:
+            total_m, total_p = sum(r["measured"].values()), sum(r["modelled"].values())
+            assert abs(total_p - total_m) / total_m <= 0.04, r["label"]

@@ -35,6 +35,39 @@ class Kernels(_Strict):
     elementwise: Literal["fused", "unfused"]
     optimizer: str
     optimizer_temp_bytes: float = Field(0.0, ge=0)   # per shard parameter, live only during the step
+    # HBM bytes per (shard) parameter of one optimizer step where the framework's optimizer is not
+    # its recipe's default (simulator.engine.OPTIMIZER_BYTES); None: the recipe's
+    optimizer_bytes: float | None = Field(None, gt=0)
+    # how a micro-batch's weight gradients reach the fp32 gradient buffer: "fused" (written or
+    # accumulated by the weight-gradient GEMM / autograd, no separate kernel) or "unfused_fp32"
+    # (Megatron DDP without gradient-accumulation fusion: param.main_grad.add_(param.grad), a
+    # separate mixed-dtype add per parameter tensor and micro-batch)
+    grad_accumulation: Literal["fused", "unfused_fp32"] = "fused"
+    # rotary embeddings: "none" (no separate kernels modelled: fused into attention or a fused RoPE
+    # kernel, or not yet modelled for this framework) or "megatron_unfused" (Megatron-Core's
+    # apply_rotary_pos_emb without apply_rope_fusion: separate PyTorch kernels on Q and K)
+    rope: Literal["none", "megatron_unfused"] = "none"
+    # the same choices for a build without its fused extensions (apex, Transformer Engine),
+    # which a plan marks by running the attention backend ``unfused_torch``; None: as above
+    without_extensions: "KernelChoices | None" = None
+
+    def choices(self, attention: str | None) -> "KernelChoices":
+        """Optimizer bytes, gradient accumulation and RoPE kernels for a plan running ``attention``."""
+        if attention == "unfused_torch" and self.without_extensions is not None:
+            return self.without_extensions
+        return KernelChoices(optimizer_bytes=self.optimizer_bytes, grad_accumulation=self.grad_accumulation,
+                             rope=self.rope)
+
+
+class KernelChoices(_Strict):
+    """Kernel choices that differ between builds of one framework."""
+
+    optimizer_bytes: float | None = Field(None, gt=0)
+    grad_accumulation: Literal["fused", "unfused_fp32"] = "fused"
+    rope: Literal["none", "megatron_unfused"] = "none"
+
+
+Kernels.model_rebuild()
 
 
 class HostCosts(_Strict):

@@ -147,6 +147,8 @@ def grid(name: str) -> list[dict]:
         return host_grid()
     if name == "prereg":
         return prereg_grid()
+    if name == "prereg2":
+        return prereg2_grid()
     if name == "prereg-rest":    # the pre-registered cases the first run lost or did not reach
         return [c for c in prereg_grid() if c.get("risky") or
                 (c["framework"] == "torchtitan" and c["name"] == "llama-3b" and c["plan"]["zero_stage"] == 3)]
@@ -214,6 +216,21 @@ def prereg_grid() -> list[dict]:
            case(F, "llama-7b", 4096, 2, pp=2, gbs=4, recompute="full", risky=True),
            case(T, "llama-3b", 4096, 2, zero=0, gbs=4, risky=True)]
     return out
+
+
+def prereg2_grid() -> list[dict]:
+    """A second pre-registered two-GPU set (logs/prereg2_h200x2_plan.txt), predicted by the model
+    after the kernel reconciliation: a sequence length never run (3072), micro-batch 2, selective
+    recompute at 7B, torch-native at seq 2048."""
+    F, T = "megatron-core-local", "torchtitan"
+    return [case(F, "llama-1b", 3072, 2, zero=1, gbs=8), case(F, "llama-1b", 3072, 2, tp=2, sp=True, gbs=8),
+            case(F, "llama-1b", 3072, 2, pp=2, gbs=8), case(F, "llama-1b", 3072, 2, pp=2, vp=2, gbs=8),
+            case(F, "gpt-1.3b", 2048, 2, zero=1, mbs=2, gbs=16), case(F, "gpt-1.3b", 2048, 2, tp=2, mbs=2, gbs=16),
+            case(F, "llama-3b", 4096, 2, zero=1, gbs=4, recompute="selective"),
+            case(F, "llama-7b", 2048, 2, tp=2, sp=True, gbs=8, recompute="selective"),
+            case(F, "llama-7b", 2048, 2, pp=2, vp=2, gbs=8, recompute="full"),
+            case(T, "llama-1b", 2048, 2, zero=0, gbs=8), case(T, "llama-1b", 2048, 2, zero=3, gbs=8),
+            case(T, "llama-1b", 2048, 2, tp=2, sp=True, gbs=8)]
 
 
 def case_label(c: dict) -> str:

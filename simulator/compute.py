@@ -426,7 +426,10 @@ def _fused_pass(dev: DeviceModel, backend: str, batch: int, heads: int, kv_heads
     (forward: Q, K, V read, O written; backward: Q, K, V, O, dO read, dQ, dK, dV written and the
     fp32 dQ accumulator read and written): the query blocks of one head re-read its K and V, but
     from L2 (one head's K and V, 4·s·d bytes, fit the 50-60 MB L2 of a Hopper GPU up to s ~ 100k),
-    since blocks of one head run together. The pass takes the larger of compute and IO."""
+    since blocks of one head run together. The main kernel takes the larger of compute and IO; a
+    backward of three launches (``bwd_launches``: the dO·O row sums before, the fp32 dQ conversion
+    after) adds the HBM time of those two memory-bound kernels (read O and dO; read the fp32 dQ,
+    write it in bf16), which run alone."""
     k = FUSED_KERNELS[backend]
     cal = dev.cal
     bq, bkv = _tile_for(k.bwd_tiles if bwd else k.fwd_tiles, head_dim, causal)
@@ -454,13 +457,19 @@ def _fused_pass(dev: DeviceModel, backend: str, batch: int, heads: int, kv_heads
     else:
         compute = total / (blocks / (math.ceil(blocks / sms) * sms))
     q_elems, kv_elems = batch * heads * seq_q * head_dim, batch * kv_heads * seq_kv * head_dim
-    launches = 1
+    launches, serial = 1, 0.0
     if bwd:   # read Q, O, dO, write dQ (bf16) and its fp32 accumulator (read + write); K, V, dK, dV
         io = q_elems * (2 + 2 + 2 + 2 + 8) + kv_elems * (2 + 2 + 2 + 2)
         launches = k.bwd_launches
+        if launches == 3:
+            # the dO·O row sums (read O, dO) and the fp32 dQ conversion (read 4, write 2 bytes) are
+            # kernels of their own, before and after the main one: their bytes do not overlap its
+            # compute. The main kernel reads Q and dO and accumulates dQ in fp32 (read + write)
+            serial = q_elems * (2 + 2 + 4 + 2) / dev.hbm_Bps
+            io = q_elems * (2 + 2 + 8) + kv_elems * (2 + 2 + 2 + 2)
     else:     # read Q, K, V, write O
         io = q_elems * (2 + 2) + kv_elems * (2 + 2)
-    return max(compute, io / dev.hbm_Bps) + launches * cal.kernel_launch_s
+    return max(compute, io / dev.hbm_Bps) + serial + launches * cal.kernel_launch_s
 
 
 def _unfused_attention_time(dev: DeviceModel, batch: int, heads: int, seq_q: int, seq_kv: int,

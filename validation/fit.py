@@ -93,6 +93,34 @@ def comm_params(link: str) -> list[Param]:
         [Param(f"collective_shard_steps.{k}", 0.0, 2.0) for k in RING_KINDS]
 
 
+# named groups of fitted parameters (``meshcast calibrate --only``): a restricted fit moves only
+# these and keeps every other parameter at the starting profile's value
+PARAMETER_GROUPS = {
+    "gemm": ("gemm_",),
+    "attention": ("attention_fwd_fraction", "attention_bwd_fraction", "attention_softmax_fraction",
+                  "attention_tile_overhead"),                          # FlashAttention-2 (``flash``)
+    "attention_kernels": ("attention_kernel_",),                       # cudnn, efficient
+    "memory": ("hbm_fraction", "memory_op_fraction.", "softmax_row_latency_s"),
+    "launch": ("kernel_launch_s",),
+    "comm": ("links.", "collective_"),
+    "host": tuple(p.path for p in HOST_PARAMS),
+}
+
+
+def restrict(params: list[Param], only: tuple[str, ...] | None) -> list[Param]:
+    """The parameters of ``params`` that ``only`` names: a group of PARAMETER_GROUPS, or a
+    parameter path or its prefix (``attention_kernel_fraction.cudnn``); None: all of them."""
+    if only is None:
+        return list(params)
+    prefixes = tuple(x for o in only for x in PARAMETER_GROUPS.get(o, (o,)))
+    return [p for p in params if p.path.startswith(prefixes)]
+
+
+def unknown_selectors(only: tuple[str, ...], params: list[Param]) -> list[str]:
+    """The names of ``only`` that select no parameter of ``params``."""
+    return [o for o in only if not restrict(params, (o,))]
+
+
 def get_value(cal: Calibration, path: str) -> float:
     """The current value of a calibration parameter named by its path ('links.nvlink.alpha_s')."""
     parts = path.split(".")

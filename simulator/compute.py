@@ -361,9 +361,12 @@ def fused_attention_params(cal: Calibration, backend: str, bwd: bool, tile: tupl
       is the calibrated ``gemm_peak_fraction.bf16`` times the GEMM model's small-tile factor
       ((bM·bN / 128·256) ** ``gemm_small_tile_exponent``); overlap 1 forward (ping-pong), 0 backward;
       one tile of per-block overhead.
-    * ``cudnn`` and ``efficient``: ``attention_kernel_fraction.<backend>_fwd`` / ``<backend>_bwd``,
-      ``attention_kernel_overlap.<backend>`` and ``attention_kernel_overhead.<backend>`` once fitted on
-      measurements of that kernel (validation/harness/attention_backends.py). A calibration without
+    * ``cudnn`` and ``efficient``: ``attention_kernel_fraction``, ``attention_kernel_overlap`` and
+      ``attention_kernel_overhead`` under ``<backend>_fwd`` / ``<backend>_bwd`` (overlap and overhead
+      may also be one ``<backend>`` value for both directions) once fitted on measurements of that
+      kernel (validation/harness/attention_backends.py). Per direction because the two passes differ
+      as FA3's do: a forward can hide its softmax under the other warpgroup's GEMMs, a backward
+      (5 GEMMs, dQ accumulation) does not; a backward block also loads K and V and writes dK and dV. A calibration without
       them costs the kernel as FlashAttention-2 (:func:`attention_time` hands it to ``flash``: a
       kernel never measured is costed like the one that was); the fallbacks here (FlashAttention-2's
       fitted fractions, overlap 0, ``attention_tile_overhead``) are the fit's starting point."""
@@ -377,15 +380,17 @@ def fused_attention_params(cal: Calibration, backend: str, bwd: bool, tile: tupl
                     FUSED_BLOCK_OVERHEAD_TILES)
     if backend == "fa3":
         return defaults
-    return (cal.attention_kernel_fraction.get(f"{backend}_{direction}", defaults[0]),
-            cal.attention_kernel_overlap.get(backend, defaults[1]),
-            cal.attention_kernel_overhead.get(backend, defaults[2]))
+    key = f"{backend}_{direction}"   # per direction; a profile may also give one value per backend
+    return (cal.attention_kernel_fraction.get(key, defaults[0]),
+            cal.attention_kernel_overlap.get(key, cal.attention_kernel_overlap.get(backend, defaults[1])),
+            cal.attention_kernel_overhead.get(key, cal.attention_kernel_overhead.get(backend, defaults[2])))
 
 
 def fused_attention_fitted(cal: Calibration, backend: str) -> bool:
     """Whether the calibration carries fitted parameters of this fused kernel."""
-    return (any(k.startswith(backend + "_") for k in cal.attention_kernel_fraction)
-            or backend in cal.attention_kernel_overlap or backend in cal.attention_kernel_overhead)
+    return any(k == backend or k.startswith(backend + "_")
+               for d in (cal.attention_kernel_fraction, cal.attention_kernel_overlap, cal.attention_kernel_overhead)
+               for k in d)
 
 
 @lru_cache(maxsize=65536)

@@ -293,15 +293,22 @@ def test_fit_recovers_cudnn_and_efficient_parameters(tmp_path):
     mf = load_measurements(path)
     report = calibrate([(mf, hw)], "synthetic", start=start)
     cal = report.calibration
-    for key, want in truth.attention_kernel_fraction.items():
-        assert cal.attention_kernel_fraction[key] == pytest.approx(want, rel=0.05), key
+    # the forward's parameters are recovered; the backward is seen only inside forward+backward
+    # records, where its exponentials are a small share of a tile: its overlap, overhead and fraction
+    # trade off along a ridge (this truth, overlap 0.6, fits as overlap 0 and a 10% higher fraction),
+    # so only its fraction is checked, loosely, and the predictions below (held out) are what count
+    for key in ("cudnn_fwd", "efficient_fwd"):
+        assert cal.attention_kernel_fraction[key] == pytest.approx(truth.attention_kernel_fraction[key], rel=0.05), key
+    for key in ("cudnn_bwd", "efficient_bwd"):
+        assert cal.attention_kernel_fraction[key] == pytest.approx(truth.attention_kernel_fraction[key], rel=0.15), key
     n_random = sum(1 for r in mf.records if r.get("set") == "random")
     n_sweep = sum(1 for r in mf.records if r.get("set") == "sweep" and r.get("time_s"))
     assert n_random > 0 and report.fits["compute"].n_records <= n_sweep
     held = {s.kind: s for s in report.held_out}
     assert held["attention_fwd"].mape < 0.05 and held["attention_fwd_bwd"].mape < 0.05
-    for key in ("cudnn", "efficient"):
-        assert cal.attention_kernel_overhead[key] == pytest.approx(truth.attention_kernel_overhead[key], abs=0.3)
+    assert held["attention_fwd"].mape < 0.04 and held["attention_fwd_bwd"].mape < 0.04   # 2% noise
+    assert cal.attention_kernel_overhead["cudnn_fwd"] == pytest.approx(truth.attention_kernel_overhead["cudnn"], abs=0.3)
+    assert cal.attention_kernel_overlap["cudnn_fwd"] == pytest.approx(truth.attention_kernel_overlap["cudnn"], abs=0.1)
 
 
 def test_backend_table_groups_by_backend_and_set(tmp_path):
@@ -341,10 +348,10 @@ def test_fa3_is_never_fitted():
 # figure and a strict xfail of the target (docs/validation.md, docs/measurements.md).
 ATTENTION_TARGET = 0.08
 ATTENTION_TODAY = {
-    ("cudnn", "attention_fwd", "sweep"): 0.044, ("cudnn", "attention_fwd", "random"): 0.034,
-    ("cudnn", "attention_fwd_bwd", "sweep"): 0.058, ("cudnn", "attention_fwd_bwd", "random"): 0.114,
+    ("cudnn", "attention_fwd", "sweep"): 0.043, ("cudnn", "attention_fwd", "random"): 0.036,
+    ("cudnn", "attention_fwd_bwd", "sweep"): 0.039, ("cudnn", "attention_fwd_bwd", "random"): 0.079,
     ("efficient", "attention_fwd", "sweep"): 0.088, ("efficient", "attention_fwd", "random"): 0.082,
-    ("efficient", "attention_fwd_bwd", "sweep"): 0.100, ("efficient", "attention_fwd_bwd", "random"): 0.110,
+    ("efficient", "attention_fwd_bwd", "sweep"): 0.101, ("efficient", "attention_fwd_bwd", "random"): 0.107,
     ("flash", "attention_fwd", "sweep"): 0.092, ("flash", "attention_fwd", "random"): 0.068,
     ("flash", "attention_fwd_bwd", "sweep"): 0.058, ("flash", "attention_fwd_bwd", "random"): 0.037,
     ("math", "attention_fwd", "sweep"): 0.088, ("math", "attention_fwd", "random"): 0.084,

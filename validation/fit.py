@@ -46,9 +46,8 @@ COMPUTE_PARAMS = [Param(f"gemm_peak_fraction.{d}", 0.05, 1.0) for d in ("bf16", 
 ] + [Param(f"memory_op_fraction.{k}", 0.1, 1.0) for k in ELEMENTWISE_KINDS + ("copy",)] + [
     # fused attention kernels other than FlashAttention-2 (simulator.compute.fused_attention_params);
     # only records with that ``backend`` move them; FlashAttention-3 (fa3) is never fitted
-    p for be in FITTED_ATTENTION_KERNELS for p in (
-        Param(f"attention_kernel_fraction.{be}_fwd", 0.1, 1.0), Param(f"attention_kernel_fraction.{be}_bwd", 0.1, 1.0),
-        Param(f"attention_kernel_overlap.{be}", 0.0, 1.0), Param(f"attention_kernel_overhead.{be}", 0.0, 16.0))]
+    Param(f"attention_kernel_{name}.{be}_{d}", lo, hi) for be in FITTED_ATTENTION_KERNELS
+    for name, lo, hi in (("fraction", 0.1, 1.0), ("overlap", 0.0, 1.0), ("overhead", 0.0, 16.0)) for d in ("fwd", "bwd")]
 
 
 # extra starting points of the compute fit: the GEMM tile model has a second basin where smaller

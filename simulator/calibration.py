@@ -70,10 +70,11 @@ class Calibration:
                                  (``cudnn_fwd``, ``cudnn_bwd``, ``efficient_fwd``, ``efficient_bwd``):
                                  fraction of the bf16 peak their tensor-core work reaches; unset:
                                  the documented fallback of simulator.compute.fused_attention_params
-      attention_kernel_overlap[backend]   share of the shorter of (tensor-core, exponential) work
-                                 per tile hidden under the longer (0: serial, as FlashAttention-2;
-                                 1: fully overlapped, as FlashAttention-3's ping-pong schedule)
-      attention_kernel_overhead[backend]  fixed work per thread block, in tiles
+      attention_kernel_overlap[backend_direction]   share of the shorter of (tensor-core, exponential)
+                                 work per tile hidden under the longer (0: serial, as FlashAttention-2;
+                                 1: fully overlapped, as FlashAttention-3's ping-pong schedule); a
+                                 ``backend`` key without direction stands for both
+      attention_kernel_overhead[backend_direction]  fixed work per thread block, in tiles (likewise)
       comm_overlap_slowdown      compute time lost per second of communication hidden under it
                                  (NCCL kernels occupy SMs and HBM bandwidth: ~16-32 channels of
                                  132 SMs on Hopper); a planning value, not fitted

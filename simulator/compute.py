@@ -361,9 +361,12 @@ def fused_attention_params(cal: Calibration, backend: str, bwd: bool, tile: tupl
       is the calibrated ``gemm_peak_fraction.bf16`` times the GEMM model's small-tile factor
       ((bM·bN / 128·256) ** ``gemm_small_tile_exponent``); overlap 1 forward (ping-pong), 0 backward;
       one tile of per-block overhead.
-    * ``cudnn`` and ``efficient``: ``attention_kernel_fraction.<backend>_fwd`` / ``<backend>_bwd``,
-      ``attention_kernel_overlap.<backend>`` and ``attention_kernel_overhead.<backend>`` once fitted on
-      measurements of that kernel (validation/harness/attention_backends.py). A calibration without
+    * ``cudnn`` and ``efficient``: ``attention_kernel_fraction``, ``attention_kernel_overlap`` and
+      ``attention_kernel_overhead`` under ``<backend>_fwd`` / ``<backend>_bwd`` (overlap and overhead
+      may also be one ``<backend>`` value for both directions) once fitted on measurements of that
+      kernel (validation/harness/attention_backends.py). Per direction because the two passes differ
+      as FA3's do: a forward can hide its softmax under the other warpgroup's GEMMs, a backward
+      (5 GEMMs, dQ accumulation) does not; a backward block also loads K and V and writes dK and dV. A calibration without
       them costs the kernel as FlashAttention-2 (:func:`attention_time` hands it to ``flash``: a
       kernel never measured is costed like the one that was); the fallbacks here (FlashAttention-2's
       fitted fractions, overlap 0, ``attention_tile_overhead``) are the fit's starting point."""
@@ -377,15 +380,17 @@ def fused_attention_params(cal: Calibration, backend: str, bwd: bool, tile: tupl
                     FUSED_BLOCK_OVERHEAD_TILES)
     if backend == "fa3":
         return defaults
-    return (cal.attention_kernel_fraction.get(f"{backend}_{direction}", defaults[0]),
-            cal.attention_kernel_overlap.get(backend, defaults[1]),
-            cal.attention_kernel_overhead.get(backend, defaults[2]))
+    key = f"{backend}_{direction}"   # per direction; a profile may also give one value per backend
+    return (cal.attention_kernel_fraction.get(key, defaults[0]),
+            cal.attention_kernel_overlap.get(key, cal.attention_kernel_overlap.get(backend, defaults[1])),
+            cal.attention_kernel_overhead.get(key, cal.attention_kernel_overhead.get(backend, defaults[2])))
 
 
 def fused_attention_fitted(cal: Calibration, backend: str) -> bool:
     """Whether the calibration carries fitted parameters of this fused kernel."""
-    return (any(k.startswith(backend + "_") for k in cal.attention_kernel_fraction)
-            or backend in cal.attention_kernel_overlap or backend in cal.attention_kernel_overhead)
+    return any(k == backend or k.startswith(backend + "_")
+               for d in (cal.attention_kernel_fraction, cal.attention_kernel_overlap, cal.attention_kernel_overhead)
+               for k in d)
 
 
 @lru_cache(maxsize=65536)
@@ -426,7 +431,10 @@ def _fused_pass(dev: DeviceModel, backend: str, batch: int, heads: int, kv_heads
     (forward: Q, K, V read, O written; backward: Q, K, V, O, dO read, dQ, dK, dV written and the
     fp32 dQ accumulator read and written): the query blocks of one head re-read its K and V, but
     from L2 (one head's K and V, 4·s·d bytes, fit the 50-60 MB L2 of a Hopper GPU up to s ~ 100k),
-    since blocks of one head run together. The pass takes the larger of compute and IO."""
+    since blocks of one head run together. The main kernel takes the larger of compute and IO; a
+    backward of three launches (``bwd_launches``: the dO·O row sums before, the fp32 dQ conversion
+    after) adds the HBM time of those two memory-bound kernels (read O and dO; read the fp32 dQ,
+    write it in bf16), which run alone."""
     k = FUSED_KERNELS[backend]
     cal = dev.cal
     bq, bkv = _tile_for(k.bwd_tiles if bwd else k.fwd_tiles, head_dim, causal)
@@ -454,13 +462,19 @@ def _fused_pass(dev: DeviceModel, backend: str, batch: int, heads: int, kv_heads
     else:
         compute = total / (blocks / (math.ceil(blocks / sms) * sms))
     q_elems, kv_elems = batch * heads * seq_q * head_dim, batch * kv_heads * seq_kv * head_dim
-    launches = 1
+    launches, serial = 1, 0.0
     if bwd:   # read Q, O, dO, write dQ (bf16) and its fp32 accumulator (read + write); K, V, dK, dV
         io = q_elems * (2 + 2 + 2 + 2 + 8) + kv_elems * (2 + 2 + 2 + 2)
         launches = k.bwd_launches
+        if launches == 3:
+            # the dO·O row sums (read O, dO) and the fp32 dQ conversion (read 4, write 2 bytes) are
+            # kernels of their own, before and after the main one: their bytes do not overlap its
+            # compute. The main kernel reads Q and dO and accumulates dQ in fp32 (read + write)
+            serial = q_elems * (2 + 2 + 4 + 2) / dev.hbm_Bps
+            io = q_elems * (2 + 2 + 8) + kv_elems * (2 + 2 + 2 + 2)
     else:     # read Q, K, V, write O
         io = q_elems * (2 + 2) + kv_elems * (2 + 2)
-    return max(compute, io / dev.hbm_Bps) + launches * cal.kernel_launch_s
+    return max(compute, io / dev.hbm_Bps) + serial + launches * cal.kernel_launch_s
 
 
 def _unfused_attention_time(dev: DeviceModel, batch: int, heads: int, seq_q: int, seq_kv: int,

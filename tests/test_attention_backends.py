@@ -2,6 +2,7 @@
 (validation/harness/attention_backends.py) and, with torch present, its Megatron-local pattern."""
 from __future__ import annotations
 
+import functools
 import importlib.util
 import math
 from pathlib import Path
@@ -134,7 +135,10 @@ def test_math_slower_than_fused_at_long_sequences(acc, direction):
     for seq in (4096, 16384):
         math_t = _tflops(dev, "math", seq, direction=direction)
         for be in ("flash", "cudnn", "efficient", "fa3"):
-            assert _tflops(dev, be, seq, direction=direction) > 4 * math_t, (be, seq)
+            # memory-efficient attention is the slowest fused kernel: h200_attention_backends.json
+            # measures math 3.8-3.9x its time (non-causal forward+backward), 6.5-16x elsewhere
+            bound = 3 if be == "efficient" else 4
+            assert _tflops(dev, be, seq, direction=direction) > bound * math_t, (be, seq)
 
 
 def test_unfitted_kernels_are_costed_as_flashattention2():
@@ -142,7 +146,9 @@ def test_unfitted_kernels_are_costed_as_flashattention2():
     FlashAttention-2 costs; once parameters are fitted they have their own model."""
     import dataclasses
     from simulator.compute import attention_time
-    dev = _dev("h200-sxm")
+    bare = dataclasses.replace(_dev("h200-sxm").cal, attention_kernel_fraction={}, attention_kernel_overlap={},
+                               attention_kernel_overhead={})
+    dev = _dev("h200-sxm", cal=bare)
     for be in ("cudnn", "efficient"):
         for causal in (True, False):
             a = attention_time(dev, 2, 16, 4096, 4096, 128, causal, 8, be, "fwd_bwd")
@@ -222,6 +228,8 @@ def test_frameworks_pick_the_backend_their_kernels_run():
     for fw in ("torchtitan", "pytorch"):
         k = get_framework(fw).kernels.attention
         assert {"flash", "cudnn", "efficient", "math"} <= set(k)
+        # SDPA's own choice on Hopper (info.sdpa_default of h200_attention_backends.json: cudnn everywhere)
+        assert get_framework(fw).default_attention == "cudnn"
     assert get_framework("megatron-core-local").default_attention == "unfused"
 
 
@@ -285,15 +293,22 @@ def test_fit_recovers_cudnn_and_efficient_parameters(tmp_path):
     mf = load_measurements(path)
     report = calibrate([(mf, hw)], "synthetic", start=start)
     cal = report.calibration
-    for key, want in truth.attention_kernel_fraction.items():
-        assert cal.attention_kernel_fraction[key] == pytest.approx(want, rel=0.05), key
+    # the forward's parameters are recovered; the backward is seen only inside forward+backward
+    # records, where its exponentials are a small share of a tile: its overlap, overhead and fraction
+    # trade off along a ridge (this truth, overlap 0.6, fits as overlap 0 and a 10% higher fraction),
+    # so only its fraction is checked, loosely, and the predictions below (held out) are what count
+    for key in ("cudnn_fwd", "efficient_fwd"):
+        assert cal.attention_kernel_fraction[key] == pytest.approx(truth.attention_kernel_fraction[key], rel=0.05), key
+    for key in ("cudnn_bwd", "efficient_bwd"):
+        assert cal.attention_kernel_fraction[key] == pytest.approx(truth.attention_kernel_fraction[key], rel=0.15), key
     n_random = sum(1 for r in mf.records if r.get("set") == "random")
     n_sweep = sum(1 for r in mf.records if r.get("set") == "sweep" and r.get("time_s"))
     assert n_random > 0 and report.fits["compute"].n_records <= n_sweep
     held = {s.kind: s for s in report.held_out}
     assert held["attention_fwd"].mape < 0.05 and held["attention_fwd_bwd"].mape < 0.05
-    for key in ("cudnn", "efficient"):
-        assert cal.attention_kernel_overhead[key] == pytest.approx(truth.attention_kernel_overhead[key], abs=0.3)
+    assert held["attention_fwd"].mape < 0.04 and held["attention_fwd_bwd"].mape < 0.04   # 2% noise
+    assert cal.attention_kernel_overhead["cudnn_fwd"] == pytest.approx(truth.attention_kernel_overhead["cudnn"], abs=0.3)
+    assert cal.attention_kernel_overlap["cudnn_fwd"] == pytest.approx(truth.attention_kernel_overlap["cudnn"], abs=0.1)
 
 
 def test_backend_table_groups_by_backend_and_set(tmp_path):
@@ -323,3 +338,85 @@ def test_fa3_is_never_fitted():
                               attention_kernel_overlap={"fa3": 0.0}, attention_kernel_overhead={"fa3": 9.0})
     assert attention_time(_dev("h100-sxm", cal=cal), 1, 16, 8192, 8192, 128, True, 16, "fa3", "fwd_bwd") == \
         attention_time(dev, 1, 16, 8192, 8192, 128, True, 16, "fa3", "fwd_bwd")
+
+
+# ---- accuracy on the measured H200 (validation/measurements/h200_attention_backends*.json) ------
+# MAPE per backend x direction x set with the committed h200-sxm profile (cudnn and efficient fitted
+# on the sweep, four in five of its records; the random set held out; flash, math and unfused_torch
+# not fitted on these files: flash and math were fitted on h200_kernels.json, a separate earlier run).
+# The issue's target: <= 8% per backend on a fresh run. Met: asserted. Not met: a ratchet at today's
+# figure and a strict xfail of the target (docs/validation.md, docs/measurements.md).
+ATTENTION_TARGET = 0.08
+ATTENTION_TODAY = {
+    ("cudnn", "attention_fwd", "sweep"): 0.043, ("cudnn", "attention_fwd", "random"): 0.036,
+    ("cudnn", "attention_fwd_bwd", "sweep"): 0.039, ("cudnn", "attention_fwd_bwd", "random"): 0.079,
+    ("efficient", "attention_fwd", "sweep"): 0.088, ("efficient", "attention_fwd", "random"): 0.082,
+    ("efficient", "attention_fwd_bwd", "sweep"): 0.101, ("efficient", "attention_fwd_bwd", "random"): 0.107,
+    ("flash", "attention_fwd", "sweep"): 0.092, ("flash", "attention_fwd", "random"): 0.068,
+    ("flash", "attention_fwd_bwd", "sweep"): 0.058, ("flash", "attention_fwd_bwd", "random"): 0.037,
+    ("math", "attention_fwd", "sweep"): 0.088, ("math", "attention_fwd", "random"): 0.084,
+    ("math", "attention_fwd_bwd", "sweep"): 0.037, ("math", "attention_fwd_bwd", "random"): 0.053,
+    ("unfused_torch", "attention_fwd", "sweep"): 0.248, ("unfused_torch", "attention_fwd_bwd", "sweep"): 0.195,
+}
+
+
+@functools.lru_cache(maxsize=None)
+def _measured_table() -> dict:
+    from validation.attention_backends import backend_table
+    files = sorted(str(p) for p in (ROOT / "validation" / "measurements").glob("h200_attention_backends*.json"))
+    return {(r["backend"], r["kind"], r["set"]): r for r in backend_table(files, "h200-sxm")}
+
+
+@pytest.mark.parametrize("key,today", ATTENTION_TODAY.items(), ids=["-".join(k) for k in ATTENTION_TODAY])
+def test_attention_backend_accuracy_ratchet(key, today):
+    """Per backend, direction and set: the target where met, else today's figure (+0.1 point)."""
+    assert _measured_table()[key]["mape"] <= max(ATTENTION_TARGET, today + 0.001)
+
+
+@pytest.mark.parametrize("key", [k for k, v in ATTENTION_TODAY.items() if v > ATTENTION_TARGET],
+                         ids=["-".join(k) for k, v in ATTENTION_TODAY.items() if v > ATTENTION_TARGET])
+@pytest.mark.xfail(strict=True, reason="above the issue's 8% per backend (figures in ATTENTION_TODAY)")
+def test_attention_backend_accuracy_target(key):
+    assert _measured_table()[key]["mape"] <= ATTENTION_TARGET
+
+
+def test_fitted_cudnn_is_faster_than_flashattention2_on_h200():
+    """Measured on the H200: FlashAttention-2 takes 1.4-2.5x cuDNN's time forward, 1.3-2.0x
+    forward+backward; the fitted model keeps cuDNN ahead of FA2 and behind meshcast's FA3 design."""
+    dev = _dev("h200-sxm")
+    for seq in (2048, 8192):
+        for direction in ("fwd", "fwd_bwd"):
+            cudnn, flash = _tflops(dev, "cudnn", seq, direction=direction), _tflops(dev, "flash", seq, direction=direction)
+            assert 1.3 <= cudnn / flash <= 2.1, (seq, direction, cudnn / flash)
+            assert cudnn < _tflops(dev, "fa3", seq, direction=direction)
+
+
+def test_restricted_calibrate_moves_only_the_named_parameters(tmp_path):
+    """meshcast calibrate --only attention_kernels --start PROFILE: cuDNN's and memory-efficient
+    attention's parameters are fitted; every other parameter (GEMM, FlashAttention-2, memory-bound,
+    collectives, host) keeps the start profile's value, and the written profile keeps its provenance."""
+    import dataclasses
+    import yaml
+    from meshcast.cli import main
+    from simulator.calibration import load_calibration
+    start = load_calibration("h200-sxm")
+    truth = dataclasses.replace(start, attention_kernel_fraction={"cudnn_fwd": 0.7, "cudnn_bwd": 0.5,
+                                                                  "efficient_fwd": 0.3, "efficient_bwd": 0.2},
+                                attention_kernel_overlap={"cudnn": 0.5, "efficient": 0.0},
+                                attention_kernel_overhead={"cudnn": 1.0, "efficient": 0.5},
+                                attention_fwd_fraction=0.2)    # flash records off the start: must not move it
+    path, _ = _synthetic_file(tmp_path, truth)
+    out = tmp_path / "h200-sxm.yaml"
+    assert main(["calibrate", "--measurements", str(path), "--start", "h200-sxm", "--only", "attention_kernels",
+                 "-o", str(out)]) == 0
+    fitted = load_calibration(str(out))
+    same = {k: v for k, v in start.to_dict().items() if not k.startswith("attention_kernel_") and k != "name"}
+    assert {k: v for k, v in fitted.to_dict().items() if k in same} == same
+    assert fitted.attention_kernel_fraction["cudnn_fwd"] == pytest.approx(0.7, rel=0.05)
+    doc = yaml.safe_load(out.read_text())
+    assert "compute" in doc["fits"] and "compute[attention_kernels]" in doc["fits"]
+    assert str(path) in doc["fitted_on"] and len(doc["fitted_on"]) > 1
+    # without --start there is no profile to keep the other parameters at; an unknown group is refused
+    assert main(["calibrate", "--measurements", str(path), "--only", "attention_kernels", "-o", str(tmp_path / "x.yaml")]) == 2
+    assert main(["calibrate", "--measurements", str(path), "--start", "h200-sxm", "--only", "nonsense",
+                 "-o", str(tmp_path / "x.yaml")]) == 2

@@ -59,11 +59,12 @@ def test_framework_rules_name_the_field_and_the_framework(framework, plan, field
 
 def test_recipe_and_attention_come_from_the_framework():
     model = load_model("llama3-8b")
-    # megatron-core: Transformer Engine prefers cuDNN fused attention on Hopper+ (simulator/compute.py
-    # costs cudnn as FlashAttention-2 on older GPUs and until cuDNN measurements are fitted)
+    # megatron-core: Transformer Engine prefers cuDNN fused attention on Hopper+; torchtitan and pytorch:
+    # SDPA picks cuDNN on Hopper (measured on H200); simulator/compute.py costs cudnn as FlashAttention-2
+    # on older GPUs and where a profile has no fitted cuDNN parameters
     expect = {("megatron-core", 1): ("megatron", "cudnn"), ("megatron-core-local", 0): ("megatron", "unfused"),
-              ("torchtitan", 3): ("torch_fsdp", "flash"), ("deepspeed", 2): ("zero", "flash"),
-              ("pytorch", 0): ("torch_amp", "flash")}
+              ("torchtitan", 3): ("torch_fsdp", "cudnn"), ("deepspeed", 2): ("zero", "flash"),
+              ("pytorch", 0): ("torch_amp", "cudnn")}
     for (fw, zero), (recipe, attention) in expect.items():
         p = resolve_plan(model, ParallelPlan(framework=fw, zero_stage=zero, mbs=1, gbs=8), 8)
         assert (p.recipe, p.attention) == (recipe, attention)

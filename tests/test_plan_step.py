@@ -290,3 +290,26 @@ def test_kernel_reconciliation_of_profiled_steps():
         if "tp1" in r["label"]:
             total_m, total_p = sum(r["measured"].values()), sum(r["modelled"].values())
             assert abs(total_p - total_m) / total_m <= 0.04, r["label"]
+
+
+# ---- the second pre-registered set (logs/prereg2_h200x2_plan.txt, predicted by the reconciled model) ---
+def test_second_preregistered_set():
+    """Predicted before it ran, by commit 57decda: Megatron-Core local 3.6% time, 3.3% peak memory over
+    9 plans (every family within 6.6%), 12 of 12 fit verdicts, meshcast's pick the measured best in
+    all 5 groups; torch-native 19.3% time (DTensor TP+SP -36%), 25.5% memory (under)."""
+    import statistics
+    res, unsupported, s, groups = evaluated("h200x2_plan_prereg2.json")
+    assert not unsupported and s.fit_correct == s.fit_total == 12
+    meg = [r for r in res if r.record["framework"] == "megatron-core-local"]
+    assert statistics.fmean(abs(r.time_error) for r in meg) <= 0.037
+    assert statistics.fmean(abs(r.memory_error) for r in meg) <= 0.034
+    assert max(abs(r.time_error) for r in meg) <= 0.067
+    assert all(g.pick_ok for g in groups) and len(groups) == 5
+
+
+@pytest.mark.xfail(strict=True, reason="torch-native: DDP under autocast -21%, DTensor TP+SP -36% time; peak memory "
+                                       "20-29% under (second pre-registered set)")
+def test_second_preregistered_set_torch_native_target():
+    res = evaluated("h200x2_plan_prereg2.json")[0]
+    tt = [r for r in res if r.record["framework"] == "torchtitan"]
+    assert all(abs(r.time_error) <= 0.10 and abs(r.memory_error) <= 0.05 for r in tt)

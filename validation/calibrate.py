@@ -9,8 +9,8 @@ from hardware_specs.errors import MeshcastError
 from simulator.calibration import DEFAULT, Calibration
 from validation.accuracy import KindStats, evaluate, summarize
 from validation.fit import (COLLECTIVE_KINDS, COMPUTE_PARAMS, COMPUTE_SEEDS, HOST_PARAMS, comm_params, comm_seeds, fit,
-                            host_bound, host_targets, split_holdout)
-from validation.predict import KERNEL_KINDS
+                            host_bound, host_targets, restrict, split_holdout)
+from validation.predict import KERNEL_KINDS, Unsupported, predict_record
 from validation.records import MeasurementFile
 
 
@@ -40,27 +40,45 @@ def _select(files: list[tuple[MeasurementFile, Hardware]], kinds: tuple, holdout
 
 
 def calibrate(files: list[tuple[MeasurementFile, Hardware]], name: str, start: Calibration = DEFAULT,
-              holdout_every: int = 5) -> CalibrationReport:
-    """Fit on (1 - 1/holdout_every) of the records of every file; report on the rest."""
+              holdout_every: int = 5, only: tuple[str, ...] | None = None) -> CalibrationReport:
+    """Fit on (1 - 1/holdout_every) of the records of every file; report on the rest. ``only``
+    (groups of validation.fit.PARAMETER_GROUPS or parameter paths/prefixes) restricts the fit to
+    those parameters: every other one keeps its value in ``start``."""
     cal = start
     report = CalibrationReport(cal, files=[mf.path for mf, _ in files])
-    train, _ = _select(files, KERNEL_KINDS, holdout_every)
-    if train:
-        res = fit(train, COMPUTE_PARAMS, cal, name, seeds=COMPUTE_SEEDS)
-        cal = _keep(report, "compute", res, cal)
+
+    def seeds_of(params, seeds):
+        """Starting points, less their values of parameters a restricted fit keeps (a grid value
+        that is no fitted parameter, such as NCCL's protocol switch size, stays)."""
+        if only is None:
+            return seeds
+        every = {p.path for group in (COMPUTE_PARAMS, HOST_PARAMS) for p in group} | \
+            {p.path for link in links for p in comm_params(link)}
+        kept = every - {p.path for p in params}
+        out = [{k: v for k, v in s.items() if k not in kept} for s in seeds]
+        return [s for s in out if s]
+
     links = sorted({hw.node.intra_node.kind for mf, hw in files
                     if any(r.get("kind") in COLLECTIVE_KINDS for r in mf.records)})
+
+    train, _ = _select(files, KERNEL_KINDS, holdout_every)
+    params = restrict(COMPUTE_PARAMS, only)
+    if train and params:
+        res = fit(train, params, cal, name, seeds=seeds_of(params, COMPUTE_SEEDS))
+        cal = _keep(report, "compute", res, cal)
     for link in links:
         sub = [(mf, hw) for mf, hw in files if hw.node.intra_node.kind == link]
         train, _ = _select(sub, COLLECTIVE_KINDS, holdout_every)
-        if train:
-            res = fit(train, comm_params(link), cal, name, seeds=comm_seeds(link))
+        params = restrict(comm_params(link), only)
+        if train and params:
+            res = fit(train, params, cal, name, seeds=seeds_of(params, comm_seeds(link)))
             cal = _keep(report, f"comm:{link}", res, cal)
     host = [(r, hw, what, v) for mf, hw in files for r in mf.records if host_bound(r) for what, v in host_targets(r)]
-    if host:
-        res = fit(host, HOST_PARAMS, cal, name, seeds=[{"host_op_s": 20e-6, "fsdp_unit_host_s": 2e-3,
-                                                       "optimizer_tensor_host_s": 10e-6,
-                                                       "fsdp_optimizer_tensor_host_s": 40e-6}])
+    params = restrict(HOST_PARAMS, only)
+    if host and params:
+        res = fit(host, params, cal, name, seeds=seeds_of(params, [{"host_op_s": 20e-6, "fsdp_unit_host_s": 2e-3,
+                                                                    "optimizer_tensor_host_s": 10e-6,
+                                                                    "fsdp_optimizer_tensor_host_s": 40e-6}]))
         cal = _keep(report, "host", res, cal)
     if not report.fits:
         raise MeshcastError("measurements", "no record constrains any parameter (kernel and collective "
@@ -70,11 +88,22 @@ def calibrate(files: list[tuple[MeasurementFile, Hardware]], name: str, start: C
     _, held = _select(files, KERNEL_KINDS + COLLECTIVE_KINDS, holdout_every)
     fitted_results, held_results = [], []
     for mf, hw, ho, tr in held:
+        if only is not None:   # a restricted fit reports on the records its parameters move
+            ho, tr = ([i for i in idx if _moved(mf.records[i], hw, start, cal)] for idx in (ho, tr))
         fitted_results += evaluate(mf, hw, cal, tr)[0]
         held_results += evaluate(mf, hw, cal, ho)[0]
     report.fitted = summarize(fitted_results)
     report.held_out = summarize(held_results)
     return report
+
+
+def _moved(rec: dict, hw: Hardware, before: Calibration, after: Calibration) -> bool:
+    """Whether the record's predicted time differs between two calibrations."""
+    try:
+        a, b = predict_record(rec, hw, before).time_s, predict_record(rec, hw, after).time_s
+    except Unsupported:
+        return False
+    return abs(a - b) > 1e-12 * max(abs(a), 1e-30)
 
 
 def _keep(report: CalibrationReport, key: str, res, cal: Calibration) -> Calibration:
@@ -101,6 +130,29 @@ def profile_metadata(report: CalibrationReport, accelerator: str) -> dict:
         "fitted_error": stats(report.fitted),
         "held_out_error": stats(report.held_out),
     }
+
+
+def restricted_metadata(start_meta: dict, start_name: str, report: CalibrationReport, only: tuple[str, ...]) -> dict:
+    """Provenance of a restricted fit (``meshcast calibrate --only``) written over its starting
+    profile: the start's own provenance kept, the new files added to ``fitted_on``, and each fit
+    recorded under ``<fit>[<groups>]`` with its files, parameters and its records' errors."""
+    def stats(ks: list[KindStats]) -> dict:
+        return {s.kind: {"count": s.count, "mape": round(s.mape, 4), "worst": round(s.worst_abs_error, 4)}
+                for s in ks}
+    meta = {k: v for k, v in start_meta.items() if k != "parameters"}
+    meta["fitted_on"] = list(meta.get("fitted_on") or []) + [f for f in report.files if f not in (meta.get("fitted_on") or [])]
+    fits = dict(meta.get("fits") or {})
+    for key, f in report.fits.items():
+        fits[f"{key}[{'+'.join(only)}]"] = {
+            "fitted_on": report.files,
+            "method": f"restricted fit (--only {' '.join(only)}): only these parameters moved, every other one "
+                      f"kept at profile {start_name}'s value; records of a random held-out set (set: random) and "
+                      f"every 5th other record held out; errors over the records these parameters move",
+            "records": f.n_records, "residual_rms_log": round(f.residual_rms, 4), "converged": f.success,
+            "fitted": [p.path for p in f.params], "kept_from_start": [p.path for p in f.unconstrained],
+            "fitted_error": stats(report.fitted), "held_out_error": stats(report.held_out)}
+    meta["fits"] = fits
+    return meta
 
 
 def physical_violations(cal: Calibration) -> list[str]:

@@ -46,9 +46,8 @@ COMPUTE_PARAMS = [Param(f"gemm_peak_fraction.{d}", 0.05, 1.0) for d in ("bf16", 
 ] + [Param(f"memory_op_fraction.{k}", 0.1, 1.0) for k in ELEMENTWISE_KINDS + ("copy",)] + [
     # fused attention kernels other than FlashAttention-2 (simulator.compute.fused_attention_params);
     # only records with that ``backend`` move them; FlashAttention-3 (fa3) is never fitted
-    p for be in FITTED_ATTENTION_KERNELS for p in (
-        Param(f"attention_kernel_fraction.{be}_fwd", 0.1, 1.0), Param(f"attention_kernel_fraction.{be}_bwd", 0.1, 1.0),
-        Param(f"attention_kernel_overlap.{be}", 0.0, 1.0), Param(f"attention_kernel_overhead.{be}", 0.0, 16.0))]
+    Param(f"attention_kernel_{name}.{be}_{d}", lo, hi) for be in FITTED_ATTENTION_KERNELS
+    for name, lo, hi in (("fraction", 0.1, 1.0), ("overlap", 0.0, 1.0), ("overhead", 0.0, 16.0)) for d in ("fwd", "bwd")]
 
 
 # extra starting points of the compute fit: the GEMM tile model has a second basin where smaller
@@ -91,6 +90,34 @@ def comm_params(link: str) -> list[Param]:
         [Param(f"collective_fraction.{k}", 0.2, 2.0) for k in others] + \
         [Param(f"collective_alpha_fraction.{k}", 0.2, 5.0) for k in COLLECTIVE_KINDS] + \
         [Param(f"collective_shard_steps.{k}", 0.0, 2.0) for k in RING_KINDS]
+
+
+# named groups of fitted parameters (``meshcast calibrate --only``): a restricted fit moves only
+# these and keeps every other parameter at the starting profile's value
+PARAMETER_GROUPS = {
+    "gemm": ("gemm_",),
+    "attention": ("attention_fwd_fraction", "attention_bwd_fraction", "attention_softmax_fraction",
+                  "attention_tile_overhead"),                          # FlashAttention-2 (``flash``)
+    "attention_kernels": ("attention_kernel_",),                       # cudnn, efficient
+    "memory": ("hbm_fraction", "memory_op_fraction.", "softmax_row_latency_s"),
+    "launch": ("kernel_launch_s",),
+    "comm": ("links.", "collective_"),
+    "host": tuple(p.path for p in HOST_PARAMS),
+}
+
+
+def restrict(params: list[Param], only: tuple[str, ...] | None) -> list[Param]:
+    """The parameters of ``params`` that ``only`` names: a group of PARAMETER_GROUPS, or a
+    parameter path or its prefix (``attention_kernel_fraction.cudnn``); None: all of them."""
+    if only is None:
+        return list(params)
+    prefixes = tuple(x for o in only for x in PARAMETER_GROUPS.get(o, (o,)))
+    return [p for p in params if p.path.startswith(prefixes)]
+
+
+def unknown_selectors(only: tuple[str, ...], params: list[Param]) -> list[str]:
+    """The names of ``only`` that select no parameter of ``params``."""
+    return [o for o in only if not restrict(params, (o,))]
 
 
 def get_value(cal: Calibration, path: str) -> float:

@@ -88,7 +88,10 @@ def reference_gpt(rec: dict) -> ModelSpec:
 
 
 def reference_plan(rec: dict) -> ParallelPlan:
-    """The plan a reference training step ran: one GPU, DDP (ZeRO-0) or FSDP full shard (ZeRO-3)."""
+    """The plan a reference training step ran: one GPU, DDP (ZeRO-0) or FSDP full shard (ZeRO-3).
+    Attention: the record's ``attention``, else ``flash``: validation/harness/train_step.py forces
+    SDPA's FlashAttention-2 (``sdpa_kernel(FLASH_ATTENTION)``), where the pytorch profile's default
+    is SDPA's own choice (cuDNN on Hopper)."""
     strategy = rec.get("strategy", "single")
     if strategy not in STRATEGIES:
         raise Unsupported(f"unknown strategy {strategy!r}")
@@ -96,7 +99,8 @@ def reference_plan(rec: dict) -> ParallelPlan:
     world = int(rec.get("world", 1))
     mb = int(rec["micro_batch"])
     return ParallelPlan(tp=1, pp=1, dp=world, mbs=mb, gbs=mb * world, seq=rec["seq"], zero_stage=zero,
-                        framework="pytorch", sequence_parallel=False, num_gpus=world)
+                        framework="pytorch", attention=rec.get("attention", "flash"), sequence_parallel=False,
+                        num_gpus=world)
 
 
 def train_step_prediction(rec: dict, hw: Hardware, cal: Calibration) -> Prediction:

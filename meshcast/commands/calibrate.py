@@ -24,6 +24,12 @@ def add_parser(sub) -> None:
     p.add_argument("--name", help="profile name (default: the output file's stem)")
     p.add_argument("--start", help="profile whose values seed the fit and stand for parameters these "
                                    "measurements cannot fit (e.g. NVLink α/β from another machine)")
+    p.add_argument("--only", nargs="+", metavar="GROUP",
+                   help="fit only these parameters, every other one kept at the --start profile's value (needs "
+                        "--start): groups gemm, attention (FlashAttention-2), attention_kernels (cudnn, efficient), "
+                        "memory, launch, comm, host, or parameter paths or their prefixes "
+                        "(attention_kernel_fraction.cudnn); the profile written keeps --start's provenance and "
+                        "adds this fit's")
     p.add_argument("--holdout-every", type=int, default=5, help="hold out every N-th record (0: none)")
     p.add_argument("--transfer", nargs="*", default=[],
                    help="measurement files of another accelerator: predict them from its datasheet with the "
@@ -35,7 +41,7 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     """Fit, report fitted and held-out error, and write the profile."""
     from simulator.calibration import DEFAULT, load_calibration, save_calibration
-    from validation.calibrate import calibrate, physical_violations, profile_metadata
+    from validation.calibrate import calibrate, physical_violations, profile_metadata, restricted_metadata
     from validation.hardware import hardware_for
     from validation.records import load_measurements
 
@@ -44,6 +50,18 @@ def run(args: argparse.Namespace) -> int:
     check_outputs(args)
     if args.holdout_every < 0 or args.holdout_every == 1:
         raise MeshcastError("holdout-every", f"must be 0 (hold nothing out) or at least 2, got {args.holdout_every}")
+    only = tuple(args.only) if args.only else None
+    if only is not None:
+        from validation.fit import COMPUTE_PARAMS, HOST_PARAMS, comm_params, unknown_selectors
+        if not args.start:
+            raise MeshcastError("only", "a restricted fit keeps every other parameter at a profile's value: "
+                                        "give that profile with --start")
+        every = COMPUTE_PARAMS + HOST_PARAMS + [p for link in ("nvlink", "pcie", "xgmi", "c2c", "scale_out")
+                                                for p in comm_params(link)]
+        bad = unknown_selectors(only, every)
+        if bad:
+            raise MeshcastError("only", f"{', '.join(bad)} names no fitted parameter (groups: gemm, attention, "
+                                        f"attention_kernels, memory, launch, comm, host; or a parameter path)")
     files = []
     for path in args.measurements:
         mf = load_measurements(path)
@@ -51,13 +69,16 @@ def run(args: argparse.Namespace) -> int:
     name = args.name or Path(args.output).stem
     print(f"fitting {sum(len(mf.records) for mf, _ in files)} records from {len(files)} file(s)...", file=sys.stderr)
     start = load_calibration(args.start) if args.start else DEFAULT
-    report = calibrate(files, name, start=start, holdout_every=args.holdout_every)
+    report = calibrate(files, name, start=start, holdout_every=args.holdout_every, only=only)
     accelerator = files[0][1].accelerator.name
-    meta = profile_metadata(report, accelerator)
+    if only is not None:
+        meta = restricted_metadata(_profile_meta(args.start), args.start, report, only)
+    else:
+        meta = profile_metadata(report, accelerator)
     if args.transfer:
         meta["transfer_error"] = _transfer(args.transfer, report.calibration)
     meta["physical_checks"] = physical_violations(report.calibration) or "all fitted values physical"
-    if args.start:
+    if args.start and only is None:
         meta["seeded_from"] = args.start
     save_calibration(report.calibration, Path(args.output), meta)
     if args.json:
@@ -101,3 +122,14 @@ def _transfer(paths: list[str], cal) -> dict:
         out[path] = {k.kind: {"count": k.count, "mape": round(k.mape, 4), "worst": round(k.worst_abs_error, 4)}
                      for k in summarize(results)}
     return out
+
+
+def _profile_meta(name_or_path: str) -> dict:
+    """The provenance fields of a profile (by name or path), as its YAML holds them."""
+    from hardware_specs.yamlio import read_yaml_mapping
+    from simulator.calibration import PROFILE_DIR
+
+    path = Path(name_or_path)
+    if not path.exists():
+        path = PROFILE_DIR / f"{name_or_path}.yaml"
+    return {k: v for k, v in read_yaml_mapping(path).items() if k != "parameters"}

@@ -385,10 +385,13 @@ def peak_live_bytes(p, fp: StageFootprint, flight: float) -> tuple[float, float,
     if p.recipe == "torch_amp":
         # zero_grad(set_to_none=True): gradients are allocated during backward as activations
         # (and autocast's weight copies) are freed, so the peak is the larger of the two ends;
+        # with gradient accumulation the first micro-batch's gradients stay allocated through
+        # every later forward, so from the second micro-batch on they add to its activations;
         # DDP's gradient buckets (a second fp32 copy, gradient_as_bucket_view=False) persist
         buckets = 4 * fp.params if p.dp > 1 and p.zero_stage == 0 else 0.0
+        accumulated = grads if p.microbatches() > 1 else 0.0
+        live = weights + opt + buckets + max(activations + logits + accumulated, grads - 2 * fp.params)
         grads += buckets
-        live = weights + opt + buckets + max(activations + logits, grads - buckets - 2 * fp.params)
     elif p.recipe == "torch_fsdp":
         f = fp.fsdp
         live = fsdp_peak(weights, grads, opt, activations + logits, f)

@@ -70,7 +70,7 @@ def test_torchtitan_time_target():
 
 # ---- memory and fit verdicts ----------------------------------------------------------------------
 MEMORY = {"h200_plan_megatron.json": (0.025, 8, 8), "h200x2_plan_megatron.json": (0.032, 34, 37),
-          "h200x2_plan_torchtitan.json": (0.23, 4, 4)}
+          "h200x2_plan_torchtitan.json": (0.156, 4, 4)}
 
 
 @pytest.mark.parametrize("name", FILES)
@@ -86,8 +86,8 @@ def test_megatron_plan_step_memory_target(name):
     assert evaluated(name)[2].memory_mape <= 0.05          # 2.5% (1 GPU), 3.1% (2 GPUs)
 
 
-@pytest.mark.xfail(strict=True, reason="torch-native peak memory MAPE 22.3% (DDP under autocast and FSDP2 at "
-                                       "seq 4096 under-predicted 16-28%)")
+@pytest.mark.xfail(strict=True, reason="torch-native peak memory MAPE 15.5% (FSDP2 under-predicted 15-29%: the harness defers "
+                                       "gradient sync to the last micro-batch, FSDP2 then accumulates fp32 unsharded gradients")
 def test_torchtitan_plan_step_memory_target():
     assert evaluated(FILES[2])[2].memory_mape <= 0.05
 
@@ -260,7 +260,8 @@ def test_preregistered_set_figures():
     peak memory 7.8%, 21 of 22 fit verdicts (the miss: an allocator-fragmentation OOM at seq 8192,
     34 GiB allocated of 132 reserved), meshcast's pick the measured best in all 7 groups. The
     kernel reconciliation that came after (developed on h200x2_plan_profile.json, not on this set)
-    gives 7.5% (Megatron-Core 4.5%, torch-native 17.1%): held out, but no longer pre-registered."""
+    gives 7.5% (Megatron-Core 4.5%, torch-native 17.1%) and, with gradient accumulation's gradients
+    counted in DDP's forward peak, memory 5.7%: held out, but no longer pre-registered."""
     from validation.accuracy import plan_groups, summarize
     res = []
     for name in (PREREG, PREREG_REST):
@@ -268,7 +269,7 @@ def test_preregistered_set_figures():
         assert not unsupported
         res += r
     s = {k.kind: k for k in summarize(res)}["plan_step"]
-    assert s.mape <= 0.075 and s.memory_mape <= 0.079
+    assert s.mape <= 0.075 and s.memory_mape <= 0.057
     assert s.fit_correct >= 21 and s.fit_total == 22
     groups = plan_groups(res, 150109880320.0)
     assert len(groups) == 7 and all(g.pick_ok for g in groups)

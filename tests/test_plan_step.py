@@ -314,3 +314,24 @@ def test_second_preregistered_set_torch_native_target():
     res = evaluated("h200x2_plan_prereg2.json")[0]
     tt = [r for r in res if r.record["framework"] == "torchtitan"]
     assert all(abs(r.time_error) <= 0.10 and abs(r.memory_error) <= 0.05 for r in tt)
+
+
+# ---- the README's per-framework rows --------------------------------------------------------------
+def _framework_figures(files, framework):
+    import statistics
+    res = [r for f in files for r in evaluated(f)[0] if r.record["framework"] == framework]
+    t = [abs(r.time_error) for r in res if r.time_error is not None]
+    m = [abs(r.memory_error) for r in res if r.memory_error is not None]
+    v = [r.fit_correct for r in res if r.fit_correct is not None]
+    return statistics.fmean(t), statistics.fmean(m), sum(v), len(v)
+
+
+def test_readme_framework_rows():
+    first = ("h200_plan_megatron.json", "h200x2_plan_megatron.json", "h200x2_plan_torchtitan.json")
+    t, m, right, total = _framework_figures(first, "megatron-core-local")
+    assert t <= 0.075 and m <= 0.031 and (right, total) == (42, 45)          # 7.4%, 3.0%, 42/45
+    t, m, _, _ = _framework_figures((PREREG, PREREG_REST), "megatron-core-local")
+    assert t <= 0.046 and m <= 0.029                                          # 4.5%, 2.8% (today's model)
+    for files in ((PREREG, PREREG_REST), ("h200x2_plan_prereg2.json",)):
+        t, m, right, total = _framework_figures(files, "torchtitan")
+        assert t <= 0.194 and m <= 0.15 and right == total                    # 17.1-19.3%, 14.8-14.9%

@@ -243,20 +243,8 @@ def make_call(c, dev, dt):
         g = mk(h).detach()
         if c["backend"] == "unfused_torch":                                 # its output is [s, b, h, d]
             g = g.permute(2, 0, 1, 3)
-    fwd = build_forward(c, q, k, v)
-
-    if bwd:
-        def fn():
-            fwd().backward(g)
-
-        def setup():
-            q.grad = k.grad = v.grad = None
-    else:
-        def fn():
-            with torch.no_grad():
-                fwd()
-        setup = None
-    return fn, setup
+    import common
+    return common.attention_pass(build_forward(c, q, k, v), g, (q, k, v), bwd)
 
 
 class Unsupported(Exception):

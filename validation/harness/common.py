@@ -276,3 +276,22 @@ def fmt_rate(x, unit):
         if abs(x) >= p:
             return f"{x / p:.1f} {s}{unit}"
     return f"{x:.1f} {unit}"
+
+
+def attention_pass(fwd, grad, inputs, backward: bool):
+    """(fn, setup) for common.time_fn timing one attention call: the forward alone under no_grad,
+    or forward + backward of ``grad`` with the ``inputs``' gradients cleared before each call."""
+    import torch
+    if not backward:
+        def fn():
+            with torch.no_grad():
+                fwd()
+        return fn, None
+
+    def fn():
+        fwd().backward(grad)
+
+    def setup():
+        for t in inputs:
+            t.grad = None
+    return fn, setup

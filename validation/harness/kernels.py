@@ -205,17 +205,7 @@ def bench_attention(case, flush, with_bwd):
         with sdpa_kernel(be):
             return F.scaled_dot_product_attention(q, k, v, **kw)
 
-    if with_bwd:
-        def fn():
-            fwd().backward(g)
-
-        def setup():
-            q.grad = k.grad = v.grad = None
-    else:
-        def fn():
-            with torch.no_grad():
-                fwd()
-        setup = None
+    fn, setup = common.attention_pass(fwd, g, (q, k, v), with_bwd)
     st = time_fn(fn, flush=flush, setup=setup)
     fwd_flops = 4.0 * batch * heads * seq * seq * hd * (0.5 if causal else 1.0)
     flops = fwd_flops * (3.0 if with_bwd else 1.0)  # fwd + bwd = 3x fwd (no recompute counted)

@@ -13,7 +13,7 @@ from typing import Optional
 
 from hardware_specs.errors import SpecError
 from models.schema import ModelSpec
-from simulator.frameworks.launch import ImportedConfig, LaunchConfig, read_guarded
+from simulator.frameworks.launch import ALLOC_CONF, ALLOC_WHY, ImportedConfig, LaunchConfig, read_guarded
 from simulator.memory import DS_MAX_LIVE_PARAMS, DS_PREFETCH_PARAMS, DS_REDUCE_BUCKET
 from simulator.plan import ParallelPlan
 
@@ -27,7 +27,8 @@ PREFETCH_BUCKET = int(DS_PREFETCH_PARAMS)
 def write_config(model: ModelSpec, plan: ParallelPlan) -> LaunchConfig:
     """The DeepSpeed JSON of a resolved plan, with the launcher line and notes."""
     notes = [f"launch: deepspeed --num_gpus {min(8, _gpus(plan))} --num_nodes {max(1, _gpus(plan) // 8)} "
-             f"train.py --deepspeed_config ds_config.json"]
+             f"train.py --deepspeed_config ds_config.json",
+             f"launch with PYTORCH_CUDA_ALLOC_CONF={ALLOC_CONF}: {ALLOC_WHY}"]
     if plan.pp > 1:
         notes.append(f"pipeline: build deepspeed.pipe.PipelineModule(layers, num_stages={plan.pp}, "
                      f"partition_method=...) placing {list(plan.layers_per_stage or ())} layers per stage "

@@ -16,6 +16,12 @@ from models.schema import ModelSpec
 
 FORMATS = ("megatron", "torchtitan", "deepspeed")
 
+# meshcast's fit verdict counts live tensors plus a 5% fragmentation allowance: measured plans whose
+# multi-GiB transient tensors made PyTorch's default caching allocator fragment ran out of memory
+# with 56-79% of the GPU allocated, and ran with expandable segments (docs/measurements.md)
+ALLOC_CONF = "expandable_segments:True"
+ALLOC_WHY = "the fit verdict assumes it (without it large transients fragment the allocator)"
+
 
 @dataclass(frozen=True)
 class LaunchConfig:

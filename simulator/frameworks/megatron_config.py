@@ -14,7 +14,7 @@ from typing import Optional
 
 from hardware_specs.errors import MeshcastError, SpecError
 from models.schema import ModelSpec
-from simulator.frameworks.launch import ImportedConfig, LaunchConfig
+from simulator.frameworks.launch import ALLOC_CONF, ALLOC_WHY, ImportedConfig, LaunchConfig
 from simulator.plan import ParallelPlan
 
 # Training arguments meshcast does not model but Megatron needs to start; stated defaults.
@@ -269,7 +269,8 @@ def launch_script(args: list[str], plan: ParallelPlan) -> str:
     per_node = min(8, gpus)
     fsdp = plan.zero_stage >= 2
     env = ["# Megatron FSDP asserts CUDA_DEVICE_MAX_CONNECTIONS is not 1" if fsdp else
-           "export CUDA_DEVICE_MAX_CONNECTIONS=1   # Megatron requires it with tp/cp > 1 (before Blackwell)"]
+           "export CUDA_DEVICE_MAX_CONNECTIONS=1   # Megatron requires it with tp/cp > 1 (before Blackwell)",
+           f"export PYTORCH_CUDA_ALLOC_CONF={ALLOC_CONF}   # {ALLOC_WHY}"]
     lines = ["#!/bin/bash", "# written by meshcast: a Megatron-LM pretrain_gpt.py launch (run from Megatron-LM's root",
              "# on every node; set NODE_RANK and MASTER_ADDR per node)", "set -euo pipefail", *env,
              f"GPUS_PER_NODE=${{GPUS_PER_NODE:-{per_node}}}", f"NNODES=${{NNODES:-{max(1, gpus // per_node)}}}",

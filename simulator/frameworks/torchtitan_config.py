@@ -13,7 +13,7 @@ from typing import Optional
 
 from hardware_specs.errors import SpecError
 from models.schema import ModelSpec
-from simulator.frameworks.launch import ImportedConfig, LaunchConfig, read_guarded
+from simulator.frameworks.launch import ALLOC_CONF, ALLOC_WHY, ImportedConfig, LaunchConfig, read_guarded
 from simulator.plan import ParallelPlan
 
 SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B"}
@@ -34,6 +34,7 @@ def write_config(model: ModelSpec, plan: ParallelPlan) -> LaunchConfig:
         notes.append("torchtitan's models have no dropout; the plan simulated dropout masks")
     if not plan.overlap_grad_reduce or not plan.overlap_param_gather:
         notes.append("FSDP2 always prefetches and overlaps its collectives; the plan turned an overlap off")
+    notes.append(f"launch with PYTORCH_CUDA_ALLOC_CONF={ALLOC_CONF}: {ALLOC_WHY}")
     gpus = plan.num_gpus or plan.dp * plan.tp * plan.pp * plan.cp
     head = ["# written by meshcast: torchtitan job config (torchtitan 0.2.x ConfigManager)",
             f"# launch: NGPU={min(8, gpus)} CONFIG_FILE=./{model.name}.toml ./run_train.sh  "

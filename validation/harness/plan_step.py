@@ -149,6 +149,12 @@ def grid(name: str) -> list[dict]:
         return prereg_grid()
     if name == "prereg2":
         return prereg2_grid()
+    if name == "frag":    # the plans that ran out of memory with far less allocated than reserved
+        F = "megatron-core-local"
+        return [case(F, "llama-1b", 4096, 2, zero=1, mbs=2, gbs=4, risky=True),
+                case(F, "llama-1b", 8192, 2, tp=2, gbs=2, risky=True),
+                case(F, "llama-7b", 2048, 2, zero=1, gbs=4, risky=True),
+                case(F, "llama-1b", 8192, 2, pp=2, gbs=2, recompute="full", risky=True)]
     if name == "prereg-rest":    # the pre-registered cases the first run lost or did not reach
         return [c for c in prereg_grid() if c.get("risky") or
                 (c["framework"] == "torchtitan" and c["name"] == "llama-3b" and c["plan"]["zero_stage"] == 3)]
@@ -896,7 +902,7 @@ def launch(args):
     info = common.device_info(world=args.nproc, suite=f"plan_step:{args.grid}",
                               nccl=common.nccl_version_str() if torch.cuda.is_available() else None)
     info["gpu_clocks_start"] = gpu_clocks()
-    info["env"] = {k: os.environ.get(k) for k in ("CUDA_DEVICE_MAX_CONNECTIONS", "NCCL_NVLS_ENABLE",
+    info["env"] = {k: os.environ.get(k) for k in ("CUDA_DEVICE_MAX_CONNECTIONS", "NCCL_NVLS_ENABLE", "PYTORCH_CUDA_ALLOC_CONF",
                                                   "TORCH_SYMM_MEM_DISABLE_MULTICAST", "OMP_NUM_THREADS")}
     info["timing"] = ("synchronized wall time per step (device sync + barrier before, device sync after), "
                       "max over ranks; time_s = median over the timed steps after warm-up")

@@ -149,6 +149,11 @@ def grid(name: str) -> list[dict]:
         return prereg_grid()
     if name == "prereg2":
         return prereg2_grid()
+    if name == "fsdp-sync":   # FSDP2 reducing every micro-batch, as torchtitan does
+        T = "torchtitan"
+        return [dict(c, fsdp_sync_each=True) for c in (
+            case(T, "llama-1b", 2048, 2, zero=3, gbs=8), case(T, "llama-1b", 4096, 2, zero=3, gbs=4),
+            case(T, "gpt-1.3b", 2048, 2, zero=3, gbs=8), case(T, "llama-3b", 4096, 2, zero=3, gbs=4))]
     if name == "frag":    # the plans that ran out of memory with far less allocated than reserved
         F = "megatron-core-local"
         return [case(F, "llama-1b", 4096, 2, zero=1, mbs=2, gbs=4, risky=True),
@@ -748,6 +753,7 @@ class NativeRunner:
             self.optimizer_class = "torch.optim.AdamW(fused) under autocast bf16"
         mbs, seq = p["mbs"], m["seq"]
         nmb = p["gbs"] // (dp * mbs)
+        sync_each = bool(c.get("fsdp_sync_each"))
         g = torch.Generator(device=ctx.dev)
         g.manual_seed(1000 + (ctx.rank // tp))
         tokens = torch.randint(m["vocab"], (mbs, seq), device=ctx.dev, generator=g)
@@ -764,7 +770,7 @@ class NativeRunner:
         def forward_backward():
             for i in range(nmb):
                 last = i == nmb - 1
-                if zero == 3 and hasattr(model, "set_requires_gradient_sync"):
+                if zero == 3 and hasattr(model, "set_requires_gradient_sync") and not sync_each:
                     model.set_requires_gradient_sync(last)
                 if no_sync is not None and not last:
                     with no_sync():
@@ -840,6 +846,10 @@ def child_main(args):
         rec["attention"] = runner.attention_backend()
         if getattr(runner, "norm_impl", None):
             rec["norm_impl"] = runner.norm_impl
+        if fw == "torchtitan" and c["plan"]["zero_stage"] == 3:
+            # FSDP2's gradient reduce-scatter: after every micro-batch (torchtitan's loop) or only after
+            # the last, the others accumulating unsharded gradients (in fp32 under reduce_dtype fp32)
+            rec["fsdp_grad_sync"] = "every_microbatch" if c.get("fsdp_sync_each") else "last_microbatch"
         if st == 0:
             rec.update(time_s=float(statistics.median(times)), time_min_s=float(min(times)),
                        time_max_s=float(max(times)), reps=len(times), step_times_s=[round(x, 6) for x in times],

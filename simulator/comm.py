@@ -89,11 +89,28 @@ def _lookup(pairs: tuple, key: str, default: float = 1.0) -> float:
     return default
 
 
+def job_domain_gpus(domain_gpus: int, gpus_per_node: int, num_gpus: int) -> int:
+    """The NVLink domain a job's consecutive ranks see on a rack-scale system (domain_gpus larger
+    than a node: GB200/GB300 NVL72). meshcast places a job as Slurm's ``--segment`` does (NVIDIA's
+    guidance for NVL72, and Megatron-Bridge's performance harness, scripts/performance/utils/
+    executors.py): all of its trays in one rack when they fit, else segments of equal size, the
+    largest divisor of the job's tray count that fits in one rack, each inside one rack. A
+    256-GPU job on NVL72 racks so runs as four 64-GPU domains, not as blocks of 72 straddling racks."""
+    if domain_gpus <= gpus_per_node:
+        return min(domain_gpus, num_gpus)
+    rack_trays = domain_gpus // gpus_per_node
+    trays = max(1, num_gpus // gpus_per_node)
+    if trays <= rack_trays:
+        return trays * gpus_per_node
+    return gpus_per_node * next(s for s in range(rack_trays, 0, -1) if trays % s == 0)
+
+
 def fabric_from_hardware(hw: Hardware, cal: Calibration = DEFAULT) -> Fabric:
-    """Build the levels of ``hw``: the intra-node fabric, then each scale-out tier."""
+    """Build the levels of ``hw``: the intra-node fabric (on rack-scale systems the job's segment of
+    a rack, job_domain_gpus), then each scale-out tier."""
     node = hw.node
     intra = node.intra_node
-    span0 = min(intra.domain_gpus or node.gpus_per_node, hw.num_gpus)
+    span0 = job_domain_gpus(intra.domain_gpus or node.gpus_per_node, node.gpus_per_node, hw.num_gpus)
     eff = cal.link(intra.kind)
     bw0 = intra.bandwidth_per_direction_Bps
     levels = [Level("intra_node", intra.kind, span0, bw0, eff.alpha_s, bw0 * eff.bandwidth_fraction,

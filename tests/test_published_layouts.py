@@ -59,16 +59,29 @@ def test_deepseek_v3_row_takes_the_recipe_layout_and_says_so():
 
 
 def test_nvl72_runs_see_the_nvlink_domain_the_harness_places_them_on():
+    from simulator.comm import fabric_from_hardware, job_domain_gpus
     fills: list[str] = []
-    hw = harness_placement(load_hardware("gb300-nvl72", 256), "megatron-bridge", fills)
-    assert hw.node.intra_node.domain_gpus == 64            # 64 trays -> Slurm --segment 16 -> 64 GPUs
-    assert fills and "segment" in fills[0]
-    small = harness_placement(load_hardware("gb200-nvl72", 8), "megatron-bridge", [])
-    assert small.node.intra_node.domain_gpus == 8          # 2 trays: one segment of 2
-    untouched = load_hardware("gb200-nvl72", 256)
-    assert harness_placement(untouched, "nemo", []) is untouched          # only Megatron-Bridge's harness
-    b300 = load_hardware("dgx-b300", 256)
-    assert harness_placement(b300, "megatron-bridge", []) is b300         # 8-GPU nodes: nothing to place
+    hw = load_hardware("gb300-nvl72", 256)
+    assert harness_placement(hw, "megatron-bridge", fills) is hw          # the fabric places every job itself
+    assert fills and "segment" in fills[0] and "NVLink domain 64" in fills[0]
+    assert fabric_from_hardware(hw).levels[0].span_gpus == 64              # 64 trays -> --segment 16 -> 64 GPUs
+    assert job_domain_gpus(72, 4, 8) == 8                                  # 2 trays: one segment of 2
+    assert job_domain_gpus(72, 4, 144) == 72                               # 36 trays: two whole racks
+    assert job_domain_gpus(72, 4, 100) == 20                               # 25 trays: segments of 5
+    assert job_domain_gpus(8, 8, 256) == 8                                 # 8-GPU nodes: the node
+    untouched: list[str] = []
+    harness_placement(load_hardware("gb200-nvl72", 256), "nemo", untouched)
+    assert not untouched                                                  # the note is Megatron-Bridge's
+
+
+def test_expert_all_to_all_of_a_256_gpu_job_stays_on_nvlink():
+    """ep=64 on 256 GB300s: each 64-GPU segment is one rack's NVLink domain, so the expert
+    all-to-all never leaves it (before, blocks of 72 straddled racks and it ran over InfiniBand)."""
+    from simulator.comm import collective_time, fabric_from_hardware
+    fab = fabric_from_hardware(load_hardware("gb300-nvl72", 256))
+    inside = collective_time(fab, "all_to_all", 64e6, 64)
+    ib = collective_time(fab, "all_to_all", 64e6, 128)
+    assert inside < ib / 3
 
 
 def test_row_note_names_every_filled_value():

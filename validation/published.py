@@ -431,32 +431,22 @@ def cluster_for(gpu: str) -> str:
     raise MeshcastError("gpu", f"no catalog cluster for {gpu!r}")
 
 
-SEGMENT_MAX_TRAYS = 18   # trays of one NVL72 rack
-
-
 def harness_placement(hw, family: str, fills: list[str]):
-    """The hardware as a Megatron-Bridge performance run is placed on a rack-scale (NVL72) system.
-    Its harness (scripts/performance/utils/executors.py, commit 067f987df0) submits jobs on 4-GPU
-    trays with Slurm ``--segment``: every node when there are at most 18, else the largest divisor
-    of the node count that is at most 18, so each segment's trays sit in one NVL72 rack. The NVLink
-    domain a run sees is therefore segment x 4 GPUs (64 of a rack's 72 on 16- and 64-tray jobs),
-    aligned to its rank blocks; the catalog's 72-GPU domain is what one rack offers."""
-    import dataclasses
+    """Say how a Megatron-Bridge performance run sits on a rack-scale (NVL72) system: its harness
+    (scripts/performance/utils/executors.py, commit 067f987df0) submits jobs on 4-GPU trays with
+    Slurm ``--segment``, which is how meshcast places every job on such systems
+    (simulator.comm.job_domain_gpus); the row's note names the NVLink domain that gives."""
+    from simulator.comm import job_domain_gpus
 
     node = hw.node
     domain = node.intra_node.domain_gpus
     if family != "megatron-bridge" or not domain or domain <= node.gpus_per_node:
         return hw
-    nodes = max(1, hw.num_gpus // node.gpus_per_node)
-    segment = nodes if nodes <= SEGMENT_MAX_TRAYS else next(
-        s for s in range(SEGMENT_MAX_TRAYS, 0, -1) if nodes % s == 0)
-    span = segment * node.gpus_per_node
-    if span == domain:
-        return hw
-    fills.append(f"NVLink domain {span} GPUs: Megatron-Bridge's harness places {segment}-tray Slurm segments "
-                 f"in one rack (executors.py --segment)")
-    intra = node.intra_node.model_copy(update={"domain_gpus": span})
-    return dataclasses.replace(hw, node=node.model_copy(update={"intra_node": intra}))
+    span = job_domain_gpus(domain, node.gpus_per_node, hw.num_gpus)
+    if span != domain:
+        fills.append(f"NVLink domain {span} GPUs: Megatron-Bridge's harness places {span // node.gpus_per_node}-tray "
+                     f"Slurm segments in one rack (executors.py --segment), as meshcast places every job")
+    return hw
 
 
 def compare_row(i: int, row: dict, calibration: str | None) -> RunComparison:

@@ -79,7 +79,7 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in (
     Variable("zero", "choice", "plan", "ZeRO stage", choices=("0", "1", "2", "3")),
     Variable("recompute", "choice", "plan", "activation recompute", choices=("none", "selective", "full")),
     Variable("recompute_layers", "int", "plan", "fully recomputed layers per stage"),
-    Variable("precision", "choice", "plan", "GEMM precision", choices=("bf16", "fp16", "fp8")),
+    Variable("precision", "choice", "plan", "GEMM precision", choices=("bf16", "fp16", "fp8", "nvfp4")),
     Variable("schedule", "choice", "plan", "pipeline schedule", choices=("gpipe", "1f1b", "interleaved")),
     Variable("attention", "choice", "plan", "attention kernel", choices=("flash", "cudnn", "fa3", "efficient", "unfused", "math", "unfused_torch")),
     Variable("framework", "choice", "plan", "framework that runs the plan",

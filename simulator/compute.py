@@ -29,6 +29,12 @@ from hardware_specs.schema import Accelerator
 from simulator.calibration import DEFAULT, Calibration
 
 DTYPE_BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "fp4": 0.5}
+# GEMM input dtypes Transformer Engine quantizes to (bf16 output).
+QUANTIZED_GEMM_DTYPES = ("fp8", "fp4")
+# NVFP4 (TE NVFP4BlockScaling; NVIDIA, "Pretraining Large Language Models with NVFP4", arXiv
+# 2509.25149): E2M1 values, one E4M3 scale per 16 consecutive elements, one FP32 scale per tensor.
+NVFP4_BLOCK = 16
+NVFP4_SCALE_BYTES_PER_ELEMENT = 1.0 / NVFP4_BLOCK
 # Measurement-record spellings -> catalog dtype names.
 TORCH_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float8_e4m3fn": "fp8",
                 "float64": "fp64"}
@@ -104,9 +110,11 @@ def gemm_flops(m: int, n: int, k: int, batch: int = 1) -> float:
 
 
 def gemm_bytes(m: int, n: int, k: int, dtype: str, batch: int = 1, out_dtype: str | None = None) -> float:
-    """Minimum HBM bytes of a GEMM: read A and B once, write C once."""
-    b_in = DTYPE_BYTES[dtype]
-    b_out = DTYPE_BYTES[out_dtype or ("bf16" if dtype == "fp8" else dtype)]
+    """Minimum HBM bytes of a GEMM: read A and B once, write C once. Quantized inputs (fp8, fp4)
+    write a bf16 output; fp4 is NVFP4, whose inputs carry one E4M3 scale byte per
+    ``NVFP4_BLOCK`` elements along k (Transformer Engine's NVFP4BlockScaling)."""
+    b_in = DTYPE_BYTES[dtype] + (NVFP4_SCALE_BYTES_PER_ELEMENT if dtype == "fp4" else 0.0)
+    b_out = DTYPE_BYTES[out_dtype or ("bf16" if dtype in QUANTIZED_GEMM_DTYPES else dtype)]
     return batch * ((m * k + k * n) * b_in + m * n * b_out)
 
 
@@ -126,6 +134,24 @@ def _gemm_time(dev: DeviceModel, m: int, n: int, k: int, dtype: str, batch: int)
     if dtype == "fp8":
         fixed += cal.gemm_fp8_fixed_s
     return max(best, memory) + fixed
+
+
+# Transformer Engine's NVFP4 quantization of one bf16 GEMM operand for both its uses (TE
+# transformer_engine/pytorch/csrc/quantizer.cpp NVFP4Quantizer::quantize_impl, commit d0067d0):
+# a first kernel (nvte_hadamard_transform_amax) reads the tensor for the per-tensor amax of the
+# tensor and of its 16x16 random-Hadamard transform (2 bytes per element); a fused second kernel
+# (nvte_quantize_with_hadamard_transform) reads it again (2) and writes the row-wise NVFP4 copy
+# and the column-wise, Hadamard-transformed copy the wgrad GEMM takes (0.5 each), each with one
+# E4M3 scale per 16 elements (1/16 each): 5.125 bytes per element in 2 launches. The transform
+# is a 16x16 matmul per block on the tensor cores (32 FLOP per element): memory-bound.
+NVFP4_QUANTIZE_BYTES_PER_ELEMENT = 2.0 + 2.0 + 2 * (DTYPE_BYTES["fp4"] + NVFP4_SCALE_BYTES_PER_ELEMENT)
+NVFP4_QUANTIZE_LAUNCHES = 2
+
+
+def nvfp4_quantize_time(dev: DeviceModel, elements: float) -> float:
+    """Seconds to quantize ``elements`` bf16 values to NVFP4 for both GEMM uses (row-wise and
+    column-wise with the random Hadamard transform), memory-bound (NVFP4_QUANTIZE_BYTES_PER_ELEMENT)."""
+    return memory_time(dev, NVFP4_QUANTIZE_BYTES_PER_ELEMENT * elements, launches=NVFP4_QUANTIZE_LAUNCHES)
 
 
 def split_k_factors(tiles: int, k: int, sms: int) -> list[int]:

@@ -25,7 +25,7 @@ from simulator.lowering import Context, embedding_ops, head_ops, layer_ops, p2p_
 from simulator.memory import (DS_REDUCE_BUCKET, StageFootprint, fits_in, layer_activation_bytes, moe_layers_in,
                               stage_footprint, stage_memory, stage_params)
 from simulator.ops import Op
-from simulator.plan import ParallelPlan, check_precision, resolve_plan, split_note
+from simulator.plan import ParallelPlan, check_precision, precision_peak_dtype, resolve_plan, split_note
 from hardware_specs.errors import PlanError
 from simulator.result import Result, StageCost
 from simulator.schedule import p2p_exposed as _p2p_exposed, pipeline_time, timeline
@@ -599,7 +599,7 @@ def _result(model, hardware, plan, cal, stages, mems, st: _Step, events) -> Resu
     tokens = plan.gbs * plan.seq
     accs = [hardware.accelerator] if st.stage_devices is None else [hw.accelerator for _, _, hw in st.stage_devices]
     # mean peak over the devices (each stage holds the same number of GPUs)
-    peak = sum(a.peak_flops("fp8" if plan.precision == "fp8" else "bf16") for a in accs) / len(accs)
+    peak = sum(a.peak_flops(precision_peak_dtype(plan.precision)) for a in accs) / len(accs)
     bf16_peak = sum(a.peak_flops("bf16") for a in accs) / len(accs)
     model_flops = step_model_flops(model, plan.seq, plan.gbs)
     rec_frac = 1.0 if plan.recompute_layers is None else min(1.0, plan.recompute_layers * plan.pp / model.num_layers)

@@ -20,9 +20,10 @@ from models.schema import ModelSpec
 from simulator.comm import Fabric, collective_time
 from simulator.frameworks import get_framework
 from simulator.compute import (DTYPE_BYTES, DeviceModel, attention_flops, attention_time, elementwise_time,
-                               flash_attention_bytes, gemm_bytes, gemm_flops, gemm_time, memory_time)
+                               flash_attention_bytes, gemm_bytes, gemm_flops, gemm_time, memory_time,
+                               nvfp4_quantize_time)
 from simulator.ops import Op
-from simulator.plan import ParallelPlan
+from simulator.plan import PRECISION_GEMM_DTYPE, ParallelPlan
 
 ACT_BYTES = 2  # bf16 activations
 
@@ -50,7 +51,7 @@ class Context:
 
     @property
     def gemm_dtype(self) -> str:
-        return "fp8" if self.plan.precision == "fp8" else ("fp16" if self.plan.precision == "fp16" else "bf16")
+        return PRECISION_GEMM_DTYPE.get(self.plan.precision, "bf16")
 
     def comm(self, name: str, kind: str, nbytes: float, group: str, phase: str, overlap_with: float = 0.0) -> Op:
         """A collective of ``group`` (tp, cp, ep, dp, pp) at its place in the rank order."""
@@ -64,14 +65,20 @@ class Context:
 
 
 def _gemm(ctx: Context, name: str, m: int, n: int, k: int, phase: str, batch: int = 1, dtype: str | None = None,
-          bias: bool = False) -> Op:
+          bias: bool = False, quantize: bool = True) -> Op:
     """A GEMM op; in fp8 it includes Transformer Engine's quantisation of its activation input
     (read bf16, write fp8 and an amax reduction: 3 bytes per element), weights cached in fp8.
+    In fp4 (NVFP4) the fprop GEMM quantizes its input X and the dgrad GEMM the incoming gradient
+    dY, each once for both uses (compute.nvfp4_quantize_time); the wgrad GEMM (``quantize``
+    False) takes the column-wise copies those made; weights are quantized once per step (the
+    recipe's fp4 parameters), not per micro-batch.
     ``bias``: the linear layer has a bias (its gradient is reduced in backward)."""
     dtype = dtype or ctx.gemm_dtype
     t = gemm_time(ctx.dev, m, n, k, dtype, batch)
     if dtype == "fp8":
         t += memory_time(ctx.dev, 3.0 * m * k * batch)
+    elif dtype == "fp4" and quantize:
+        t += nvfp4_quantize_time(ctx.dev, m * k * batch)
     return Op(name, "gemm", phase, t, gemm_flops(m, n, k, batch), gemm_bytes(m, n, k, dtype, batch),
               (m, n, k, batch, dtype, bias))
 
@@ -81,7 +88,7 @@ def _gemm_bwd(ctx: Context, fwd: Op) -> list[Op]:
     bias, its gradient is a reduction of dY over the tokens (one read of m x n)."""
     m, n, k, batch, dtype, bias = fwd.shape
     ops = [_gemm(ctx, fwd.name + ".dgrad", m, k, n, "bwd", batch, dtype),
-           _gemm(ctx, fwd.name + ".wgrad", k, n, m, "bwd", batch, dtype)]
+           _gemm(ctx, fwd.name + ".wgrad", k, n, m, "bwd", batch, dtype, quantize=False)]
     if bias:
         nbytes = m * n * batch * ACT_BYTES
         ops.append(Op(fwd.name + ".bias_grad", "memory", "bwd", memory_time(ctx.dev, nbytes), bytes=nbytes))

@@ -41,6 +41,10 @@ from simulator.lowering import Context, _attention_dims
 GIB = 1024 ** 3
 WORKSPACE_BYTES = 1.0 * GIB     # cuBLAS/cuDNN workspaces + NCCL buffers (planning allowance)
 FRAGMENTATION = 0.05            # caching-allocator fragmentation on top of live tensors
+# Bytes per element of a linear layer's input saved for its wgrad GEMM (Transformer Engine keeps
+# the quantized copy): fp8 1; nvfp4 only the column-wise NVFP4 copy (TE linear.py drops the
+# row-wise one after fprop), 0.5 byte per value + one E4M3 scale per 16 values; else bf16.
+GEMM_INPUT_SAVED_BYTES = {"fp8": 1.0, "nvfp4": 0.5 + 1.0 / 16}
 
 # Peak bytes per logit of the loss: PyTorch's cross_entropy(logits.float()) keeps the fp32
 # log-softmax, the NLL gradient and its own gradient (12, measured); Megatron's vocab-parallel
@@ -243,7 +247,7 @@ def layer_activation_bytes(ctx: Context, moe: bool) -> float:
     kv = max(1, m.kv_heads // tp) if m.mla is None else heads
     qk, vd = _attention_dims(m)
     drop = 1 if p.dropout else 0
-    g_in = 1 if p.precision == "fp8" else 2                   # GEMM inputs are saved in fp8 (TE)
+    g_in = GEMM_INPUT_SAVED_BYTES.get(p.precision, 2)        # GEMM inputs are saved quantized (TE)
     attn = resid * Tsp * h + g_in * Tsp * h                   # norm input, QKV-GEMM input
     attn += 2 * T * (heads * qk + kv * qk + kv * vd)          # Q, K, V
     attn += 2 * T * heads * vd                                # attention output = out-proj input

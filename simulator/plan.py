@@ -23,7 +23,15 @@ SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
 ATTENTION_BACKENDS = ("flash", "cudnn", "fa3", "efficient", "unfused", "math", "unfused_torch")
 RECIPES = ("megatron", "zero", "torch_amp", "torch_fsdp")
-PRECISIONS = ("bf16", "fp16", "fp8")
+PRECISIONS = ("bf16", "fp16", "fp8", "nvfp4")
+# the tensor-core dtype a plan precision runs its quantized GEMMs in (hardware_specs DTYPES)
+PRECISION_GEMM_DTYPE = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "nvfp4": "fp4"}
+
+
+def precision_peak_dtype(precision: str) -> str:
+    """The datasheet peak ``mfu_precision_peak`` and reports divide by: the quantized GEMM dtype
+    (fp8, fp4) for fp8 and nvfp4 plans, else bf16 (fp16 shares it)."""
+    return {"fp8": "fp8", "nvfp4": "fp4"}.get(precision, "bf16")
 ATTENTIONS = ATTENTION_BACKENDS   # the name the plan-file schema uses
 
 
@@ -42,7 +50,10 @@ class ParallelPlan:
                        full recompute to that many layers per stage
     mbs, gbs           micro-batch and global batch, in sequences
     seq                sequence length (None: the model's)
-    precision          bf16 | fp16 | fp8 (fp8 GEMMs, bf16 elsewhere, as Transformer Engine)
+    precision          bf16 | fp16 | fp8 (fp8 GEMMs, bf16 elsewhere, as Transformer Engine) | nvfp4
+                       (Transformer Engine's NVFP4BlockScaling recipe: the transformer layers' linear
+                       GEMMs (fprop, dgrad, wgrad) in NVFP4 at the fp4 tensor-core peak, attention,
+                       router and output head in bf16; needs an accelerator with fp4 tensor cores)
     schedule           gpipe | 1f1b | interleaved (None: interleaved when vp > 1, else 1f1b)
     tp_comm_overlap    hide TP collectives under the adjacent GEMMs (Megatron --tp-comm-overlap)
     ep_comm_overlap    hide the MoE all-to-alls under expert compute (DualPipe-style chunk overlap)
@@ -253,10 +264,13 @@ def split_note(model: ModelSpec, plan: ParallelPlan) -> str:
 
 def check_precision(precision: str, accelerator) -> None:
     """Raise :class:`PlanError` on ``precision`` when ``accelerator``'s datasheet has no dense
-    peak for it (fp8 GEMMs on an A100, say): there is no kernel to cost."""
-    if getattr(accelerator.peak_flops_dense, precision, None) is None:
-        have = [d for d in PRECISIONS if getattr(accelerator.peak_flops_dense, d, None)]
-        raise PlanError("precision", f"{accelerator.name} has no {precision} tensor-core peak; "
+    peak for its GEMM dtype (fp8 GEMMs on an A100, nvfp4 on an H100, say): there is no kernel to
+    cost."""
+    dtype = PRECISION_GEMM_DTYPE.get(precision, precision)
+    if getattr(accelerator.peak_flops_dense, dtype, None) is None:
+        have = [d for d in PRECISIONS if getattr(accelerator.peak_flops_dense, PRECISION_GEMM_DTYPE[d], None)]
+        what = "fp4 (NVFP4)" if dtype == "fp4" else dtype
+        raise PlanError("precision", f"{accelerator.name} has no {what} tensor-core peak; "
                                      f"it supports {', '.join(have) or 'none of ' + ', '.join(PRECISIONS)}")
 
 

@@ -29,7 +29,7 @@ FEATURE_WORDS = {
     "pp": "pipeline parallelism", "vp": "interleaved pipeline (virtual stages)", "cp": "context parallelism",
     "ep": "expert parallelism", "ep_cross_node": "expert parallelism across nodes",
     "tp_cross_node": "tensor parallelism across nodes", "zero3": "ZeRO-3 / FSDP full shard",
-    "zero3_at_scale": "ZeRO-3 / FSDP across nodes", "fp8": "FP8 GEMMs", "multi_node": "more than one node",
+    "zero3_at_scale": "ZeRO-3 / FSDP across nodes", "fp8": "FP8 GEMMs", "nvfp4": "NVFP4 GEMMs", "multi_node": "more than one node",
 }
 
 
@@ -59,7 +59,7 @@ def feature_tags(plan, num_gpus: int, gpus_per_node: int) -> list[str]:
     multi_node = num_gpus > gpus_per_node
     tags = {"pp": pp > 1, "vp": vp > 1, "cp": cp > 1, "ep": ep > 1, "ep_cross_node": ep > 1 and tp * ep > gpus_per_node,
             "tp_cross_node": tp > gpus_per_node, "zero3": zero == 3, "zero3_at_scale": zero == 3 and multi_node,
-            "fp8": g("precision") == "fp8", "multi_node": multi_node}
+            "fp8": g("precision") == "fp8", "nvfp4": g("precision") == "nvfp4", "multi_node": multi_node}
     out = sorted(k for k, on in tags.items() if on)
     framework = g('framework') or 'megatron-core'
     if zero >= 2:   # sharded gradients (and parameters) are each framework's own mechanism

@@ -41,7 +41,7 @@ class Result:
 
     MFU = model FLOPs / (step time x GPUs x dense bf16 peak), model FLOPs by the Megatron
     convention (simulator/flops.py); HFU counts recomputed forward FLOPs as well.
-    ``mfu_precision_peak`` divides by the peak of the plan's GEMM precision (fp8 for fp8 plans)."""
+    ``mfu_precision_peak`` divides by the peak of the plan's GEMM precision (fp8 for fp8 plans, fp4 for nvfp4)."""
 
     model: str
     cluster: str

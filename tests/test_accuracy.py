@@ -242,15 +242,16 @@ def test_published_runs_more():
     them. Ratchets on today's figures (docs/validation.md); every skip names an actionable reason."""
     from validation.published import compare_published, per_source
     done, skipped = compare_published(PUBLISHED_MORE)
-    assert len(done) >= 200 and len(done) + len(skipped) == 244
+    assert len(done) >= 210 and len(done) + len(skipped) == 244
     src = per_source(done)
     assert src["dgxc-benchmarking"]["mape"] <= 0.11
     assert src["llm-foundry"]["mape"] <= 0.14
     # 66 rows on GB200/B300/GB300 (was 18 at 33.2%: Qwen3-235B at -80% until NVL72 runs took the
-    # NVLink domain the Megatron-Bridge harness places them on); GPT-OSS BF16 +47% to +81% dominate now
-    assert src["megatron-bridge"]["mape"] <= 0.16
-    assert sum(abs(c.error) for c in done) / len(done) <= 0.14
-    allowed = ("model: Nemotron 3 is a hybrid", "dtype: NVFP4", "framework: MaxText", "precision: pytorch: fp8")
+    # NVLink domain the Megatron-Bridge harness places them on); GPT-OSS BF16 +47% to +81% dominate now;
+    # 76 with the 10 NVFP4 Llama rows (nvfp4 plan precision, 8.4% on them): 15.9% -> 14.9%
+    assert src["megatron-bridge"]["mape"] <= 0.149
+    assert sum(abs(c.error) for c in done) / len(done) <= 0.133
+    allowed = ("model: Nemotron 3 is a hybrid", "framework: MaxText", "precision: pytorch: fp8")
     assert all(s.reason.startswith(allowed) for s in skipped), {s.reason for s in skipped}
     assert not [s for s in skipped if s.reason.startswith("gpu:")]     # every B300 / GB300 row has hardware
 
@@ -263,9 +264,11 @@ def _published_both() -> tuple:
 
 # issue #12 item 5, figures of both CSVs together (314 rows; test data, never fitted; docs/validation.md)
 # after the recompute fix of session 4 (recomputed forwards no longer re-run backward-phase ops):
-# korthikanti 2.8 -> 2.9%, llm-foundry 13.2 -> 13.3%, narayanan 37.7 -> 37.9%, overall 15.20 -> 15.24%
+# korthikanti 2.8 -> 2.9%, llm-foundry 13.2 -> 13.3%, narayanan 37.7 -> 37.9%, overall 15.20 -> 15.24%;
+# with the 10 NVFP4 rows read (nvfp4 plan precision): 260 rows, overall 15.24 -> 14.98%,
+# megatron-bridge and Blackwell 15.9 -> 14.9% (76 rows)
 PUBLISHED_SOURCE_RATCHETS = {"dgxc-benchmarking": 0.101, "flashattention2": 0.123, "korthikanti2022": 0.029,
-                             "llm-foundry": 0.133, "megatron-bridge": 0.159, "megatron-llama": 0.143,
+                             "llm-foundry": 0.133, "megatron-bridge": 0.149, "megatron-llama": 0.143,
                              "narayanan2021": 0.379, "nemo": 0.137}
 
 
@@ -273,17 +276,17 @@ def test_published_coverage_and_figures_ratchet():
     """Rows read and the figures quoted in docs/validation.md, so neither can slip back."""
     from validation.published import per_regime, per_source
     done, skipped = _published_both()
-    assert len(done) + len(skipped) == 314 and len(done) >= 250
-    assert sum(abs(c.error) for c in done) / len(done) <= 0.1525
+    assert len(done) + len(skipped) == 314 and len(done) >= 260
+    assert sum(abs(c.error) for c in done) / len(done) <= 0.150
     src = per_source(done)
     for name, ratchet in PUBLISHED_SOURCE_RATCHETS.items():
         assert src[name]["mape"] <= ratchet + 5e-4, name
     regime = per_regime(done)
     assert regime["moe"]["count"] >= 52 and regime["moe"]["mape"] <= 0.198
-    assert regime["blackwell"]["count"] >= 66 and regime["blackwell"]["mape"] <= 0.159
+    assert regime["blackwell"]["count"] >= 76 and regime["blackwell"]["mape"] <= 0.149
 
 
-@pytest.mark.xfail(strict=True, reason="250 of 314 rows (79.6%): Nemotron 3 hybrid Mamba (25), NVFP4 (10), "
+@pytest.mark.xfail(strict=True, reason="260 of 314 rows (82.8%): Nemotron 3 hybrid Mamba (25), "
                                        "Megatron-LM README without micro-batch/tp (11), MaxText (6), ... "
                                        "(docs/validation.md)")
 def test_published_uses_90_percent_of_rows():
@@ -291,8 +294,8 @@ def test_published_uses_90_percent_of_rows():
     assert len(done) >= 0.9 * (len(done) + len(skipped))
 
 
-@pytest.mark.xfail(strict=True, reason="overall 15.2%, Narayanan 37.7% (DeepSpeed ZeRO-3 rows), MoE 19.7% and "
-                                       "Blackwell 15.9% (GPT-OSS BF16 +47% to +81%) (docs/validation.md)")
+@pytest.mark.xfail(strict=True, reason="overall 15.0%, Narayanan 37.9% (DeepSpeed ZeRO-3 rows), MoE 19.7% "
+                                       "(GPT-OSS BF16 +47% to +81%); Blackwell 14.9% meets its 15% (docs/validation.md)")
 def test_published_targets_overall_source_moe_blackwell():
     from validation.published import per_regime, per_source
     done, _ = _published_both()

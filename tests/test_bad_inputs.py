@@ -246,6 +246,11 @@ def _cases() -> list[tuple[str, list[str], str]]:
                                   "--gbs", "256", "--precision", "fp8"], "a100-80gb-sxm"))
     add(("plan-fp8-on-a100", ["plan", "--model", "llama3-8b", "--cluster", "dgx-a100-superpod", "--gpus", "64",
                               "--gbs", "256", "--precision", "fp8"], "precision"))
+    add(("simulate-nvfp4-on-h100", SIM + ["--precision", "nvfp4"], "precision: h100-sxm has no fp4 (NVFP4) tensor-core peak"))
+    add(("plan-nvfp4-on-h100", PLAN + ["--precision", "nvfp4"], "precision"))
+    add(("simulate-torchtitan-nvfp4", ["simulate", "--model", "llama3-8b", "--cluster", "gb200-nvl72", "--gpus", "64",
+                                       "--gbs", "256", "--framework", "torchtitan", "--precision", "nvfp4"],
+         "torchtitan: nvfp4 is not modelled"))
     add(("simulate-unknown-model", ["simulate", "--model", "llama9", "--cluster", "dgx-h100"], "model"))
     add(("simulate-unknown-cluster", ["simulate", "--model", "llama3-8b", "--cluster", "dgx-z900"], "cluster"))
     add(("simulate-unknown-calibration", SIM + ["--calibration", "no-such-profile"], "calibration"))

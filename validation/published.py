@@ -261,22 +261,28 @@ def flashattention_plan_fields(row: dict, model: ModelSpec, fills: list[str]) ->
 
 
 # the precision a plan runs for a row's dtype, and what the row's note says about the mapping
-PRECISION_WORDS = (("nvfp4", None), ("mxfp8", "fp8"), ("fp8-mx", "fp8"), ("fp8", "fp8"), ("bf16", "bf16"),
+PRECISION_WORDS = (("nvfp4", "nvfp4"), ("mxfp8", "fp8"), ("fp8-mx", "fp8"), ("fp8", "fp8"), ("bf16", "bf16"),
                    ("fp16", "fp16"), ("16-bit", "bf16"))
 
 
 def row_precision(row: dict, fills: list[str]) -> str:
     """The plan precision of a row's ``dtype``: BF16/FP16/FP8 as printed ("16-bit" as bf16: the same
     peak); MXFP8 costed as FP8 (the same
-    tensor-core peak; its block scaling is not modelled); NVFP4 rejected (meshcast has no fp4 plans)."""
+    tensor-core peak; its block scaling is not modelled); NVFP4 as the nvfp4 plan precision
+    (Megatron-Bridge's bf16_with_nvfp4_mixed: every transformer layer's linear GEMMs in NVFP4)."""
     text = (row.get("dtype") or "").lower()
     if not text:
         fills.append("dtype not stated: bf16")
         return "bf16"
     for word, precision in PRECISION_WORDS:
         if word in text:
-            if precision is None:
-                raise MeshcastError("dtype", "NVFP4 training is not modelled (plan precisions: bf16, fp16, fp8)")
+            if word == "nvfp4":
+                fills.append("NVFP4 as Megatron-Bridge's bf16_with_nvfp4_mixed recipe (--fp4-format e2m1, "
+                             "--fp4-recipe nvfp4, --fp4-param-gather): every transformer layer's linear GEMMs "
+                             "(fprop, dgrad, wgrad) in NVFP4 at the fp4 peak with the profile's fp4 GEMM fraction "
+                             "(never measured), input and gradient quantization with the Hadamard transform as "
+                             "memory-bound passes; attention, router and output head bf16; no layers kept in "
+                             "bf16 (the recipe's default); fp4 parameter gather not modelled (bf16 bytes)")
             if word in ("mxfp8", "fp8-mx"):
                 fills.append("MXFP8 costed as FP8 (same tensor-core peak; block-scale overhead not modelled)")
             if word == "16-bit":

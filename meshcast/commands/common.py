@@ -21,7 +21,7 @@ RECOMPUTE = ("none", "selective", "full")
 FRAMEWORKS = ("deepspeed", "megatron-core", "megatron-core-local", "pytorch", "torchtitan")
 DEFAULT_FRAMEWORK = "megatron-core"
 EXPORT_FORMATS = ("megatron", "torchtitan", "deepspeed")   # simulator.frameworks.launch.FORMATS (tested)
-PRECISIONS = ("bf16", "fp16", "fp8")
+PRECISIONS = ("bf16", "fp16", "fp8", "nvfp4")
 ATTENTION = ("flash", "cudnn", "fa3", "efficient", "unfused", "math", "unfused_torch")   # simulator.plan.ATTENTION_BACKENDS
 
 MEGATRON_ALIASES = {  # meshcast flag -> Megatron-LM spellings accepted as the same option

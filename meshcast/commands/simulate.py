@@ -66,10 +66,11 @@ def run(args: argparse.Namespace) -> int:
                       with_ops=bool(args.output or args.trace_ops))
     cost = train_cost(result, args.tokens, args.price, args.pue, accelerator=hw.accelerator)
     if args.output:
+        from simulator.plan import precision_peak_dtype
         from simulator.report import write_simulation_report
         acc = hw.accelerator
         write_simulation_report(result, args.output, cal_note, cost,
-                                acc.peak_flops("fp8" if result.plan.precision == "fp8" else "bf16"), acc.hbm_bandwidth_Bps)
+                                acc.peak_flops(precision_peak_dtype(result.plan.precision)), acc.hbm_bandwidth_Bps)
     if args.trace:
         from simulator.trace import write_chrome_trace
         write_chrome_trace(result, args.trace, ops=args.trace_ops)

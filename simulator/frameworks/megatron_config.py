@@ -256,6 +256,17 @@ def _precision_args(m: ModelSpec, p: ParallelPlan, a: list, notes: list) -> None
     _add(a, "--fp16" if p.precision == "fp16" else "--bf16")
     if p.precision == "fp8":
         _add(a, "--fp8-format", "hybrid")
+    if p.precision == "nvfp4":
+        # Megatron-LM transformer_config.py: fp4 (--fp4-format, 'e2m1'), fp4_recipe (--fp4-recipe,
+        # 'nvfp4': TE's NVFP4BlockScaling), fp4_param (--fp4-param-gather); arguments.py
+        # validate_args requires TE >= 2.7.0.dev0. Megatron-Bridge's bf16_with_nvfp4_mixed
+        # (training/mixed_precision.py) sets the same three.
+        _add(a, "--fp4-format", "e2m1")
+        _add(a, "--fp4-recipe", "nvfp4")
+        _add(a, "--fp4-param-gather")
+        notes.append("nvfp4: every transformer layer's linear GEMMs in NVFP4 (Megatron-Bridge's bf16_with_nvfp4_mixed; "
+                     "add --first-last-layers-bf16 --num-layers-at-end-in-bf16 N to keep layers in bf16, "
+                     "which meshcast does not model yet)")
 
 
 def _training_args(m: ModelSpec, p: ParallelPlan, a: list, notes: list) -> None:
@@ -376,7 +387,7 @@ _PLAN_FLAGS = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size",
                "--use-torch-fsdp2", "--overlap-grad-reduce", "--overlap-param-gather", "--tp-comm-overlap",
                "--overlap-moe-expert-parallel-comm", "--optimizer-cpu-offload", "--optimizer-offload-fraction", "--use-precision-aware-optimizer",
                "--recompute-granularity", "--recompute-method", "--recompute-num-layers", "--bf16", "--fp16",
-               "--fp8-format", "--transformer-impl", "--attention-backend", "--attention-dropout", "--hidden-dropout",
+               "--fp8-format", "--fp4-format", "--fp4-recipe", "--fp4-param-gather", "--transformer-impl", "--attention-backend", "--attention-dropout", "--hidden-dropout",
                "--no-overlap-p2p-communication", "--group-query-attention", "--num-query-groups",
                "--position-embedding-type", "--normalization", "--swiglu", "--squared-relu",
                "--untie-embeddings-and-output-weights", "--disable-bias-linear", "--add-qkv-bias",
@@ -448,6 +459,18 @@ def _eval_const(node):
     raise SpecError("megatron args: --moe-layer-freq", "expected integers")
 
 
+def _fp4_precision(vals: dict) -> Optional[str]:
+    """'nvfp4' where the arguments ask for FP4 (--fp4-format e2m1 with the default or 'nvfp4'
+    --fp4-recipe); a custom recipe has no cost model."""
+    if "--fp4-format" not in vals:
+        return None
+    recipe = vals.get("--fp4-recipe") or "nvfp4"
+    if recipe != "nvfp4":
+        raise SpecError("megatron args: --fp4-recipe", f"{recipe!r}: only the nvfp4 recipe (TE NVFP4BlockScaling) "
+                                                         "is modelled")
+    return "nvfp4"
+
+
 def _plan(vals: dict, L: Optional[int], model: Optional[ModelSpec]) -> tuple[ParallelPlan, list[str]]:
     """The ParallelPlan the parallelism, batch, precision and recompute flags describe."""
     notes: list[str] = []
@@ -468,7 +491,7 @@ def _plan(vals: dict, L: Optional[int], model: Optional[ModelSpec]) -> tuple[Par
         etp=None if etp in (None, tp) else etp, sequence_parallel="--sequence-parallel" in vals, zero_stage=zero,
         recompute=recompute, recompute_layers=rec_layers, mbs=_int(vals, "--micro-batch-size", 1),
         gbs=_int(vals, "--global-batch-size"), seq=_int(vals, "--seq-length"),
-        precision="fp16" if "--fp16" in vals else "fp8" if "--fp8-format" in vals else "bf16",
+        precision="fp16" if "--fp16" in vals else "fp8" if "--fp8-format" in vals else _fp4_precision(vals) or "bf16",
         attention=None if local else {"unfused": "unfused", "local": "unfused", "fused": "cudnn", "flash": "flash"}.get(backend),
         dropout=dropout, overlap_grad_reduce="--overlap-grad-reduce" in vals,
         overlap_param_gather="--overlap-param-gather" in vals or zero == 0,

@@ -109,7 +109,7 @@ class FrameworkProfile(_Strict):
     zero: dict[int, ZeroStage]
     default_zero: int                # the stage a plan gets when it names none
     parallelism: Parallelism
-    precision: tuple[Literal["bf16", "fp16", "fp8"], ...]
+    precision: tuple[Literal["bf16", "fp16", "fp8", "nvfp4"], ...]
     features: tuple[Literal["tp_comm_overlap", "ep_comm_overlap", "offload_optimizer", "offload_params"], ...]
     sources: tuple[str, ...] = ()
 

@@ -242,15 +242,19 @@ def test_published_runs_more():
     them. Ratchets on today's figures (docs/validation.md); every skip names an actionable reason."""
     from validation.published import compare_published, per_source
     done, skipped = compare_published(PUBLISHED_MORE)
-    assert len(done) >= 200 and len(done) + len(skipped) == 244
+    assert len(done) >= 215 and len(done) + len(skipped) == 244
     src = per_source(done)
     assert src["dgxc-benchmarking"]["mape"] <= 0.11
     assert src["llm-foundry"]["mape"] <= 0.14
-    # 66 rows on GB200/B300/GB300 (was 18 at 33.2%: Qwen3-235B at -80% until NVL72 runs took the
-    # NVLink domain the Megatron-Bridge harness places them on); GPT-OSS BF16 +47% to +81% dominate now
-    assert src["megatron-bridge"]["mape"] <= 0.16
-    assert sum(abs(c.error) for c in done) / len(done) <= 0.14
-    allowed = ("model: Nemotron 3 is a hybrid", "dtype: NVFP4", "framework: MaxText", "precision: pytorch: fp8")
+    # 81 rows on GB200/B300/GB300 (was 18 at 33.2%: Qwen3-235B at -80% until NVL72 runs took the
+    # NVLink domain the Megatron-Bridge harness places them on); GPT-OSS BF16 +47% to +81% and, since
+    # Mamba-2 blocks are modelled, the 15 Nemotron 3 Nano/Super MXFP8 rows (+26% to +88%) dominate now
+    assert src["megatron-bridge"]["mape"] <= 0.2245
+    assert sum(abs(c.error) for c in done) / len(done) <= 0.1612
+    others = [c for c in done if not c.model.startswith("Nemotron_3")]
+    assert sum(abs(c.error) for c in others) / len(others) <= 0.14    # the 200 rows read before
+    allowed = ("zero_stage: Megatron-Bridge's Nemotron 3 Ultra", "dtype: NVFP4", "framework: MaxText",
+               "precision: pytorch: fp8")
     assert all(s.reason.startswith(allowed) for s in skipped), {s.reason for s in skipped}
     assert not [s for s in skipped if s.reason.startswith("gpu:")]     # every B300 / GB300 row has hardware
 
@@ -270,29 +274,39 @@ PUBLISHED_SOURCE_RATCHETS = {"dgxc-benchmarking": 0.101, "flashattention2": 0.12
 
 
 def test_published_coverage_and_figures_ratchet():
-    """Rows read and the figures quoted in docs/validation.md, so neither can slip back."""
+    """Rows read and the figures quoted in docs/validation.md, so neither can slip back. The rows
+    read before Mamba-2 blocks were modelled keep their own ratchets; the 15 Nemotron 3 rows added
+    then (Nano and Super, MXFP8) have theirs, and the totals hold both."""
     from validation.published import per_regime, per_source
     done, skipped = _published_both()
-    assert len(done) + len(skipped) == 314 and len(done) >= 250
-    assert sum(abs(c.error) for c in done) / len(done) <= 0.1525
-    src = per_source(done)
+    assert len(done) + len(skipped) == 314 and len(done) >= 265
+    assert sum(abs(c.error) for c in done) / len(done) <= 0.1730
+    nemotron3 = [c for c in done if c.model.startswith("Nemotron_3")]
+    before = [c for c in done if not c.model.startswith("Nemotron_3")]
+    assert len(nemotron3) >= 15 and sum(abs(c.error) for c in nemotron3) / len(nemotron3) <= 0.515
+    assert len(before) >= 250 and sum(abs(c.error) for c in before) / len(before) <= 0.1525
+    src = per_source(before)
     for name, ratchet in PUBLISHED_SOURCE_RATCHETS.items():
         assert src[name]["mape"] <= ratchet + 5e-4, name
-    regime = per_regime(done)
+    regime = per_regime(before)
     assert regime["moe"]["count"] >= 52 and regime["moe"]["mape"] <= 0.198
     assert regime["blackwell"]["count"] >= 66 and regime["blackwell"]["mape"] <= 0.159
+    regime = per_regime(done)
+    assert regime["moe"]["count"] >= 67 and regime["moe"]["mape"] <= 0.268
+    assert regime["blackwell"]["count"] >= 81 and regime["blackwell"]["mape"] <= 0.225
 
 
-@pytest.mark.xfail(strict=True, reason="250 of 314 rows (79.6%): Nemotron 3 hybrid Mamba (25), NVFP4 (10), "
-                                       "Megatron-LM README without micro-batch/tp (11), MaxText (6), ... "
-                                       "(docs/validation.md)")
+@pytest.mark.xfail(strict=True, reason="265 of 314 rows (84.4%): NVFP4 (19, 9 of them Nemotron 3 Super), "
+                                       "Megatron-LM README without micro-batch/tp (12), MaxText (6), Nemotron 3 "
+                                       "Ultra's HSDP recipe (1), ... (docs/validation.md)")
 def test_published_uses_90_percent_of_rows():
     done, skipped = _published_both()
     assert len(done) >= 0.9 * (len(done) + len(skipped))
 
 
-@pytest.mark.xfail(strict=True, reason="overall 15.2%, Narayanan 37.7% (DeepSpeed ZeRO-3 rows), MoE 19.7% and "
-                                       "Blackwell 15.9% (GPT-OSS BF16 +47% to +81%) (docs/validation.md)")
+@pytest.mark.xfail(strict=True, reason="overall 17.3%, Narayanan 37.9% (DeepSpeed ZeRO-3 rows), MoE 26.8% and "
+                                       "Blackwell 22.4% (Nemotron 3 +26% to +88%, GPT-OSS BF16 +47% to +81%) "
+                                       "(docs/validation.md)")
 def test_published_targets_overall_source_moe_blackwell():
     from validation.published import per_regime, per_source
     done, _ = _published_both()

@@ -1,7 +1,8 @@
 """Build a :class:`ModelSpec` from a local Hugging Face ``config.json``.
 
 Supported ``model_type`` values: llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe,
-deepseek_v2, deepseek_v3, nemotron, gpt2, gpt_neox, phi3, olmo2, granite, gemma2 and gpt_oss.
+deepseek_v2, deepseek_v3, nemotron, nemotron_h (Nemotron-H, Nemotron Nano 2, Nemotron 3: hybrid
+Mamba-2 / attention / MoE stacks), gpt2, gpt_neox, phi3, olmo2, granite, gemma2 and gpt_oss.
 Only the fields that change the cost of training are read; rope scaling (``rope_scaling`` or the newer ``rope_parameters``), dropout,
 token ids and the like are accepted and ignored. Both old and new spellings of the size fields
 are accepted (``num_hidden_layers``/``n_layer``, ``hidden_size``/``n_embd``, ...).
@@ -62,6 +63,7 @@ _FAMILY = {
     "deepseek_v2": ("deepseek", "rmsnorm", False, "rope"),
     "deepseek_v3": ("deepseek", "rmsnorm", False, "rope"),
     "nemotron": ("nemotron", "layernorm", False, "rope"),
+    "nemotron_h": ("nemotron-h", "rmsnorm", False, "none"),   # no position embedding (Megatron: none)
     "gpt2": ("gpt", "layernorm", True, "learned"),
     "gpt_neox": ("gpt-neox", "layernorm", False, "rope"),
     "phi3": ("phi3", "rmsnorm", False, "rope"),
@@ -148,10 +150,11 @@ def _rope_base(cfg: _Config):
 
 def _activation(cfg: _Config, model_type: str) -> str:
     """ModelSpec activation from ``hidden_act`` (``activation_function`` for GPT-2)."""
-    key = {"gpt2": "activation_function", "gemma2": "hidden_activation"}.get(model_type, "hidden_act")
+    key = {"gpt2": "activation_function", "gemma2": "hidden_activation",
+           "nemotron_h": "mlp_hidden_act"}.get(model_type, "hidden_act")
     if model_type == "gemma2" and cfg.data.get(key) is None:
         key = "hidden_act"
-    default = {"gpt2": "gelu_new", "nemotron": "relu2", "gpt_neox": "gelu",
+    default = {"gpt2": "gelu_new", "nemotron": "relu2", "nemotron_h": "relu2", "gpt_neox": "gelu",
                "gemma2": "gelu_pytorch_tanh"}.get(model_type, "silu")
     act = cfg.get(key, default, spec_field="activation")
     if not isinstance(act, str):
@@ -204,6 +207,22 @@ def _moe(cfg: _Config, model_type: str, num_layers: int, notes: list[str]) -> di
                             "first_dense_layers + layer_frequency; not supported")
         moe.update(first_dense_layers=min(step - 1, num_layers), layer_frequency=step)
         return moe
+    if model_type == "nemotron_h":
+        experts = cfg.integer("n_routed_experts", 0)
+        cfg.used.update({"moe.num_experts": "n_routed_experts", "moe.expert_ffn_hidden": "moe_intermediate_size",
+                         "moe.shared_experts": "n_shared_experts", "moe.latent_size": "moe_latent_size"})
+        if not experts:
+            return None
+        moe = {"num_experts": experts, "top_k": cfg.integer("num_experts_per_tok"),
+               "expert_ffn_hidden": cfg.integer("moe_intermediate_size"),
+               "shared_experts": cfg.integer("n_shared_experts", 0)}
+        shared = cfg.integer("moe_shared_expert_intermediate_size", None)
+        if shared and moe["shared_experts"]:
+            moe["shared_expert_ffn_hidden"] = shared // moe["shared_experts"]
+        latent = cfg.integer("moe_latent_size", None)
+        if latent:
+            moe["latent_size"] = latent
+        return moe
     if model_type in ("deepseek_v2", "deepseek_v3"):
         experts = cfg.integer("n_routed_experts", 0)
         cfg.used.update({"moe.num_experts": "n_routed_experts",
@@ -223,6 +242,53 @@ def _moe(cfg: _Config, model_type: str, num_layers: int, notes: list[str]) -> di
                 "shared_experts": cfg.integer("n_shared_experts", 0),
                 "first_dense_layers": min(first_moe, num_layers), "layer_frequency": freq}
     return None
+
+
+# HF NemotronH block names (layers_block_type, the newer spelling of hybrid_override_pattern)
+_BLOCK_SYMBOLS = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}
+
+
+def _pattern(cfg: _Config, pattern_key: str, list_key: str) -> str | None:
+    """A hybrid pattern from its string (``hybrid_override_pattern``) or its block list
+    (``layers_block_type``); None when neither is present."""
+    text = cfg.get(pattern_key, None)
+    if text is not None:
+        if not isinstance(text, str):
+            raise cfg.error(pattern_key, f"expected a string of M, *, - and E, got {text!r}")
+        return text
+    blocks = cfg.get(list_key, None)
+    if blocks is None:
+        return None
+    if not isinstance(blocks, list) or any(b not in _BLOCK_SYMBOLS for b in blocks):
+        raise cfg.error(list_key, f"expected a list of {', '.join(_BLOCK_SYMBOLS)}, got {blocks!r}")
+    return "".join(_BLOCK_SYMBOLS[b] for b in blocks)
+
+
+def _hybrid(cfg: _Config, spec: dict, num_layers: int, notes: list[str]) -> None:
+    """The hybrid fields of a NemotronH config: the layer pattern, the Mamba-2 mixer, LatentMoE
+    and the MTP module's pattern (HF configuration_nemotron_h.py field names)."""
+    pattern = _pattern(cfg, "hybrid_override_pattern", "layers_block_type")
+    if pattern is None:
+        raise cfg.error("hybrid_override_pattern", "missing required field (also accepted: layers_block_type)")
+    cfg.used.update({"hybrid_pattern": "hybrid_override_pattern", "mamba.num_heads": "mamba_num_heads",
+                     "mamba.head_dim": "mamba_head_dim", "mamba.n_groups": "n_groups"})
+    spec["hybrid_pattern"] = pattern
+    if "M" in pattern:
+        spec["mamba"] = {"num_heads": cfg.integer("mamba_num_heads"), "head_dim": cfg.integer("mamba_head_dim", 64),
+                         "state_size": cfg.integer("ssm_state_size", 128), "n_groups": cfg.integer("n_groups", 8),
+                         "conv_kernel": cfg.integer("conv_kernel", 4), "chunk_size": cfg.integer("chunk_size", 128)}
+        if cfg.flag("mamba_proj_bias", False):
+            notes.append("Mamba in_proj/out_proj biases (mamba_proj_bias) not counted")
+    mtp = cfg.integer("num_nextn_predict_layers", 0)
+    if mtp:
+        spec["mtp_layers"] = mtp
+        mtp_pattern = _pattern(cfg, "mtp_hybrid_override_pattern", "mtp_layers_block_type")
+        if mtp_pattern:
+            spec["mtp_pattern"] = mtp_pattern
+    if spec.get("moe"):
+        notes.append("router score-correction bias (n_routed_experts per MoE layer) not modelled")
+    if num_layers != len(pattern):
+        cfg.used["hybrid_pattern"] = "num_hidden_layers"
 
 
 _WINDOWED = {"mistral", "mixtral", "phi3", "gemma2", "gpt_oss", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe"}
@@ -330,7 +396,10 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
     family, norm, tie_default, position = _FAMILY[model_type]
     notes: list[str] = []
 
-    num_layers = cfg.integer(_LAYERS, spec_field="num_layers")
+    if model_type == "nemotron_h" and cfg.get(_LAYERS, None) is None:   # newer configs: the block list alone
+        num_layers = len(_pattern(cfg, "hybrid_override_pattern", "layers_block_type") or "")
+    else:
+        num_layers = cfg.integer(_LAYERS, spec_field="num_layers")
     hidden = cfg.integer(_HIDDEN, spec_field="hidden")
     num_heads = cfg.integer(_HEADS, spec_field="num_heads")
     if model_type == "gpt2":
@@ -377,6 +446,8 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
     moe = _moe(cfg, model_type, num_layers, notes)
     if moe is not None:
         spec["moe"] = moe
+    if model_type == "nemotron_h":
+        _hybrid(cfg, spec, num_layers, notes)
     theta = _rope_base(cfg)
     if theta is not None:
         spec["rope_base"] = theta

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from models.schema import ModelSpec
+from models.schema import HYBRID_SYMBOLS, ModelSpec
 
 
 @dataclass(frozen=True)
@@ -17,11 +17,13 @@ class LayerParams:
     expert: int           # ONE routed expert
     num_experts: int      # routed experts in the layer (0 if dense)
     shared_experts: int   # all shared experts together
+    mamba: int = 0        # a Mamba-2 mixer: in_proj, conv1d, A, D, dt bias, gated norm, out_proj
+    latent: int = 0       # LatentMoE's hidden -> latent and latent -> hidden projections
 
     @property
     def total(self) -> int:
         return (self.attention + self.norms + self.dense_mlp + self.router
-                + self.expert * self.num_experts + self.shared_experts)
+                + self.expert * self.num_experts + self.shared_experts + self.mamba + self.latent)
 
     @property
     def active(self) -> int:
@@ -62,8 +64,54 @@ def norm_params(m: ModelSpec) -> int:
     return m.hidden * (2 if m.norm == "layernorm" else 1)
 
 
+def mamba_params(m: ModelSpec) -> int:
+    """One Mamba-2 mixer as Megatron-Core's MambaMixer holds it (no linear biases, as Nemotron-H):
+    in_proj h x (2·d_inner + 2·G·N + H), the depthwise conv1d over x, B, C (kernel + bias per
+    channel), A_log, D and dt_bias (H each), the gated RMSNorm's weight (d_inner), out_proj
+    d_inner x h. The block's pre-norm is counted with the norms."""
+    s = m.mamba
+    return (m.hidden * s.in_proj_dim + s.conv_dim * (s.conv_kernel + 1) + 3 * s.num_heads + s.d_inner
+            + s.d_inner * m.hidden)
+
+
+def _moe_block(m: ModelSpec) -> tuple[int, int, int, int]:
+    """(router, one routed expert, all shared experts, latent projections) of a MoE FFN. Under
+    LatentMoE the routed experts run at ``moe.latent_size`` (input and output width) behind a
+    hidden -> latent and a latent -> hidden projection; shared experts stay at hidden."""
+    e = m.moe
+    shared_ffn = e.shared_expert_ffn_hidden or e.expert_ffn_hidden
+    shared = e.shared_experts * mlp_params(m, shared_ffn)
+    if e.latent_size:
+        mats = 3 if m.gated_mlp else 2
+        return m.hidden * e.num_experts, mats * e.latent_size * e.expert_ffn_hidden, shared, 2 * m.hidden * e.latent_size
+    return m.hidden * e.num_experts, mlp_params(m, e.expert_ffn_hidden), shared, 0
+
+
+def kind_params(m: ModelSpec, kind: str) -> LayerParams:
+    """Parameters of one layer of ``kind`` (ModelSpec.layer_kind): a transformer layer (``dense``,
+    ``moe``: attention + FFN and two norms) or, in a hybrid model, one block with its pre-norm."""
+    if m.hybrid:
+        norm = norm_params(m)
+        if kind == "mamba":
+            return LayerParams(0, norm, 0, 0, 0, 0, 0, mamba=mamba_params(m))
+        if kind == "attention":
+            return LayerParams(attention_params(m), norm, 0, 0, 0, 0, 0)
+        if kind == "mlp":
+            return LayerParams(0, norm, mlp_params(m, m.ffn_hidden), 0, 0, 0, 0)
+        router, expert, shared, latent = _moe_block(m)
+        return LayerParams(0, norm, 0, router, expert, m.moe.num_experts, shared, latent=latent)
+    attn = attention_params(m)
+    norms = 2 * norm_params(m)
+    if kind == "dense":
+        return LayerParams(attn, norms, mlp_params(m, m.ffn_hidden), 0, 0, 0, 0)
+    router, expert, shared, _ = _moe_block(m)
+    return LayerParams(attn, norms, 0, router, expert, m.moe.num_experts, shared)
+
+
 def layer_params(m: ModelSpec, index: int) -> LayerParams:
     """Parameters of layer ``index`` (0-based)."""
+    if m.hybrid:
+        return kind_params(m, m.layer_kind(index))
     attn = attention_params(m)
     norms = 2 * norm_params(m)
     if not m.is_moe_layer(index):
@@ -79,11 +127,14 @@ def layer_param_tensors(m: ModelSpec, index: int, biases: bool = True) -> int:
     QKV, one tensor per weight and per bias, one per routed expert matrix): what an optimizer
     step or a per-parameter hook visits, so its host time is per tensor, not per parameter.
     ``biases=False`` counts weights only: one per module (linear or norm) holding parameters."""
-    return kind_param_tensors(m, m.is_moe_layer(index), biases)
+    return kind_param_tensors(m, m.layer_kind(index), biases)
 
 
-def kind_param_tensors(m: ModelSpec, moe: bool, biases: bool = True) -> int:
-    """Parameter tensors of one dense (``moe`` False) or MoE layer (layer_param_tensors)."""
+def kind_param_tensors(m: ModelSpec, moe: bool | str, biases: bool = True) -> int:
+    """Parameter tensors of one layer of a kind (ModelSpec.layer_kind; True/False stand for
+    ``moe``/``dense``), as layer_param_tensors counts them. A Mamba-2 block holds 9: pre-norm,
+    in_proj, conv weight and bias, A_log, D, dt_bias, gated-norm weight, out_proj."""
+    kind = moe if isinstance(moe, str) else ("moe" if moe else "dense")
     bias = 1 if m.linear_bias and biases else 0
     per_norm = 2 if m.norm == "layernorm" and biases else 1
     if m.mla is not None:
@@ -94,7 +145,12 @@ def kind_param_tensors(m: ModelSpec, moe: bool, biases: bool = True) -> int:
         attn = 2 + (1 if qkv_bias and biases else 0) + bias
     mats = 3 if m.gated_mlp else 2
     mlp = mats + bias * mats
-    if not moe:
+    if m.hybrid:
+        e = m.moe
+        return {"mamba": per_norm + 8, "attention": per_norm + attn, "mlp": per_norm + mlp,
+                "moe": (per_norm + 1 + e.num_experts * mats + e.shared_experts * mlp
+                        + (2 if e.latent_size else 0)) if e else 0}[kind]
+    if kind == "dense":
         return attn + 2 * per_norm + mlp
     e = m.moe
     return attn + 2 * per_norm + 1 + e.num_experts * mats + e.shared_experts * mlp
@@ -104,6 +160,17 @@ def largest_layer_matrix(m: ModelSpec, index: int) -> int:
     """Parameters of the largest single weight matrix of layer ``index`` (fused QKV, one MLP
     matrix, one routed expert's matrix, an MLA projection): the unit a per-module gather holds."""
     h, d = m.hidden, m.dim_head
+    if m.hybrid:
+        kind = m.layer_kind(index)
+        if kind == "mamba":
+            return h * m.mamba.in_proj_dim
+        if kind == "attention":
+            return h * (m.num_heads + 2 * m.kv_heads) * d
+        if kind == "mlp":
+            return h * m.ffn_hidden
+        e = m.moe
+        return max(h * (e.shared_expert_ffn_hidden or e.expert_ffn_hidden) if e.shared_experts else 0,
+                   (e.latent_size or h) * e.expert_ffn_hidden, h * (e.latent_size or 0))
     if m.mla is not None:
         a = m.mla
         qk = a.qk_nope_head_dim + a.qk_rope_head_dim
@@ -150,9 +217,17 @@ def mtp_params(m: ModelSpec, active: bool = False) -> int:
     projection M_k of the concatenated [norm(h); norm(emb)] (2h -> h, no bias) and three norms
     (enorm, hnorm, and the final norm before the shared head). The embedding and the output head
     are shared with the main model and not counted again. ``active``: routed experts counted
-    top_k times instead of num_experts times.
+    top_k times instead of num_experts times. In a hybrid model a module's layer is the blocks of
+    ``mtp_pattern`` (Nemotron 3 Super/Ultra: '*E', one attention and one MoE block).
     """
     total = 0
+    if m.hybrid:
+        for _ in range(m.mtp_layers):
+            for sym in m.mtp_pattern or "*E":
+                lp = kind_params(m, HYBRID_SYMBOLS[sym])
+                total += (lp.active + lp.expert * m.moe.top_k) if active and lp.num_experts else lp.total
+            total += 2 * m.hidden * m.hidden + 3 * norm_params(m)
+        return total
     for k in range(m.mtp_layers):
         lp = layer_params(m, m.num_layers + k)
         layer = lp.total
@@ -187,5 +262,5 @@ def published_params_error(m: ModelSpec) -> float | None:
     if m.published_params is None:
         return None
     half_step = (m.published_params_precision or 0.0) / 2
-    gap = max(0.0, abs(total_params(m) - m.published_params) - half_step)
+    gap = max(0.0, abs(total_params(m, m.published_params_includes_mtp) - m.published_params) - half_step)
     return gap / m.published_params

@@ -256,9 +256,10 @@ def profile_chain(model: ModelSpec, hardware: Hardware, plan: ParallelPlan,
 
     if plan.pp < 2:
         raise ILPError("pp", "a pipeline chain needs pp >= 2")
-    kinds = {model.is_moe_layer(i) for i in range(model.num_layers)}
+    kinds = {model.layer_kind(i) for i in range(model.num_layers)}
     if len(kinds) > 1:
-        raise ILPError("model", f"{model.name} mixes dense and MoE layers; the chain ILP needs uniform layers")
+        raise ILPError("model", f"{model.name} mixes layer kinds ({', '.join(sorted(kinds))}); the chain ILP "
+                                "needs uniform layers")
     if plan.recipe == "torch_amp":
         raise ILPError("recipe", "torch_amp memory is not linear in the layers per stage")
     L, pp, vp = model.num_layers, plan.pp, plan.vp

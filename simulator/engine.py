@@ -1,6 +1,7 @@
 """simulate(model, hardware, plan): the one cost model behind simulate, plan, validate and reports.
 
-Each distinct layer type (dense, MoE) is lowered and costed once for one micro-batch; stages
+Each distinct layer kind (dense, MoE; a hybrid model's Mamba-2, attention, MLP and MoE blocks) is
+lowered and costed once for one micro-batch; stages
 sum their layers; the pipeline schedule turns stage times into the step's critical path; data-
 parallel gradient reduction, parameter gathering and the optimizer step are added where they
 are not hidden. See docs/cost_model.md for every formula.
@@ -22,8 +23,8 @@ from simulator.frameworks import get_framework
 from simulator.flops import step_hardware_flops, step_model_flops
 from simulator.identity_cache import IdentityCache
 from simulator.lowering import Context, embedding_ops, head_ops, layer_ops, p2p_time
-from simulator.memory import (DS_REDUCE_BUCKET, StageFootprint, fits_in, layer_activation_bytes, moe_layers_in,
-                              stage_footprint, stage_memory, stage_params)
+from simulator.memory import (DS_REDUCE_BUCKET, StageFootprint, fits_in, kinds_in, layer_activations_by_kind,
+                              layer_kind_params, moe_layers_in, stage_footprint, stage_memory, stage_params)
 from simulator.ops import Op
 from simulator.plan import ParallelPlan, check_precision, precision_peak_dtype, resolve_plan, split_note
 from hardware_specs.errors import PlanError
@@ -72,15 +73,13 @@ def _lowered(ctx: Context):
 
 
 def _lower(ctx: Context) -> tuple:
+    """(ops of each layer kind, the same without recompute where the plan recomputes only some
+    layers, embedding, head, pipeline send seconds)."""
     p, model = ctx.plan, ctx.model
-    dense_ops = layer_ops(ctx, moe=False)
-    moe_ops = layer_ops(ctx, moe=True) if model.moe else None
-    norec_ops = {False: layer_ops(ctx, False, recompute=False)} if p.recompute_layers else {}
-    if p.recompute_layers and model.moe:
-        norec_ops[True] = layer_ops(ctx, True, recompute=False)
-    return (summarize_ops(dense_ops), summarize_ops(moe_ops) if moe_ops is not None else None,
-            {k: summarize_ops(v) for k, v in norec_ops.items()},
-            summarize_ops(embedding_ops(ctx)), summarize_ops(head_ops(ctx)), p2p_time(ctx))
+    kinds = list(layer_kind_params(model))
+    ops = {k: summarize_ops(layer_ops(ctx, k)) for k in kinds}
+    norec = {k: summarize_ops(layer_ops(ctx, k, recompute=False)) for k in kinds} if p.recompute_layers else {}
+    return ops, norec, summarize_ops(embedding_ops(ctx)), summarize_ops(head_ops(ctx)), p2p_time(ctx)
 
 
 @dataclass(frozen=True)
@@ -167,7 +166,7 @@ def _step(model: ModelSpec, hardware: Hardware, plan: ParallelPlan, calibration:
     stages = [b.cost if b.cost.index == i else
               StageCost(i, b.cost.layers, b.cost.moe_layers, b.cost.forward_s, b.cost.backward_s, b.cost.groups,
                         b.cost.flops, b.cost.host_s, b.cost.host_forward_s) for i, b in enumerate(bundles)]
-    p2p = lowered[5] if plan.pp > 1 else 0.0
+    p2p = lowered[4] if plan.pp > 1 else 0.0
     if links is not None:
         p2p = links if plan.pp > 1 else 0.0
     overlap_p2p = plan.overlap_p2p if plan.overlap_p2p is not None else plan.pipeline_schedule == "interleaved"
@@ -264,7 +263,7 @@ def _heterogeneous_stages(model: ModelSpec, hardware: Hardware, plan: ParallelPl
     for i in range(plan.pp):
         j = (i + 1) % plan.pp
         if names[i] == names[j]:
-            links.append(ctxs[i][1][5])
+            links.append(ctxs[i][1][4])
         else:
             level = inter_cluster_link(ctxs[i][0].fabric, ctxs[j][0].fabric)
             links.append(flat_time(level, "send_recv", nbytes, 2))
@@ -297,10 +296,9 @@ def simulate(model: ModelSpec, hardware: Hardware, plan: ParallelPlan,
                           plan.vp, plan.pipeline_schedule, _max_p2p(st.p2p))
     result = _result(model, hardware, plan, calibration, stages, mems, st, events)
     if with_ops:
-        dense_ops, moe_ops, _, emb, head, _ = st.lowered
-        ops = {"dense_layer": list(dense_ops.ops), "embedding": list(emb.ops), "head": list(head.ops)}
-        if moe_ops is not None:
-            ops["moe_layer"] = list(moe_ops.ops)
+        kinds, _, emb, head, _ = st.lowered
+        ops = {f"{k}_layer": list(v.ops) for k, v in kinds.items()}
+        ops.update({"embedding": list(emb.ops), "head": list(head.ops)})
         result = replace(result, ops=ops)
     return result
 
@@ -371,39 +369,46 @@ def _stage_bundles(ctx: Context, hw: Hardware, ranges: list[range], lowered) -> 
 
     def build(i: int, r: range):
         if not per_layer:   # computed once per call, only when some stage misses
-            per_layer.append((layer_activation_bytes(ctx, False), layer_activation_bytes(ctx, True) if model.moe else 0.0))
+            per_layer.append(layer_activations_by_kind(ctx))
         return _stage_bundle(ctx, hw, i, r, i == last, lowered, per_layer[0])
 
     owners = (model, ctx.dev, ctx.fabric, hw.node)
-    return [_BUNDLES.get(owners, base + (len(r), moe_layers_in(model, r.start, r.stop), i == 0, i == last),
+    return [_BUNDLES.get(owners, base + (len(r), _mix_key(model, r), i == 0, i == last),
                          lambda i=i, r=r: build(i, r))
             for i, r in enumerate(ranges)]
 
 
+def _mix_key(model: ModelSpec, r: range):
+    """What identifies a stage's layer mix: its MoE count for a transformer (dense layers are the
+    rest), the count of every block kind for a hybrid model."""
+    if not model.hybrid:
+        return moe_layers_in(model, r.start, r.stop)
+    return tuple(sorted(kinds_in(model, r.start, r.stop).items()))
+
+
 def _stage_bundle(ctx: Context, hw: Hardware, index: int, r: range, last: bool, lowered, per_layer) -> StageBundle:
-    dense_ops, moe_ops, norec_ops, emb, head, _ = lowered
+    kind_ops, norec_ops, emb, head, _ = lowered
     first = index == 0
-    cost = _stage_cost(ctx, index, r, dense_ops, moe_ops, norec_ops, emb, head, first, last)
+    cost = _stage_cost(ctx, index, r, kind_ops, norec_ops, emb, head, first, last)
     footprint = stage_footprint(ctx, r, first, last, per_layer)
     exposed, total, opt, mb_exposed, mb_total = _stage_data_parallel(ctx, hw, r, first, last, cost)
     return StageBundle(cost, footprint, exposed, total, opt, _optimizer_host_seconds(ctx, r, first, last),
                        mb_exposed, mb_total)
 
 
-def _stage_cost(ctx: Context, index: int, layers: range, dense_ops, moe_ops, norec_ops: dict, emb, head,
+def _stage_cost(ctx: Context, index: int, layers: range, kind_ops: dict, norec_ops: dict, emb, head,
                 first: bool, last: bool) -> StageCost:
     """Forward and backward seconds of one micro-batch on one stage, and where they go."""
     model, plan = ctx.model, ctx.plan
-    n_moe = moe_layers_in(model, layers.start, layers.stop)
-    n_dense = len(layers) - n_moe
+    counts = kinds_in(model, layers.start, layers.stop)
+    n_moe = counts.get("moe", 0)
     n_rec = len(layers) if plan.recompute_layers is None else min(plan.recompute_layers, len(layers))
     parts: list[tuple[list[Op], float]] = []
-    for ops, count, moe in ((dense_ops, n_dense, False), (moe_ops, n_moe, True)):
-        if count == 0:
-            continue
+    for kind in sorted(counts, key=lambda k: k != "dense"):   # dense first, as before kinds were named
+        ops, count = kind_ops[kind], counts[kind]
         if plan.recompute_layers is not None:
             share = n_rec / len(layers)
-            parts += [(ops, count * share), (norec_ops[moe], count * (1 - share))]
+            parts += [(ops, count * share), (norec_ops[kind], count * (1 - share))]
             parts = [(o, n) for o, n in parts if n > 0]
         else:
             parts.append((ops, count))
@@ -428,9 +433,7 @@ def _stage_cost(ctx: Context, index: int, layers: range, dense_ops, moe_ops, nor
 
 def _stage_param_tensors(model: ModelSpec, layers: range, first: bool, last: bool) -> int:
     """Parameter tensors one device of a stage holds (per-tensor hooks and optimizer bookkeeping)."""
-    n_moe = moe_layers_in(model, layers.start, layers.stop)
-    tensors = (len(layers) - n_moe) * kind_param_tensors(model, False)
-    tensors += n_moe * kind_param_tensors(model, True) if n_moe else 0
+    tensors = sum(n * kind_param_tensors(model, kind) for kind, n in kinds_in(model, layers.start, layers.stop).items())
     return tensors + (embedding_param_tensors(model) if first else 0) + (head_param_tensors(model) if last else 0)
 
 

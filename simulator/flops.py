@@ -12,9 +12,42 @@ from models.schema import ModelSpec
 from simulator.identity_cache import IdentityCache
 
 
+def _moe_ffn_flops(m: ModelSpec) -> float:
+    """Forward FLOPs per token of a MoE FFN: routed top-k experts (at the latent width under
+    LatentMoE, with its two projections), shared experts, the router."""
+    h, e = m.hidden, m.moe
+    mats = 3 if m.gated_mlp else 2
+    shared = (e.shared_expert_ffn_hidden or e.expert_ffn_hidden) * e.shared_experts
+    width = e.latent_size or h
+    latent = 2 * h * e.latent_size if e.latent_size else 0
+    return 2 * (mats * width * e.expert_ffn_hidden * e.top_k + mats * h * shared + h * e.num_experts + latent)
+
+
+def mamba_forward_flops_per_token(m: ModelSpec, seq: int) -> float:
+    """Forward FLOPs per token of a Mamba-2 mixer: in_proj and out_proj GEMMs and the SSD scan's
+    five steps (simulator/ssm.py: 2·Q·N·G + 2·Q·P·H + 4·N·P·H + 2·N·P·H/Q per token). The conv1d
+    (2·kernel MACs per channel) and the gated norm are memory-bound and not counted."""
+    from simulator.ssm import ssd_flops_parts
+
+    s = m.mamba
+    scan = sum(ssd_flops_parts(seq, s.num_heads, s.head_dim, s.n_groups, s.state_size, s.chunk_size).values()) / seq
+    return 2 * m.hidden * (s.in_proj_dim + s.d_inner) + scan
+
+
 def layer_forward_flops_per_token(m: ModelSpec, index: int, seq: int) -> float:
-    """Forward FLOPs per token of layer ``index``: GEMMs (2 per weight) + attention (4·s·d·heads)."""
+    """Forward FLOPs per token of layer ``index``: GEMMs (2 per weight) + attention (4·s·d·heads);
+    in a hybrid model, of its one block (Mamba-2 mixer, attention, MLP or MoE)."""
     h = m.hidden
+    if m.hybrid:
+        kind = m.layer_kind(index)
+        if kind == "mamba":
+            return mamba_forward_flops_per_token(m, seq)
+        if kind == "attention":
+            d = m.dim_head
+            return 2 * (h * (m.num_heads + 2 * m.kv_heads) * d + m.num_heads * d * h) + 4 * seq * m.num_heads * d
+        if kind == "mlp":
+            return 2 * (3 if m.gated_mlp else 2) * h * m.ffn_hidden
+        return _moe_ffn_flops(m)
     if m.mla is not None:
         a = m.mla
         qk = a.qk_nope_head_dim + a.qk_rope_head_dim
@@ -68,7 +101,8 @@ def step_hardware_flops(m: ModelSpec, seq: int, global_batch: int, recompute: st
     if recompute == "selective":
         core = 4 * seq * m.num_heads * (m.dim_head if m.mla is None else
                                         (m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim + m.mla.v_head_dim) / 2)
-        return base + core * m.num_layers * tokens
+        layers = m.hybrid_pattern.count("*") if m.hybrid else m.num_layers
+        return base + core * layers * tokens
     return base
 
 

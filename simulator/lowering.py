@@ -15,7 +15,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from models.params import attention_params, embedding_params, layer_params, mlp_params, norm_params
+from hardware_specs.errors import PlanError
+from models.params import (attention_params, embedding_params, kind_params, mamba_params, mlp_params,
+                           norm_params)
 from models.schema import ModelSpec
 from simulator.comm import Fabric, collective_time
 from simulator.frameworks import get_framework
@@ -24,6 +26,7 @@ from simulator.compute import (DTYPE_BYTES, DeviceModel, attention_flops, attent
                                nvfp4_quantize_time)
 from simulator.ops import Op
 from simulator.plan import PRECISION_GEMM_DTYPE, ParallelPlan
+from simulator.ssm import ssd_cost, ssd_time
 
 ACT_BYTES = 2  # bf16 activations
 
@@ -303,16 +306,19 @@ def mlp_block_fwd(ctx: Context, moe: bool) -> list[Op]:
     return ops + _autocast_ops(ctx, "mlp", linear)
 
 
-def _dense_ffn(ctx: Context, name: str, tokens: int, ffn_local: int, batch: int = 1) -> list[Op]:
-    """Up (gate+up when gated), activation, down for ``batch`` experts of ``tokens`` each."""
+def _dense_ffn(ctx: Context, name: str, tokens: int, ffn_local: int, batch: int = 1,
+               width: int | None = None) -> list[Op]:
+    """Up (gate+up when gated), activation, down for ``batch`` experts of ``tokens`` each;
+    ``width`` is the FFN's input and output width (hidden, or LatentMoE's latent size)."""
     m = ctx.model
     if tokens <= 0 or ffn_local <= 0:
         return []
+    width = width or m.hidden
     up_n = ffn_local * (2 if m.gated_mlp else 1)
     act_op = "silu_mul" if m.gated_mlp else "gelu"
-    return [_gemm(ctx, f"{name}.up", tokens, up_n, m.hidden, "fwd", batch, bias=m.linear_bias),
+    return [_gemm(ctx, f"{name}.up", tokens, up_n, width, "fwd", batch, bias=m.linear_bias),
             _elementwise(ctx, f"{name}.act", act_op, tokens * batch, ffn_local, "fwd"),
-            _gemm(ctx, f"{name}.down", tokens, m.hidden, ffn_local, "fwd", batch, bias=m.linear_bias)]
+            _gemm(ctx, f"{name}.down", tokens, width, ffn_local, "fwd", batch, bias=m.linear_bias)]
 
 
 def _moe_ffn(ctx: Context) -> list[Op]:
@@ -327,19 +333,24 @@ def _moe_ffn(ctx: Context) -> list[Op]:
     routed = T * e.top_k * (e.capacity_factor or 1.0)
     local_experts = e.num_experts // p.ep
     tokens_per_expert = math.ceil(routed * p.ep / e.num_experts)
-    a2a = routed * m.hidden * ACT_BYTES
-    experts = _dense_ffn(ctx, "moe.experts", tokens_per_expert, e.expert_ffn_hidden // etp, local_experts)
+    width = e.latent_size or m.hidden      # LatentMoE: tokens travel and experts run at the latent size
+    a2a = routed * width * ACT_BYTES
+    experts = _dense_ffn(ctx, "moe.experts", tokens_per_expert, e.expert_ffn_hidden // etp, local_experts, width)
     shared = []
     if e.shared_experts:
         width = (e.shared_expert_ffn_hidden or e.expert_ffn_hidden) * e.shared_experts
         shared = _dense_ffn(ctx, "moe.shared", T, width // p.tp)
     hide = sum(op.time_s for op in experts + shared) / 2 if p.ep_comm_overlap else 0.0
     ops = [router]
+    if e.latent_size:   # hidden -> latent before dispatch (replicated over tp, like the router)
+        ops.append(_gemm(ctx, "moe.latent_down", T, e.latent_size, m.hidden, "fwd"))
     if p.ep > 1:
         ops.append(ctx.comm("moe.dispatch_all_to_all", "all_to_all", a2a, "ep", "fwd", hide))
     ops += experts
     if p.ep > 1:
         ops.append(ctx.comm("moe.combine_all_to_all", "all_to_all", a2a, "ep", "fwd", hide))
+    if e.latent_size:   # latent -> hidden after the combine
+        ops.append(_gemm(ctx, "moe.latent_up", T, m.hidden, e.latent_size, "fwd"))
     return ops + shared
 
 
@@ -351,6 +362,8 @@ def backward_of(ctx: Context, fwd: list[Op]) -> list[Op]:
             out += _gemm_bwd(ctx, op)
         elif op.kind == "attention":
             out.append(_attention(ctx, "bwd"))
+        elif op.kind == "ssm":
+            out.append(_ssd_scan(ctx, "bwd"))
         elif op.kind == "elementwise":
             kind, tokens, width, dtype = op.shape
             out.append(_elementwise(ctx, op.name, kind, tokens, width, "bwd", dtype))
@@ -375,21 +388,93 @@ def recomputed(fwd: list[Op], plan: ParallelPlan) -> list[Op]:
             for op in keep]
 
 
-def layer_ops(ctx: Context, moe: bool, recompute: bool = True) -> list[Op]:
-    """All ops of one transformer layer for one micro-batch: forward, recompute, backward."""
-    fwd = attention_block_fwd(ctx) + mlp_block_fwd(ctx, moe)
+def layer_kind(moe: bool | str) -> str:
+    """A layer kind (ModelSpec.layer_kind); True and False stand for ``moe`` and ``dense``."""
+    return moe if isinstance(moe, str) else ("moe" if moe else "dense")
+
+
+def layer_ops(ctx: Context, moe: bool | str, recompute: bool = True) -> list[Op]:
+    """All ops of one layer for one micro-batch: forward, recompute, backward. ``moe`` is the
+    layer kind (ModelSpec.layer_kind; True/False for a transformer's MoE/dense layer): a
+    transformer layer is an attention block and an FFN block; a hybrid model's layer is one
+    block (Mamba-2 mixer, attention, dense MLP or MoE)."""
+    kind = layer_kind(moe)
+    if ctx.model.hybrid:
+        fwd = {"mamba": mamba_block_fwd, "attention": attention_block_fwd,
+               "mlp": lambda c: mlp_block_fwd(c, False), "moe": lambda c: mlp_block_fwd(c, True)}[kind](ctx)
+    else:
+        fwd = attention_block_fwd(ctx) + mlp_block_fwd(ctx, kind == "moe")
     rec = recomputed(fwd, ctx.plan) if recompute else []
-    return fwd + rec + backward_of(ctx, fwd) + main_grad_accumulation(ctx, "layer", _layer_local_params(ctx, moe))
+    return fwd + rec + backward_of(ctx, fwd) + main_grad_accumulation(ctx, "layer", _layer_local_params(ctx, kind))
 
 
-def _layer_local_params(ctx: Context, moe: bool) -> float:
-    """Parameters of one layer of this kind held by one device (TP-split matrices, replicated
-    norms and router, this rank's experts)."""
+def _layer_local_params(ctx: Context, moe: bool | str) -> float:
+    """Parameters of one layer of this kind held by one device (TP-split matrices and Mamba
+    mixer, replicated norms, router and latent projections, this rank's experts)."""
     m, p = ctx.model, ctx.plan
-    index = next((i for i in range(m.num_layers) if m.is_moe_layer(i) == moe), 0)
-    lp = layer_params(m, index)
-    return ((lp.attention + lp.dense_mlp + lp.shared_experts) / p.tp + lp.norms + lp.router
+    lp = kind_params(m, layer_kind(moe))
+    return ((lp.attention + lp.dense_mlp + lp.shared_experts + lp.mamba) / p.tp + lp.norms + lp.router + lp.latent
             + lp.expert * lp.num_experts / (p.ep * p.expert_tp))
+
+
+def mamba_local_dims(ctx: Context) -> tuple[int, int]:
+    """(heads, groups) of the Mamba-2 mixer on one tensor-parallel rank. Megatron-Core's
+    MambaMixer splits both over tp (nheads_local_tp = nheads / tp, ngroups_local_tp = ngroups /
+    tp) and requires ngroups % tp == 0."""
+    s, tp = ctx.model.mamba, ctx.plan.tp
+    if s.num_heads % tp or s.n_groups % tp:
+        raise PlanError("tp", f"Megatron-Core's Mamba mixer splits its {s.num_heads} heads and {s.n_groups} "
+                              f"B/C groups over tensor parallelism; tp={tp} divides "
+                              + ("neither" if s.num_heads % tp and s.n_groups % tp else
+                                 "not the heads" if s.num_heads % tp else "not the groups"))
+    if ctx.plan.cp > 1:
+        raise PlanError("cp", "context parallelism of Mamba-2 layers (its all-to-all between sequence and head "
+                              "sharding) is not modelled")
+    return s.num_heads // tp, s.n_groups // tp
+
+
+def _ssd_scan(ctx: Context, phase: str) -> Op:
+    """The SSD chunked scan of one Mamba-2 mixer on one device (simulator/ssm.py)."""
+    s, p = ctx.model.mamba, ctx.plan
+    heads, groups = mamba_local_dims(ctx)
+    bwd = phase == "bwd"
+    cost = ssd_cost(ctx.tokens, heads, s.head_dim, groups, s.state_size, s.chunk_size, p.mbs, backward=bwd)
+    return Op("mamba.ssd_scan", "ssm", phase, ssd_time(ctx.dev, cost, bwd), cost.flops, cost.bytes,
+              shape=(p.mbs, heads, s.head_dim, groups, s.state_size, s.chunk_size))
+
+
+def mamba_block_fwd(ctx: Context) -> list[Op]:
+    """One Mamba-2 block as Megatron-Core's MambaLayer runs it: pre-norm, (SP all-gather), in_proj
+    (column-parallel: z, x, B, C, dt for this rank's heads and groups), the depthwise causal
+    conv1d with SiLU over x, B, C (causal-conv1d: read and write each element; backward reads the
+    input and the output gradient, writes the input gradient: 8 bytes per element), the SSD scan,
+    the gated RMSNorm y·silu(z) (one fused kernel: read y and z, write 2 bytes; backward 10),
+    out_proj (row-parallel), TP reduce-scatter or all-reduce, residual add: the collectives of
+    an attention block."""
+    m, p = ctx.model, ctx.plan
+    s = m.mamba
+    T, h, tp = ctx.tokens, m.hidden, p.tp
+    heads, groups = mamba_local_dims(ctx)
+    d_local = heads * s.head_dim
+    conv_local = d_local + 2 * groups * s.state_size
+    rd = _residual_dtype(ctx)
+    ops = [_elementwise(ctx, "mamba.norm", m.norm, ctx.sp_tokens, h, "fwd", rd)]
+    act = T * h * ACT_BYTES
+    if p.sp:
+        ops.append(ctx.comm("mamba.sp_all_gather", "all_gather", act / tp, "tp", "fwd"))
+    ops.append(_gemm(ctx, "mamba.in_proj", T, 2 * d_local + 2 * groups * s.state_size + heads, h, "fwd"))
+    conv_f, conv_b = 4.0 * T * conv_local, 8.0 * T * conv_local
+    ops += [Op("mamba.conv1d", "memory", "fwd", memory_time(ctx.dev, conv_f), bytes=conv_f),
+            Op("mamba.conv1d", "memory", "bwd", memory_time(ctx.dev, conv_b), bytes=conv_b)]
+    ops.append(_ssd_scan(ctx, "fwd"))
+    norm_f, norm_b = 6.0 * T * d_local, 10.0 * T * d_local
+    ops += [Op("mamba.gated_norm", "memory", "fwd", memory_time(ctx.dev, norm_f), bytes=norm_f),
+            Op("mamba.gated_norm", "memory", "bwd", memory_time(ctx.dev, norm_b), bytes=norm_b)]
+    out = _gemm(ctx, "mamba.out_proj", T, h, d_local, "fwd")
+    ops.append(out)
+    ops += _tp_reduce(ctx, "mamba", act, out.time_s)
+    ops.append(_elementwise(ctx, "mamba.residual", "add", ctx.sp_tokens, h, "fwd", rd))
+    return ops + _autocast_ops(ctx, "mamba", mamba_params(m) / tp)
 
 
 def main_grad_accumulation(ctx: Context, block: str, params: float) -> list[Op]:

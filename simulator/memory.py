@@ -31,12 +31,12 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from models.params import embedding_params, largest_layer_matrix, layer_params, norm_params
+from models.params import embedding_params, kind_params, largest_layer_matrix, norm_params
 from models.schema import ModelSpec
 from simulator.compute import FUSED_ATTENTION
 from simulator.frameworks import get_framework
 from simulator.identity_cache import IdentityCache
-from simulator.lowering import Context, _attention_dims
+from simulator.lowering import Context, _attention_dims, layer_kind, mamba_local_dims
 
 GIB = 1024 ** 3
 WORKSPACE_BYTES = 1.0 * GIB     # cuBLAS/cuDNN workspaces + NCCL buffers (planning allowance)
@@ -100,17 +100,37 @@ class MemoryBreakdown:
 
 _KIND_PARAMS = IdentityCache()
 _MOE_PREFIX = IdentityCache()
+_KIND_PREFIX = IdentityCache()
 
 
 def layer_kind_params(m: ModelSpec) -> dict:
-    """LayerParams of a dense layer and of a MoE layer (the only two kinds a model has);
-    cached by model identity (hashing a pydantic model costs more than this lookup)."""
+    """LayerParams of each layer kind the model has (ModelSpec.layer_kind: dense and MoE layers,
+    or a hybrid model's Mamba, attention, MLP and MoE blocks); cached by model identity
+    (hashing a pydantic model costs more than this lookup)."""
     def build() -> dict:
         out: dict = {}
         for i in range(m.num_layers):
-            out.setdefault(m.is_moe_layer(i), layer_params(m, i))
+            kind = m.layer_kind(i)
+            if kind not in out:
+                out[kind] = kind_params(m, kind)
         return out
     return _KIND_PARAMS.get((m,), (), build)
+
+
+def kinds_in(m: ModelSpec, start: int, stop: int) -> dict[str, int]:
+    """How many of layers [start, stop) are of each kind (prefix sums cached per model); kinds
+    with no layer in the range are left out."""
+    def build() -> dict:
+        kinds = sorted({m.layer_kind(i) for i in range(m.num_layers)})
+        prefix = {k: [0] for k in kinds}
+        for i in range(m.num_layers):
+            kind = m.layer_kind(i)
+            for k in kinds:
+                prefix[k].append(prefix[k][-1] + (k == kind))
+        return prefix
+    prefix = _KIND_PREFIX.get((m,), (), build)
+    counts = {k: v[stop] - v[start] for k, v in prefix.items()}
+    return {k: n for k, n in counts.items() if n}
 
 
 def moe_layers_in(m: ModelSpec, start: int, stop: int) -> int:
@@ -130,10 +150,11 @@ def stage_params(ctx: Context, layers: range, first: bool, last: bool) -> tuple[
     """(dense, expert) parameters held by one device of a stage owning ``layers``."""
     m, p = ctx.model, ctx.plan
     dense = expert = 0.0
-    n_moe = moe_layers_in(m, layers.start, layers.stop)
-    for is_moe, lp in layer_kind_params(m).items():
-        count = n_moe if is_moe else len(layers) - n_moe
-        dense += count * ((lp.attention + lp.dense_mlp + lp.shared_experts) / p.tp + lp.norms + lp.router)
+    params = layer_kind_params(m)
+    for kind, count in kinds_in(m, layers.start, layers.stop).items():
+        lp = params[kind]
+        dense += count * ((lp.attention + lp.dense_mlp + lp.shared_experts + lp.mamba) / p.tp + lp.norms
+                          + lp.router + lp.latent)
         expert += count * lp.expert * lp.num_experts / (p.ep * p.expert_tp)
     emb = m.vocab * m.hidden / p.tp
     if first:   # token embedding (vocab-parallel) and learned positions (replicated)
@@ -238,8 +259,40 @@ def fsdp_peak(weights: float, grads: float, opt: float, activations: float, f: F
                                grads + f.optimizer_temp)
 
 
-def layer_activation_bytes(ctx: Context, moe: bool) -> float:
-    """Bytes one layer saves for backward for one micro-batch on one device (no recompute)."""
+def layer_activation_bytes(ctx: Context, moe: bool | str) -> float:
+    """Bytes one layer of a kind (True/False: a transformer's MoE/dense layer; a hybrid model's
+    ``mamba``, ``attention``, ``mlp`` or ``moe`` block) saves for backward for one micro-batch on
+    one device (no recompute)."""
+    kind = layer_kind(moe)
+    if ctx.model.hybrid:
+        if kind == "mamba":
+            return _mamba_activation_bytes(ctx)
+        if kind == "attention":
+            return _attention_activation_bytes(ctx)
+        return _ffn_activation_bytes(ctx, kind == "moe")
+    return _attention_activation_bytes(ctx) + _ffn_activation_bytes(ctx, kind == "moe")
+
+
+def _mamba_activation_bytes(ctx: Context) -> float:
+    """What a Megatron-Core Mamba-2 block saves for backward: its norm input (the residual), the
+    in_proj input (sequence-parallel shard, as for QKV), in_proj's output z, x, B, C, dt (the
+    conv's input and the gate), the conv output x, B, C (the scan's inputs), the scan output y
+    (mamba_chunk_scan_combined saves x, dt, B, C, y and recomputes its chunk states), and the
+    out_proj input (the gated norm's output; fp8 under Transformer Engine)."""
+    m, p = ctx.model, ctx.plan
+    s = m.mamba
+    T, Tsp, h = ctx.tokens, ctx.sp_tokens, m.hidden
+    heads, groups = mamba_local_dims(ctx)
+    d = heads * s.head_dim
+    bc = 2 * groups * s.state_size
+    resid = 4 if p.recipe == "torch_amp" else 2
+    g_in = GEMM_INPUT_SAVED_BYTES.get(p.precision, 2)        # GEMM inputs are saved quantized (TE)
+    return (resid * Tsp * h + g_in * Tsp * h + 2 * T * (2 * d + bc + heads) + 2 * T * (d + bc) + 2 * T * d
+            + g_in * T * d)
+
+
+def _attention_activation_bytes(ctx: Context) -> float:
+    """What an attention block saves for backward (Korthikanti et al. 2022's attention terms)."""
     m, p = ctx.model, ctx.plan
     T, Tsp, h, tp = ctx.tokens, ctx.sp_tokens, m.hidden, p.tp
     resid = 4 if p.recipe == "torch_amp" else 2     # autocast keeps the residual stream in fp32
@@ -259,13 +312,23 @@ def layer_activation_bytes(ctx: Context, moe: bool) -> float:
     elif p.recompute != "selective":
         attn += (2 + 3 * drop) * p.mbs * heads * (p.seq // p.cp) * p.seq   # scores, softmax (+dropout)
     attn += drop * Tsp * h
+    return attn
+
+
+def _ffn_activation_bytes(ctx: Context, moe: bool) -> float:
+    """What an FFN block (dense MLP or MoE) saves for backward."""
+    m, p = ctx.model, ctx.plan
+    T, Tsp, h, tp = ctx.tokens, ctx.sp_tokens, m.hidden, p.tp
+    resid = 4 if p.recipe == "torch_amp" else 2
+    drop = 1 if p.dropout else 0
+    g_in = GEMM_INPUT_SAVED_BYTES.get(p.precision, 2)
     mlp = resid * Tsp * h + drop * Tsp * h
     if moe:
         mlp += _moe_activation_bytes(ctx)
     else:
         f = m.ffn_hidden // tp
         mlp += g_in * Tsp * h + 2 * T * f * (2 if m.gated_mlp else 1) + g_in * T * f
-    return attn + mlp
+    return mlp
 
 
 def _moe_activation_bytes(ctx: Context) -> float:
@@ -274,8 +337,11 @@ def _moe_activation_bytes(ctx: Context) -> float:
     T, h = ctx.tokens, m.hidden
     routed = T * e.top_k * (e.capacity_factor or 1.0)
     f = e.expert_ffn_hidden // p.expert_tp
+    width = e.latent_size or h                                              # LatentMoE: latent tokens
     act = 2 * T * h + 4 * T * e.num_experts                                 # router input, probs
-    act += 2 * routed * h * 2                                               # dispatched in, expert out
+    if e.latent_size:
+        act += 2 * T * h + 2 * T * width                                    # latent down input, up input
+    act += 2 * routed * width * 2                                           # dispatched in, expert out
     act += 2 * routed * f * (2 if m.gated_mlp else 1) + 2 * routed * f
     if e.shared_experts:
         fs = (e.shared_expert_ffn_hidden or e.expert_ffn_hidden) * e.shared_experts // p.tp
@@ -311,22 +377,28 @@ class StageFootprint:
     optimizer_temp: float = 0.0   # the optimizer step's temporaries (activations freed by then)
 
 
+def layer_activations_by_kind(ctx: Context) -> dict[str, float]:
+    """layer_activation_bytes of every layer kind the model has."""
+    return {k: layer_activation_bytes(ctx, k) for k in layer_kind_params(ctx.model)}
+
+
 def stage_footprint(ctx: Context, layers: range, first: bool, last: bool,
-                    per_layer: tuple[float, float] | None = None) -> StageFootprint:
-    """Model states, activations per in-flight micro-batch and logits of one stage's device."""
+                    per_layer: dict[str, float] | None = None) -> StageFootprint:
+    """Model states, activations per in-flight micro-batch and logits of one stage's device.
+    ``per_layer``: the activation bytes of each layer kind (layer_activations_by_kind)."""
     m, p = ctx.model, ctx.plan
     dense, expert = stage_params(ctx, layers, first, last)
     weights, grads, opt = model_state_bytes(ctx, dense, expert)
-    n_moe = moe_layers_in(m, layers.start, layers.stop)
+    counts = kinds_in(m, layers.start, layers.stop)
     if per_layer is None:
-        per_layer = (layer_activation_bytes(ctx, False), layer_activation_bytes(ctx, True) if n_moe else 0.0)
-    stored = (len(layers) - n_moe) * per_layer[0] + n_moe * per_layer[1]
+        per_layer = layer_activations_by_kind(ctx)
+    stored = sum(n * per_layer[k] for k, n in counts.items())
     rebuild = 0.0
     if p.recompute == "full":
         full = len(layers) if p.recompute_layers is None else min(p.recompute_layers, len(layers))
         kept = stored * (len(layers) - full) / len(layers)
         stored = kept + full * 2 * ctx.sp_tokens * m.hidden     # recomputed layers keep their input
-        rebuild = max(per_layer)     # the one layer being rebuilt for its backward, whatever is in flight
+        rebuild = max(per_layer.values())   # the one layer being rebuilt for its backward, whatever is in flight
     if first:
         stored += 2 * ctx.sp_tokens * m.hidden
     transient = attention_transient_bytes(ctx)
@@ -370,7 +442,7 @@ def _optimizer_shards(p) -> int:
 
 
 def stage_memory(ctx: Context, stage: int, layers: range, first: bool, last: bool,
-                 capacity: float, per_layer: tuple[float, float] | None = None,
+                 capacity: float, per_layer: dict[str, float] | None = None,
                  footprint: StageFootprint | None = None) -> MemoryBreakdown:
     """Memory of one device of pipeline stage ``stage`` owning ``layers`` at its peak."""
     p = ctx.plan

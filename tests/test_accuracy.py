@@ -242,16 +242,19 @@ def test_published_runs_more():
     them. Ratchets on today's figures (docs/validation.md); every skip names an actionable reason."""
     from validation.published import compare_published, per_source
     done, skipped = compare_published(PUBLISHED_MORE)
-    assert len(done) >= 210 and len(done) + len(skipped) == 244
-    src = per_source(done)
+    assert len(done) >= 234 and len(done) + len(skipped) == 244
+    before = [c for c in done if not c.model.startswith("Nemotron_3")]
+    src = per_source(before)
     assert src["dgxc-benchmarking"]["mape"] <= 0.11
     assert src["llm-foundry"]["mape"] <= 0.14
     # 66 rows on GB200/B300/GB300 (was 18 at 33.2%: Qwen3-235B at -80% until NVL72 runs took the
     # NVLink domain the Megatron-Bridge harness places them on); GPT-OSS BF16 +47% to +81% dominate now;
     # 76 with the 10 NVFP4 Llama rows (nvfp4 plan precision, 8.4% on them): 15.9% -> 14.9%
     assert src["megatron-bridge"]["mape"] <= 0.149
-    assert sum(abs(c.error) for c in done) / len(done) <= 0.133
-    allowed = ("model: Nemotron 3 is a hybrid", "framework: MaxText", "precision: pytorch: fp8")
+    assert sum(abs(c.error) for c in before) / len(before) <= 0.133
+    # with the 24 Nemotron 3 rows (hybrid Mamba-2 blocks; 58.7%, every one predicted too fast): 17.9%
+    assert sum(abs(c.error) for c in done) / len(done) <= 0.179
+    allowed = ("zero_stage: Megatron-Bridge's Nemotron 3 Ultra", "framework: MaxText", "precision: pytorch: fp8")
     assert all(s.reason.startswith(allowed) for s in skipped), {s.reason for s in skipped}
     assert not [s for s in skipped if s.reason.startswith("gpu:")]     # every B300 / GB300 row has hardware
 
@@ -273,29 +276,36 @@ PUBLISHED_SOURCE_RATCHETS = {"dgxc-benchmarking": 0.101, "flashattention2": 0.12
 
 
 def test_published_coverage_and_figures_ratchet():
-    """Rows read and the figures quoted in docs/validation.md, so neither can slip back."""
+    """Rows read and the figures quoted in docs/validation.md, so neither can slip back. The rows
+    read before Mamba-2 blocks were modelled keep their own ratchets; the 15 Nemotron 3 rows added
+    then (Nano and Super, MXFP8) have theirs, and the totals hold both."""
     from validation.published import per_regime, per_source
     done, skipped = _published_both()
-    assert len(done) + len(skipped) == 314 and len(done) >= 260
-    assert sum(abs(c.error) for c in done) / len(done) <= 0.150
-    src = per_source(done)
+    assert len(done) + len(skipped) == 314 and len(done) >= 284
+    nemotron3 = [c for c in done if c.model.startswith("Nemotron_3")]
+    before = [c for c in done if not c.model.startswith("Nemotron_3")]
+    assert len(nemotron3) == 24 and sum(abs(c.error) for c in nemotron3) / len(nemotron3) <= 0.588   # 58.7%
+    assert all(c.error > 0 for c in nemotron3)                                  # every one predicted too fast
+    assert sum(abs(c.error) for c in done) / len(done) <= 0.187                 # 18.7% with them
+    assert len(before) == 260 and sum(abs(c.error) for c in before) / len(before) <= 0.150
+    src = per_source(before)
     for name, ratchet in PUBLISHED_SOURCE_RATCHETS.items():
         assert src[name]["mape"] <= ratchet + 5e-4, name
-    regime = per_regime(done)
+    regime = per_regime(before)
     assert regime["moe"]["count"] >= 52 and regime["moe"]["mape"] <= 0.198
     assert regime["blackwell"]["count"] >= 76 and regime["blackwell"]["mape"] <= 0.149
 
 
-@pytest.mark.xfail(strict=True, reason="260 of 314 rows (82.8%): Nemotron 3 hybrid Mamba (25), "
-                                       "Megatron-LM README without micro-batch/tp (11), MaxText (6), ... "
-                                       "(docs/validation.md)")
 def test_published_uses_90_percent_of_rows():
+    """284 of 314 rows (90.4%) since the NVFP4 precision and the Mamba-2 blocks; the other 30 are
+    skipped with the reason (micro-batch or tp not stated, MaxText, FlashAttention-1, ...)."""
     done, skipped = _published_both()
     assert len(done) >= 0.9 * (len(done) + len(skipped))
 
 
-@pytest.mark.xfail(strict=True, reason="overall 15.0%, Narayanan 37.9% (DeepSpeed ZeRO-3 rows), MoE 19.7% "
-                                       "(GPT-OSS BF16 +47% to +81%); Blackwell 14.9% meets its 15% (docs/validation.md)")
+@pytest.mark.xfail(strict=True, reason="overall 18.7%, Narayanan 37.9% (DeepSpeed ZeRO-3 rows), Megatron-Bridge 25.4%, "
+                                       "MoE 32.0%, Blackwell 25.4% (Nemotron 3 +26% to +125%, GPT-OSS BF16 +47% to "
+                                       "+81%); without Nemotron 3: 15.0%, MoE 19.7%, Blackwell 14.9% (docs/validation.md)")
 def test_published_targets_overall_source_moe_blackwell():
     from validation.published import per_regime, per_source
     done, _ = _published_both()

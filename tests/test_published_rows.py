@@ -63,14 +63,23 @@ def test_mxfp8_is_costed_as_fp8_and_says_so():
     assert c.plan["precision"] == "fp8" and "MXFP8 costed as FP8" in c.note
 
 
-def test_nvfp4_rows_are_read_and_hybrid_models_skipped_with_the_reason():
+def test_nvfp4_rows_are_read_and_ultras_recipe_skipped_with_the_reason():
     _, row = _first(lambda r: r["dtype"] == "NVFP4" and r["gpu"].startswith("GB200") and r["model"].startswith("LLAMA"))
     fills: list = []
     assert plan_from_row(row, model_from_row(row), fills).precision == "nvfp4"
     assert any("bf16_with_nvfp4_mixed" in f for f in fills)
-    _, row = _first(lambda r: r["model"].startswith("Nemotron_3"))
-    with pytest.raises(MeshcastError, match="hybrid Mamba"):
-        model_from_row(row)
+    _, row = _first(lambda r: r["model"] == "Nemotron_3_Ultra")
+    with pytest.raises(MeshcastError, match="HSDP"):
+        compare_row(0, row, None)
+
+
+@pytest.mark.parametrize("name, catalog", [("Nemotron_3_Nano", "nemotron-3-nano-30b-a3b"),
+                                           ("Nemotron_3_Super", "nemotron-3-super-120b-a12b")])
+def test_nemotron3_rows_run_the_hybrid_catalog_model(name, catalog):
+    i, row = _first(lambda r: r["model"] == name and r["dtype"] == "MXFP8" and r["gpu"].startswith("GB300"))
+    c = compare_row(i, row, None)
+    assert f"model: catalog {catalog}" in c.note and c.plan["ep"] == int(row["ep"])
+    assert 0.5 < c.predicted / c.published < 2.0      # evaluated, not tuned: docs/validation.md has the errors
 
 
 def test_missing_micro_batch_takes_the_recipe_default():

@@ -78,7 +78,8 @@ def modelled_families(rec: dict, hw: Hardware, cal) -> dict[str, float]:
     st = _step(model, replace(hw, num_gpus=rec["world"]), plan, cal)
     p, ctx = st.plan, st.ctx
     m = p.microbatches()
-    dense, _moe, _norec, emb, head, _ = st.lowered
+    kinds, _norec, emb, head, _ = st.lowered
+    dense = kinds["dense"]
     out = dict.fromkeys(FAMILIES, 0.0)
     stage = st.ranges[0]
     parts = [(dense.ops, len(stage) * m), (emb.ops, m)]

@@ -47,7 +47,17 @@ CATALOG_MODELS = {
     "llama31405b": "llama3-405b", "deepseekv3": "deepseek-v3", "qwen330ba3b": "qwen3-30b-a3b",
     "qwen3235ba22b": "qwen3-235b-a22b", "gptoss120b": "gpt-oss-120b", "grok1314b": "grok-1",
     "nemotron415b": "nemotron-4-15b", "nemotron4340b": "nemotron-4-340b", "gpt3175b": "gpt3-175b",
+    "nemotron3nano": "nemotron-3-nano-30b-a3b", "nemotron3super": "nemotron-3-super-120b-a12b",
+    "nemotron3ultra": "nemotron-3-ultra-550b-a55b",
 }
+# Megatron-Bridge (commit 067f987df0) perf_recipes/nemotronh/gb300/nemotronh.py
+# _nemotron_3_ultra_gb300_fp8mx_config: Megatron-FSDP as HSDP (parameters, gradients and optimizer
+# sharded inside each 64-GPU NVLink domain, replicated across domains), selective recompute of the
+# expert activation with its input offloaded to the CPU (fine-grained activation offload)
+ULTRA_RECIPE = ("Megatron-Bridge's Nemotron 3 Ultra GB300 recipe runs Megatron-FSDP as HSDP (sharded within each "
+                "64-GPU NVLink domain) with the expert activation recomputed and its input offloaded to the CPU "
+                "(perf_recipes/nemotronh/gb300/nemotronh.py); HSDP's two-level sharding and activation offload are "
+                "not modelled")
 TOKEN_DROP_CAPACITY = 1.0   # Megatron-Core's token-drop MoE recipes: moe_expert_capacity_factor 1.0
 
 
@@ -161,9 +171,8 @@ def model_from_row(row: dict, fills: list[str] | None = None) -> ModelSpec:
     fills = fills if fills is not None else []
     name = row["model"]
     low = name.lower()
-    if re.search(r"nemotron[ _-]?3[ _-]?(nano|super|ultra)", low):
-        raise MeshcastError("model", "Nemotron 3 is a hybrid Mamba-Transformer MoE; meshcast models attention "
-                                     "layers only")
+    if re.search(r"nemotron[ _-]?3[ _-]?ultra", low):
+        raise MeshcastError("zero_stage", ULTRA_RECIPE)
     cat = catalog_name(name)
     if cat is None and source_family(row["source"]) == "flashattention2":
         return _flashattention_gpt(row, fills)

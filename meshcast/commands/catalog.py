@@ -82,13 +82,15 @@ def model_summary(model) -> dict:
                  num_moe_layers=model.num_moe_layers)
     kinds = {}
     for i in range(model.num_layers):
-        key = "moe_layer" if model.is_moe_layer(i) else "dense_layer"
+        key = f"{model.layer_kind(i)}_layer"
         if key not in kinds:
             lp = layer_params(model, i)
             kinds[key] = {"count": 0, "total": lp.total, "attention": lp.attention, "norms": lp.norms,
                           "dense_mlp": lp.dense_mlp, "router": lp.router, "one_expert": lp.expert,
                           "routed_experts": lp.expert * lp.num_experts, "shared_experts": lp.shared_experts,
                           "active": lp.active + (lp.expert * model.moe.top_k if lp.num_experts else 0)}
+            if model.hybrid:
+                kinds[key].update(mamba=lp.mamba, latent_projections=lp.latent)
         kinds[key]["count"] += 1
     emb = model.vocab * model.hidden
     params = {"total": total_params(model), "active_per_token": active_params(model),
@@ -135,6 +137,14 @@ def format_model(summary: dict) -> str:
                      f"dense, every {e['layer_frequency']})")
     if m["mla"]:
         lines.append("  MLA: " + ", ".join(f"{k} {v}" for k, v in m["mla"].items()))
+    if m["hybrid_pattern"]:
+        s = m["mamba"]
+        lines.append(f"  hybrid: {m['hybrid_pattern']} (M Mamba-2, * attention, - MLP, E MoE)")
+        if s:
+            lines.append(f"  Mamba-2: {s['num_heads']} heads x {s['head_dim']}, state {s['state_size']}, "
+                         f"{s['n_groups']} groups, conv {s['conv_kernel']}, chunk {s['chunk_size']}")
+    if m["moe"] and m["moe"].get("latent_size"):
+        lines.append(f"  LatentMoE: experts at latent size {m['moe']['latent_size']}")
     if m["mtp_layers"]:
         lines.append(f"  multi-token prediction modules: {m['mtp_layers']}")
     lines.append(f"parameters: {_count(p['total'])} total ({p['total']:,}), {_count(p['active_per_token'])} active per token")
@@ -143,9 +153,14 @@ def format_model(summary: dict) -> str:
                  + (f", MTP {_count(p['mtp'])}" if p["mtp"] else ""))
     for key, k in p["per_layer"].items():
         parts = [f"attention {_count(k['attention'])}", f"norms {_count(k['norms'])}"]
-        parts += [f"mlp {_count(k['dense_mlp'])}"] if k["dense_mlp"] else [
-            f"router {_count(k['router'])}", f"experts {_count(k['routed_experts'])} ({_count(k['one_expert'])} each)",
-            f"shared {_count(k['shared_experts'])}"]
+        if k.get("mamba"):
+            parts = [f"mamba {_count(k['mamba'])}", f"norms {_count(k['norms'])}"]
+        elif k["dense_mlp"] or not k["routed_experts"]:
+            parts += [f"mlp {_count(k['dense_mlp'])}"]
+        else:
+            parts += [
+                f"router {_count(k['router'])}", f"experts {_count(k['routed_experts'])} ({_count(k['one_expert'])} each)",
+                f"shared {_count(k['shared_experts'])}"]
         lines.append(f"  {key.replace('_', ' ')} x{k['count']}: {_count(k['total'])} ({', '.join(parts)})")
     if p["published"]:
         lines.append(f"  published {_count(p['published'])}: {p['published_error']:.1%} off after the figure's rounding")

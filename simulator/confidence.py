@@ -97,10 +97,17 @@ def extrapolations(acc, regime: str, prof: str | None, tags: list, plan, num_gpu
     if regime in ("datasheet", "uncalibrated"):
         out.append(GPU_REGIME_WORDS[regime].format(acc=acc.name, prof=prof))
     feats = table["features"]
+    q80 = float(table["applied"][f"{regime}/{workload(tags, num_gpus)}"]["q80"])
     for t in tags:
-        if feats.get(t, {}).get("n", 0) < table["feature_min_residuals"]:
-            what = _DEGREE.get(t, "").format(tp=plan.tp, cp=plan.cp, ep=plan.ep) or describe_feature(t)
+        what = _DEGREE.get(t, "").format(tp=plan.tp, cp=plan.cp, ep=plan.ep) or describe_feature(t)
+        feat = feats.get(t, {})
+        if feat.get("n", 0) < table["feature_min_residuals"]:
             out.append(f"{what} not validated on real runs")
+        elif abs(feat.get("median_log_error", 0.0)) > q80:
+            # the feature's own held-out runs sit outside the band: the band does not cover it
+            off = math.exp(-feat["median_log_error"]) - 1     # measured / predicted step - 1
+            out.append(f"{what}: its {feat['n']} held-out runs took a median {off:+.0%} "
+                       f"{'longer' if off > 0 else 'less'} than predicted")
     largest = table["workloads"][workload(tags, num_gpus)]["max_gpus"]
     if num_gpus > largest:
         out.append(f"{num_gpus} GPUs is beyond the largest validated run of this kind ({largest} GPUs)")
@@ -111,7 +118,7 @@ def confidence_of(result) -> Confidence:
     """The regime, 80% band and plain-words sentence of a simulated Result."""
     table = band_table()
     acc, regime, prof, per_node = _hardware(result)
-    tags = feature_tags(result.plan, result.num_gpus, per_node)
+    tags = sorted(feature_tags(result.plan, result.num_gpus, per_node) + list(result.model_tags))
     work = workload(tags, result.num_gpus)
     applied = table["applied"][f"{regime}/{work}"]
     q = float(applied["q80"])

@@ -20,6 +20,7 @@ from simulator.calibration import DEFAULT, Calibration
 from simulator.comm import Fabric, collective_time, fabric_from_hardware, flat_time
 from simulator.compute import DeviceModel, memory_time
 from simulator.frameworks import get_framework
+from simulator.regimes import model_tags
 from simulator.flops import step_hardware_flops, step_model_flops
 from simulator.identity_cache import IdentityCache
 from simulator.lowering import Context, embedding_ops, head_ops, layer_ops, p2p_time
@@ -618,4 +619,4 @@ def _result(model, hardware, plan, cal, stages, mems, st: _Step, events) -> Resu
         mfu_precision_peak=model_flops / (step * hardware.num_gpus * peak),
         memory=mem, stage_memory=mems, stages=stages, breakdown=breakdown, pipeline_s=pipe,
         dp_comm_total_s=st.dp_total, p2p_s=p2p, timeline=events, host_issue_s=st.host_issue,
-        host_optimizer_s=st.host_optimizer, split_note=split_note(model, plan))
+        host_optimizer_s=st.host_optimizer, split_note=split_note(model, plan), model_tags=tuple(model_tags(model)))

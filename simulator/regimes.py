@@ -67,6 +67,13 @@ def feature_tags(plan, num_gpus: int, gpus_per_node: int) -> list[str]:
     return out + [f"framework:{framework}"]
 
 
+def model_tags(model) -> list[str]:
+    """Feature tags a model brings to any plan: ``mamba`` where its layer pattern holds Mamba-2
+    blocks (models.schema hybrid_pattern)."""
+    pattern = getattr(model, "hybrid_pattern", None) or ""
+    return ["mamba"] if "M" in pattern else []
+
+
 def workload(tags: list[str], num_gpus: int) -> str:
     """The workload class (a band-table cell, with the GPU regime) of a tagged plan."""
     if "zero3_at_scale" in tags:
@@ -76,6 +83,8 @@ def workload(tags: list[str], num_gpus: int) -> str:
 
 def describe_feature(tag: str) -> str:
     """Plain words for a feature tag."""
+    if tag == "mamba":
+        return "Mamba-2 blocks"
     if tag.startswith("framework:"):
         return f"the {tag.split(':', 1)[1]} framework"
     if tag.startswith("sharded:"):

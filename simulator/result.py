@@ -68,6 +68,7 @@ class Result:
     host_issue_s: float = 0.0       # host (CPU) seconds to issue every micro-batch's forward and backward
     host_optimizer_s: float = 0.0   # host seconds to issue the optimizer step
     split_note: str = ""            # how the framework split uneven layers over the stages ('' if given/even)
+    model_tags: tuple = ()          # feature tags the model brings (simulator.regimes.model_tags: mamba)
 
     @cached_property
     def confidence(self):

@@ -152,3 +152,20 @@ def test_a_validated_plan_tied_with_faster_extrapolated_ones_leads_and_they_are_
     assert aside and all(a["extrapolated"] for a in aside)
     assert min(a["step_time_s"] for a in aside) < first["step_time_s"]
     assert any("megatron-core" in reason for a in aside for reason in a["extrapolated"])
+
+
+def test_a_feature_whose_runs_sit_outside_the_band_is_extrapolated():
+    """Mamba-2 blocks have 24 held-out published runs (Nemotron 3), but their median error lies
+    outside the band: a hybrid model's prediction says so, a dense model's on the same GPUs does not."""
+    from hardware_specs.catalog import load_hardware
+    from models.catalog import load_model
+    from simulator.calibration import calibration_for
+    from simulator.engine import simulate
+    from simulator.plan import ParallelPlan
+    hw = load_hardware("gb300-nvl72", 8)
+    cal = calibration_for(hw.accelerator)[0]
+    nano = simulate(load_model("nemotron-3-nano-30b-a3b"), hw, ParallelPlan(ep=8, mbs=1, gbs=64), cal)
+    extra = " ".join(nano.confidence.extrapolated)
+    assert "Mamba-2 blocks" in extra and "longer than predicted" in extra
+    dense = simulate(load_model("llama3-8b"), hw, ParallelPlan(mbs=1, gbs=64), cal)
+    assert not any("Mamba" in e for e in dense.confidence.extrapolated)

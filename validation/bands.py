@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import statistics
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -126,7 +127,7 @@ def published_residuals(paths=PUBLISHED) -> list[Residual]:
             acc = load_hardware(cluster, c.num_gpus).accelerator
             regime, _ = gpu_regime(acc, calibration_for(acc)[0].name)
             per_node = load_node(load_cluster(cluster).node).gpus_per_node
-            tags = feature_tags(c.plan, c.num_gpus, per_node)
+            tags = sorted(feature_tags(c.plan, c.num_gpus, per_node) + list(c.model_tags))
             # error = predicted/published throughput - 1 = measured/predicted step - 1
             out.append(Residual(-math.log1p(c.error), regime, workload(tags, c.num_gpus), tags, c.num_gpus,
                                 f"{Path(path).name}:{source_family(c.source)}"))
@@ -165,7 +166,8 @@ def band_table(residuals: list[Residual]) -> dict:
     gpu = {g: _pool([r for r in held if r.gpu_regime == g]) for g in GPU_REGIMES}
     work = {w: _pool([r for r in held if r.workload == w]) for w in WORKLOADS}
     tags = sorted({t for r in held for t in r.tags})
-    features = {t: {"n": sum(t in r.tags for r in held), "max_gpus": max(r.num_gpus for r in held if t in r.tags)}
+    features = {t: {"n": sum(t in r.tags for r in held), "max_gpus": max(r.num_gpus for r in held if t in r.tags),
+                    "median_log_error": round(statistics.median(r.log_error for r in held if t in r.tags), 4)}
                 for t in tags}
     widest = max((c["q80"] for c in cells.values() if c["q80"] is not None), default=None)
     applied = applied_bands(cells, gpu, work, widest)

@@ -21,6 +21,7 @@ from simulator.calibration import calibration_for
 from simulator.engine import simulate
 from simulator.flops import step_model_flops
 from simulator.plan import ParallelPlan
+from simulator.regimes import model_tags
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN_FILES = ("published_runs.csv", "published_runs_more.csv")
@@ -82,6 +83,7 @@ class RunComparison:
     moe: bool = False            # the model routes tokens to experts
     accelerator: str = ""        # catalog accelerator the row ran on (gb300, h100-sxm, ...)
     family: str = ""             # its microarchitecture family (nvidia-blackwell, ...)
+    model_tags: tuple = ()       # simulator.regimes.model_tags of the row's model (mamba, ...)
 
 
 @dataclass
@@ -491,7 +493,8 @@ def compare_row(i: int, row: dict, calibration: str | None) -> RunComparison:
     note = "; ".join([note] + fills)
     return RunComparison(i, row["source"], row["model"], plan.num_gpus, metric, published, predicted, error,
                          r.plan.to_dict(), r.fits, note, row.get("gpu", ""), row.get("dtype", ""),
-                         moe=model.moe is not None, accelerator=hw.accelerator.name, family=hw.accelerator.family)
+                         moe=model.moe is not None, accelerator=hw.accelerator.name, family=hw.accelerator.family,
+                         model_tags=tuple(model_tags(model)))
 
 
 def compare_published(paths, calibration: str | None = None) -> tuple[list[RunComparison], list[Skipped]]:

@@ -222,3 +222,13 @@ def test_megatron_script_world_size_is_checked():
     assert script_world_size(cfg.text) == 64
     assert not any("processes" in n for n in import_config("megatron", cfg.text, m, 64).notes)
     assert any("launches 64 processes but 32 GPUs" in n for n in import_config("megatron", cfg.text, m, 32).notes)
+
+
+def test_a_hybrid_mamba_model_is_refused_before_any_work(tmp_path, capsys):
+    """No launch config meshcast writes carries a hybrid model's layer pattern: simulate --export
+    says so in one line, exit 2, before simulating, and writes nothing."""
+    path = tmp_path / "run.sh"
+    rc, out, err = _cli(["simulate", "--model", "nemotron-3-nano-30b-a3b", "--cluster", "gb300-nvl72", "--gpus", "8",
+                         "--ep", "8", "--gbs", "64", "--export", "megatron", "-O", str(path)], capsys)
+    assert rc == 2 and "hybrid Mamba-2 model" in err and "Traceback" not in err
+    assert "step time" not in out and not path.exists()

@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: {note}", file=sys.stderr)
     if args.export:   # fail before simulating: a Megatron plan is no torchtitan config
         from simulator.frameworks.launch import require_format
-        require_format(plan, args.export)
+        require_format(plan, args.export, model)
     want_timeline = bool(args.output or args.trace)
     result = simulate(model, hw, plan, cal, with_timeline=want_timeline,
                       with_ops=bool(args.output or args.trace_ops))

@@ -57,12 +57,24 @@ def export_config(model: ModelSpec, plan) -> LaunchConfig:
     if fmt == "none":
         raise PlanError("framework", f"{plan.framework} has no launch-config format; export needs "
                                      f"one of the frameworks writing {', '.join(FORMATS)}")
+    _require_exportable_model(model)
     return _module(fmt).write_config(model, plan)
 
 
-def require_format(plan, fmt: str) -> None:
-    """PlanError unless the plan's framework exports ``fmt`` (a torchtitan plan is no Megatron config)."""
+def _require_exportable_model(model) -> None:
+    """PlanError for a model no launch config meshcast writes can express: a launch config that
+    dropped a hybrid model's layer pattern and Mamba-2 dimensions would train another model."""
+    if model is not None and getattr(model, "hybrid_pattern", None):
+        raise PlanError("export", f"{model.name} is a hybrid Mamba-2 model: meshcast does not write "
+                                  "Megatron's hybrid-model flags (--hybrid-override-pattern, the Mamba "
+                                  "dimensions) yet; simulate and validate cost it, export does not")
+
+
+def require_format(plan, fmt: str, model=None) -> None:
+    """PlanError unless the plan's framework exports ``fmt`` (a torchtitan plan is no Megatron config)
+    and the model is one a launch config can express."""
     from simulator.frameworks import get_framework
+    _require_exportable_model(model)
     if fmt not in FORMATS:
         raise PlanError("export", f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
     have = get_framework(plan.framework).export

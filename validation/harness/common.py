@@ -295,3 +295,29 @@ def attention_pass(fwd, grad, inputs, backward: bool):
         for t in inputs:
             t.grad = None
     return fn, setup
+
+
+def make_gemm(m: int, n: int, k: int, dtn: str):
+    """fn() running one GEMM as the kernel suites time it: torch.mm into a preallocated C (bfloat16,
+    float16, float32; half types run as float32 without CUDA), or for float8_e4m3fn
+    torch._scaled_mm with float32 per-tensor scales of 1, B column-major, and bf16 output."""
+    import torch
+    dev = device()
+    if dtn == "float8_e4m3fn":
+        f8 = torch.float8_e4m3fn
+        a = torch.randn(m, k, device=dev).to(f8)
+        b = torch.randn(n, k, device=dev).to(f8).t()     # row-major [n, k] viewed column-major [k, n]
+        sa = torch.tensor(1.0, device=dev)
+        sb = torch.tensor(1.0, device=dev)
+
+        def fn():
+            torch._scaled_mm(a, b, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
+        return fn
+    dt = getattr(torch, dtn) if on_cuda() or dtn == "float32" else torch.float32
+    a = torch.randn(m, k, device=dev, dtype=dt)
+    b = torch.randn(k, n, device=dev, dtype=dt)
+    c = torch.empty(m, n, device=dev, dtype=dt)
+
+    def fn():
+        torch.mm(a, b, out=c)
+    return fn

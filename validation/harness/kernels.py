@@ -25,7 +25,6 @@ except ImportError:  # pragma: no cover
     SDPBackend = sdpa_kernel = None
 
 MiB = 1 << 20
-DT = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 # share of the global budget per section (cumulative deadlines; unused time rolls over)
 FRACTIONS = {"copy": 0.04, "gemm": 0.36, "attention": 0.16, "elementwise": 0.12, "train": 0.32}
@@ -124,25 +123,7 @@ def gemm_cases(small):
 
 
 def bench_gemm(m, n, k, dtn, tag, group, flush):
-    dev = common.device()
-    if dtn == "float8_e4m3fn":
-        f8 = torch.float8_e4m3fn
-        a = torch.randn(m, k, device=dev).to(f8)
-        bt = torch.randn(n, k, device=dev).to(f8)  # row-major [n,k]; bt.t() is column-major [k,n]
-        sa = torch.tensor(1.0, device=dev)
-        sb = torch.tensor(1.0, device=dev)
-        b = bt.t()
-
-        def fn():
-            torch._scaled_mm(a, b, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
-    else:
-        dt = DT[dtn]
-        a = torch.randn(m, k, device=dev, dtype=dt)
-        b = torch.randn(k, n, device=dev, dtype=dt)
-        c = torch.empty(m, n, device=dev, dtype=dt)
-
-        def fn():
-            torch.mm(a, b, out=c)
+    fn = common.make_gemm(m, n, k, dtn)
     set_tf32(dtn == "float32")
     try:
         st = time_fn(fn, flush=flush)

@@ -194,28 +194,8 @@ def sampler_main(path: str, period_s: float):
 # --------------------------------------------------------------------------- GEMM setup
 
 def make_gemm(m, n, k, dtn):
-    """fn() running one GEMM as kernels.py does (bf16: torch.mm into a preallocated C;
-    fp8: torch._scaled_mm with float32 per-tensor scales of 1 and bf16 output)."""
-    dev = common.device()
-    if dtn == "float8_e4m3fn":
-        f8 = torch.float8_e4m3fn
-        a = torch.randn(m, k, device=dev).to(f8)
-        bt = torch.randn(n, k, device=dev).to(f8)   # B column-major, as _scaled_mm requires
-        sa = torch.tensor(1.0, device=dev)
-        sb = torch.tensor(1.0, device=dev)
-        b = bt.t()
-
-        def fn():
-            torch._scaled_mm(a, b, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
-    else:
-        dt = {"bfloat16": torch.bfloat16, "float16": torch.float16}[dtn] if common.on_cuda() else torch.float32
-        a = torch.randn(m, k, device=dev, dtype=dt)
-        b = torch.randn(k, n, device=dev, dtype=dt)
-        c = torch.empty(m, n, device=dev, dtype=dt)
-
-        def fn():
-            torch.mm(a, b, out=c)
-    return fn
+    """fn() running one GEMM as kernels.py does (common.make_gemm)."""
+    return common.make_gemm(m, n, k, dtn)
 
 
 def base_record(m, n, k, dtn, st, group):

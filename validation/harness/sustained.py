@@ -379,12 +379,12 @@ def random_cases(seed=12, n_bf16=100, n_fp8=56, small=False):
     return out
 
 
-def bench_random(nvml, flush, m, n, k, dtn, group):
+def bench_random(nvml, flush, m, n, k, dtn, group, pass_no=1, seed=12):
     fn = make_gemm(m, n, k, dtn)
     st = time_fn(fn, flush=flush)
     s = nvml.sample()
     r = base_record(m, n, k, dtn, st, group)
-    r["set"] = "random"
+    r.update(set="random", seed=seed, pass_no=pass_no, time_graph_s=common.time_graph(fn))
     if s:
         r.update(sm_clock_mhz=s["sm_clock_mhz"], power_w=s["power_w"], temperature_c=s["temperature_c"],
                  throttle_reasons=nvml.names(s["reasons"]))
@@ -394,17 +394,21 @@ def bench_random(nvml, flush, m, n, k, dtn, group):
 
 
 def suite_random(args, rec, nvml, flush, dl, sampler=None):
-    cases = random_cases(args.seed, small=args.small)
-    order = list(range(len(cases)))
-    random.Random(args.seed + 1).shuffle(order)      # no drift confounded with the groups
-    left = len(order)
-    for i in order:
-        if not dl.ok(reserve_s=2):
-            rec.error(f"budget reached: {left} random cases not run")
-            break
-        c = cases[i]
-        run_case(rec, f"random {c}", lambda: bench_random(nvml, flush, *c))
-        left -= 1
+    """Every seed of ``--seed`` (comma-separated) in a shuffled order, then, with ``--passes 2``,
+    all of them again in another order (``pass_no`` 2): whether a shape's time reproduces within
+    one run. Each record also carries ``time_graph_s`` (common.time_graph: back to back, warm)."""
+    cases = [(c, seed) for seed in args.seeds for c in random_cases(seed, small=args.small)]
+    for pass_no in range(1, args.passes + 1):
+        order = list(range(len(cases)))
+        random.Random(args.seeds[0] + pass_no).shuffle(order)   # no drift confounded with the groups
+        left = len(order)
+        for i in order:
+            if not dl.ok(reserve_s=2):
+                rec.error(f"budget reached: pass {pass_no}: {left} random cases not run")
+                return
+            c, seed = cases[i]
+            run_case(rec, f"random {c}", lambda: bench_random(nvml, flush, *c, pass_no=pass_no, seed=seed))
+            left -= 1
 
 
 def main():
@@ -417,11 +421,13 @@ def main():
     ap.add_argument("--sustain-s", type=float, default=40)
     ap.add_argument("--window-s", type=float, default=2.0)
     ap.add_argument("--idle-s", type=float, default=8.0)
-    ap.add_argument("--seed", type=int, default=12)
+    ap.add_argument("--seed", default="12", help="random suite: seed(s), comma-separated")
+    ap.add_argument("--passes", type=int, default=1, help="random suite: passes over the cases")
     ap.add_argument("--small", action="store_true")
     args = ap.parse_args()
     if args.sampler:
         return sampler_main(args.sampler, args.period_s)
+    args.seeds = [int(x) for x in str(args.seed).split(",")]
     if not args.suite or not args.out:
         ap.error("--suite and --out are required")
     if args.small:
@@ -433,7 +439,7 @@ def main():
     if idle:
         idle = {**{k: v for k, v in idle.items() if k != "t"}, "reasons": nvml.names(idle.get("reasons"))}
     info = common.device_info(suite=f"gemm_{args.suite}", nvml=nvml.static(), idle_nvml=idle or None,
-                              seed=args.seed if args.suite == "random" else None,
+                              seed=args.seeds if args.suite == "random" else None, passes=args.passes,
                               sustain_s=args.sustain_s if args.suite == "sustained" else None,
                               window_s=args.window_s if args.suite == "sustained" else None,
                               idle_s=args.idle_s if args.suite == "sustained" else None)

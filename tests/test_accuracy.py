@@ -398,6 +398,29 @@ def test_collectives_separate_run_ratchet():
     assert max(_run4_by_kind(4 << 20).values()) <= 0.155
 
 
+def test_collectives_reproducibility_floor():
+    """The held-out run against the floor of what other runs predict of it (docs/measurements.md):
+    the floor itself is far above the issue's 10% (so that target is below the measurements'
+    reproducibility), and meshcast's profile is at or under it for every kind but reduce-scatter."""
+    from validation.collective_spread import reproducibility_floor
+    floor = reproducibility_floor("run4")
+    assert set(floor) == {"all_gather", "all_reduce", "all_to_all", "broadcast", "reduce_scatter", "send_recv"}
+    assert min(floor.values()) > 0.10          # no kind repeats to 10% on another machine
+    model = _run4_by_kind()
+    ratio = {k: model[k] / floor[k] for k in floor}
+    assert all(ratio[k] <= 1.03 for k in floor if k != "reduce_scatter")   # today 0.46-1.02
+    assert ratio["reduce_scatter"] <= 1.48                                   # today 1.476
+
+
+@pytest.mark.xfail(strict=True, reason="reduce-scatter on the held-out run is 1.48x the reproducibility floor "
+                                       "(4-16 MiB predicted 25-37% slow in every run)")
+def test_collectives_at_the_reproducibility_floor():
+    from validation.collective_spread import reproducibility_floor
+    floor = reproducibility_floor("run4")
+    model = _run4_by_kind()
+    assert all(model[k] <= floor[k] * 1.05 for k in floor)
+
+
 @pytest.mark.xfail(strict=True, reason="separate 2-GPU run: all-reduce 38.9%, reduce-scatter 39.7% (small-message "
                                        "latency 33 vs 55 us between machines), target 10% per kind")
 def test_collectives_separate_run_target():

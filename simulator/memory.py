@@ -25,6 +25,8 @@ what each op saves for backward, so GQA, SwiGLU, MoE, FlashAttention, SP, CP and
 the same count. Full recompute keeps only each layer's input; selective drops the attention
 core's s^2 tensors; the one layer being rebuilt for its backward is counted once. Pipeline stage i of p holds min(m, p - i) micro-batches under 1F1B, m under
 GPipe, and 2(p-i-1) + (v-1)p + 1 model chunks under interleaved 1F1B (Narayanan et al. 2021).
+torch.distributed.pipelining (torchtitan) adds its per-micro-batch receive buffers and the stage
+outputs it keeps until backward (torch_pipeline_bytes).
 """
 from __future__ import annotations
 
@@ -375,6 +377,40 @@ class StageFootprint:
     fsdp: "FsdpTransients | None" = None   # FSDP2: gathered weights, unsharded gradients, temporaries
     transient: float = 0.0   # working bytes of one layer's attention core at its peak (once)
     optimizer_temp: float = 0.0   # the optimizer step's temporaries (activations freed by then)
+    pipe_boundary: float = 0.0    # torch.distributed.pipelining: bytes of one stage-boundary tensor
+    pipe_nonfirst: int = 0        # ... chunks on this device that receive activations
+    pipe_nonlast: int = 0         # ... chunks on this device that send activations
+
+
+def torch_pipeline_fields(ctx: Context, first: bool, last: bool) -> dict:
+    """StageFootprint's pipe_* fields where the framework pipelines with torch.distributed.pipelining
+    (torchtitan): one boundary tensor is a micro-batch's residual stream (fp32 under autocast), and
+    of the device's vp chunks all but the first stage's receive activations and all but the last
+    stage's send them."""
+    m, p = ctx.model, ctx.plan
+    if p.pp == 1 or p.framework != "torchtitan":
+        return {}
+    resid = 4 if p.recipe == "torch_amp" else 2
+    return dict(pipe_boundary=ctx.sp_tokens * m.hidden * resid, pipe_nonfirst=p.vp - (1 if first else 0),
+                pipe_nonlast=p.vp - (1 if last else 0))
+
+
+def torch_pipeline_bytes(p, fp: StageFootprint, flight: float) -> float:
+    """What torch.distributed.pipelining holds beyond the layers' saved activations
+    (torch/distributed/pipelining/stage.py, torch 2.11-2.13): at its first step a stage allocates one
+    activation receive buffer per micro-batch (_setup_forward_recv_info: args_recv_info[chunk_id] for
+    every chunk_id) and one gradient receive buffer per micro-batch (_setup_backward_recv_info:
+    grad_recv_info[mb_index]), kept across steps; and it keeps each in-flight micro-batch's stage
+    output until that micro-batch's backward (fwd_cache), where Megatron-Core frees the output's
+    data (deallocate_pipeline_outputs). An in-flight micro-batch's receive buffer is its first
+    layer's saved input, already counted, so receiving chunks add m - flight buffers, sending
+    chunks m gradient buffers + flight outputs (flight per chunk taken as the device's, in
+    whole-stage units)."""
+    if not fp.pipe_boundary:
+        return 0.0
+    m = p.microbatches()
+    n = fp.pipe_nonfirst * max(0.0, m - flight) + fp.pipe_nonlast * (m + flight)
+    return n * fp.pipe_boundary
 
 
 def layer_activations_by_kind(ctx: Context) -> dict[str, float]:
@@ -407,7 +443,8 @@ def stage_footprint(ctx: Context, layers: range, first: bool, last: bool,
     logits = ctx.tokens * math.ceil(m.vocab / p.tp) * LOSS_BYTES_PER_LOGIT[p.recipe] if last else 0.0
     fsdp = fsdp_transients(ctx, dense + expert) if p.recipe == "torch_fsdp" else None
     temp = get_framework(p.framework).kernels.optimizer_temp_bytes * (dense + expert) / _optimizer_shards(p)
-    return StageFootprint(dense + expert, weights, grads, opt, stored, logits, rebuild, fsdp, transient, temp)
+    return StageFootprint(dense + expert, weights, grads, opt, stored, logits, rebuild, fsdp, transient, temp,
+                          **torch_pipeline_fields(ctx, first, last))
 
 
 # Megatron-Core's local DotProductAttention without apex (FusedScaleMaskSoftmax.forward_torch_softmax),
@@ -457,7 +494,7 @@ def stage_memory(ctx: Context, stage: int, layers: range, first: bool, last: boo
 def peak_live_bytes(p, fp: StageFootprint, flight: float) -> tuple[float, float, float]:
     """(activations, gradients, live tensors) at a stage's peak with ``flight`` micro-batches held."""
     weights, grads, opt, logits = fp.weights, fp.grads, fp.opt, fp.logits
-    activations = fp.per_microbatch * flight + fp.rebuild + fp.transient
+    activations = fp.per_microbatch * flight + fp.rebuild + fp.transient + torch_pipeline_bytes(p, fp, flight)
     if p.recipe == "torch_amp":
         # zero_grad(set_to_none=True): gradients are allocated during backward as activations
         # (and autocast's weight copies) are freed, so the peak is the larger of the two ends;

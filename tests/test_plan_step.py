@@ -177,7 +177,7 @@ def _harness():
     return mod
 
 
-@pytest.mark.parametrize("grid", ["main", "native", "smoke", "cpu"])
+@pytest.mark.parametrize("grid", ["main", "native", "native2", "smoke", "cpu", "cpu-pp"])
 def test_every_harness_case_is_a_plan_meshcast_accepts(grid):
     """The harness's case grids and meshcast's framework rules agree: each case resolves for its framework."""
     h = _harness()
@@ -185,7 +185,7 @@ def test_every_harness_case_is_a_plan_meshcast_accepts(grid):
         rec = dict(kind="plan_step", framework=c["framework"], name=c["name"], **c["model"], **c["plan"])
         assert set(h.PLAN_FIELDS) <= set(rec) and set(h.MODEL_FIELDS) <= set(rec)
         plan = resolve_plan(plan_model(rec), record_plan(rec), c["plan"]["world"])
-        assert plan.dp * plan.tp * plan.pp == c["plan"]["world"]
+        assert plan.dp * plan.tp * plan.pp * plan.cp == c["plan"]["world"]
         assert isinstance(plan_model(rec), ModelSpec)
 
 
@@ -213,6 +213,33 @@ def test_plan_families_of_a_record():
     assert plan_families_of(dict(base, tp=2, sequence_parallel=True, recompute="full")) == ["tp + sp", "recompute full"]
     assert plan_families_of(dict(base, pp=2, vp=2)) == ["pp interleaved"]
     assert plan_families_of(dict(base, world=1)) == ["1 GPU"]
+    # torch-native context parallel (FSDP2 over the cp ranks) and torch.distributed.pipelining
+    assert plan_families_of(dict(base, cp=2, dp=1, zero_stage=3, framework="torchtitan")) == ["cp"]
+    assert plan_families_of(dict(base, pp=2, framework="torchtitan", schedule="1f1b")) == ["pp 1F1B"]
+    assert plan_families_of(dict(base, pp=2, vp=2, recompute="full", framework="torchtitan")) == \
+        ["pp interleaved", "recompute full"]
+
+
+def test_native2_grid_is_predicted_and_torch_pipelining_buffers_counted():
+    """Every case of the torch-native pp / cp grid is predicted (logs/prereg3_h200x2_plan.txt), and
+    torch.distributed.pipelining's per-micro-batch buffers add to a torchtitan pipeline stage's
+    memory, not to Megatron-Core's."""
+    from validation.prereg import rows
+    out = rows("native2", str(MEAS / "h200x2_plan_torchtitan.json"))
+    assert len(out) >= 20 and not [label for label, r in out if "error" in r]
+    from validation.predict import plan_step_prediction
+    mf = load_measurements(MEAS / "h200x2_plan_torchtitan.json")
+    hw = hardware_for(mf)
+    cal = calibration_for(hw.accelerator)[0]
+    h = _harness()
+    tt = dict(kind="plan_step", framework="torchtitan", name="llama-1b",
+              **h.case("torchtitan", "llama-1b", 4096, 2, pp=2, gbs=8)["model"],
+              **h.case("torchtitan", "llama-1b", 4096, 2, pp=2, gbs=8)["plan"])
+    more = dict(tt, gbs=16)      # more micro-batches: more receive buffers, the same in flight
+    assert plan_step_prediction(more, hw, cal).peak_memory_bytes > plan_step_prediction(tt, hw, cal).peak_memory_bytes
+    mc = dict(tt, framework="megatron-core-local")
+    assert plan_step_prediction(dict(mc, gbs=16), hw, cal).peak_memory_bytes == \
+        pytest.approx(plan_step_prediction(mc, hw, cal).peak_memory_bytes)
 
 
 def _families(*names):

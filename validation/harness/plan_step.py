@@ -11,7 +11,10 @@ Two frameworks:
                         back to torch.optim.AdamW.
   torchtitan            torch-native parallelism as torchtitan composes it: a Llama/GPT module in
                         plain PyTorch (SDPA flash attention), DDP, FSDP2 fully_shard per block,
-                        DTensor tensor + sequence parallel (torchtitan's Llama TP plan, loss parallel).
+                        DTensor tensor + sequence parallel (torchtitan's Llama TP plan, loss parallel),
+                        torch.distributed.pipelining (stages split by hand, Schedule1F1B /
+                        ScheduleInterleaved1F1B, dp 1) and context parallel (context_parallel over
+                        SDPA, FSDP2 over the cp ranks; CUDA only).
 
 Usage (the launcher runs the cases in torch.distributed.run children, so that a case that dies
 -- an out-of-memory on one rank that leaves the other waiting in a collective -- costs only
@@ -20,7 +23,7 @@ itself; its record says oom when the log says so):
     python3 validation/harness/plan_step.py launch --grid main --nproc 2 --out F.json --budget-s 400
     python3 validation/harness/plan_step.py launch --grid smoke --nproc 1 --out F.json
     python3 validation/harness/plan_step.py list --grid main          # print the cases
-    # CPU dry run (gloo, tiny sizes, torchtitan only; Megatron-Core needs CUDA)
+    # CPU dry run (gloo, tiny sizes, torchtitan only; Megatron-Core and context parallel need CUDA)
     python3 validation/harness/plan_step.py launch --grid cpu --nproc 2 --cpu --out /tmp/p.json
 
 Timing: after >= 3 warm-up steps, >= 5 steps each timed as synchronized wall time (all ranks
@@ -71,13 +74,15 @@ MODELS = {
 }
 
 
-def case(framework, model, seq, world, tp=1, pp=1, vp=1, zero=0, sp=False, recompute="none", mbs=1, gbs=8,
+def case(framework, model, seq, world, tp=1, pp=1, vp=1, cp=1, zero=0, sp=False, recompute="none", mbs=1, gbs=8,
          risky=False, layers=None):
-    dp = world // (tp * pp)
+    """One case: framework, model (a MODELS name), sequence, world and plan fields; dp is what is
+    left of the world after tp * pp * cp."""
+    dp = world // (tp * pp * cp)
     m = dict(MODELS[model], seq=seq, tied_embeddings=False)
     if layers is not None:
         m["layers"] = layers
-    plan = dict(world=world, tp=tp, pp=pp, vp=vp, cp=1, dp=dp, sequence_parallel=bool(sp and tp > 1),
+    plan = dict(world=world, tp=tp, pp=pp, vp=vp, cp=cp, dp=dp, sequence_parallel=bool(sp and tp > 1),
                 zero_stage=zero, recompute=recompute, mbs=mbs, gbs=gbs,
                 schedule=("interleaved" if vp > 1 else "1f1b") if pp > 1 else None)
     return dict(framework=framework, name=model, model=m, plan=plan, risky=risky)
@@ -101,7 +106,8 @@ def grid(name: str) -> list[dict]:
     if name == "cpu":
         return [case(T, "tiny-llama", 64, 1, gbs=4), case(T, "tiny-llama", 64, 2, zero=0, gbs=4),
                 case(T, "tiny-llama", 64, 2, zero=3, gbs=4), case(T, "tiny-llama", 64, 2, tp=2, sp=True, gbs=4),
-                case(T, "tiny-gpt", 64, 2, zero=3, gbs=4, recompute="full")]
+                case(T, "tiny-gpt", 64, 2, zero=3, gbs=4, recompute="full"),
+                case(T, "tiny-llama", 64, 2, pp=2, gbs=4), case(T, "tiny-llama", 64, 2, pp=2, vp=2, gbs=4)]
     if name == "smoke":
         return [case(F, "tiny-llama", 256, 1, gbs=4), case(F, "tiny-gpt", 256, 1, gbs=4, recompute="full"),
                 case(F, "llama-1b", 2048, 1, gbs=2),
@@ -179,7 +185,35 @@ def grid(name: str) -> list[dict]:
         cases += [case(T, "llama-7b", 2048, 2, zero=3, gbs=4), case(T, "llama-7b", 2048, 2, tp=2, sp=True, gbs=4),
                   case(T, "llama-7b", 2048, 2, zero=0, gbs=4, risky=True)]
         return cases
+    if name == "native2":
+        return native2_grid()
+    if name == "cpu-pp":
+        return [case(T, "tiny-llama", 64, 2, pp=2, gbs=4), case(T, "tiny-llama", 64, 2, pp=2, vp=2, gbs=4),
+                case(T, "tiny-gpt", 64, 2, pp=2, gbs=8, recompute="full")]
     raise SystemExit(f"unknown grid {name!r}")
+
+
+def native2_grid() -> list[dict]:
+    """torch-native pipeline and context parallel on 2 GPUs (issue #11), predicted before they ran
+    (logs/prereg3_h200x2_plan.txt): torch.distributed.pipelining 1F1B and interleaved (pp 2, vp 2)
+    and context parallel 2 (FSDP2 over the cp ranks, as torchtitan's dp_shard_cp mesh: torchtitan
+    has no DDP under cp, and meshcast refuses cp without ZeRO-3 for it) for llama-1b and llama-3b at
+    seq 4096 and 8192, with 4-8 micro-batches per pipeline; llama-7b cp 2 at seq 16384; full
+    recompute variants; the four fsdp-sync cases; llama-7b pp 2 at seq 8192 (near the memory) and
+    16384 (predicted not to fit), run last and alone (risky)."""
+    T = "torchtitan"
+    out = []
+    for model, seq, gbs in (("llama-1b", 4096, 8), ("llama-1b", 8192, 4), ("llama-3b", 4096, 8), ("llama-3b", 8192, 4)):
+        out += [case(T, model, seq, 2, pp=2, gbs=gbs), case(T, model, seq, 2, pp=2, vp=2, gbs=gbs),
+                case(T, model, seq, 2, cp=2, zero=3, gbs=gbs // 2)]
+    out += [case(T, "llama-7b", 16384, 2, cp=2, zero=3, gbs=2),
+            case(T, "llama-3b", 8192, 2, pp=2, gbs=4, recompute="full"),
+            case(T, "llama-3b", 8192, 2, pp=2, vp=2, gbs=4, recompute="full"),
+            case(T, "llama-3b", 8192, 2, cp=2, zero=3, gbs=2, recompute="full")]
+    out += grid("fsdp-sync")
+    out += [case(T, "llama-7b", 8192, 2, pp=2, gbs=4, risky=True),
+            case(T, "llama-7b", 16384, 2, pp=2, gbs=4, risky=True)]
+    return out
 
 
 def host_grid() -> list[dict]:
@@ -250,6 +284,8 @@ def case_label(c: dict) -> str:
     bits = [c["framework"], name, f"s{c['model']['seq']}", f"w{p['world']}", f"tp{p['tp']}", f"pp{p['pp']}"]
     if p["vp"] > 1:
         bits.append(f"vp{p['vp']}")
+    if p.get("cp", 1) > 1:
+        bits.append(f"cp{p['cp']}")
     bits += [f"dp{p['dp']}", f"z{p['zero_stage']}"]
     if p["sequence_parallel"]:
         bits.append("sp")
@@ -649,14 +685,21 @@ def _native_model_cls():
             return x + self.feed_forward(self.ffn_norm(x))
 
     class Transformer(nn.Module):
-        def __init__(self, m, recompute="none"):
+        """The whole model, or one pipeline stage of it: ``layers`` (lo, hi) keeps blocks lo..hi-1;
+        ``first`` owns the embeddings (its input is tokens, else the previous stage's hidden
+        states), ``last`` the final norm and the output head (its output is logits, else hidden
+        states)."""
+
+        def __init__(self, m, recompute="none", layers=None, first=True, last=True):
             super().__init__()
             self.m, self.recompute = m, recompute
-            self.tok_embeddings = nn.Embedding(m["vocab"], m["hidden"])
-            self.pos_embeddings = nn.Embedding(m["seq"], m["hidden"]) if m["position"] == "learned" else None
-            self.layers = nn.ModuleList([Block(m) for _ in range(m["layers"])])
-            self.norm = norm(m["norm"], m["hidden"])
-            self.output = nn.Linear(m["hidden"], m["vocab"], bias=False)
+            lo, hi = layers if layers is not None else (0, m["layers"])
+            self.tok_embeddings = nn.Embedding(m["vocab"], m["hidden"]) if first else None
+            learned = first and m["position"] == "learned"
+            self.pos_embeddings = nn.Embedding(m["seq"], m["hidden"]) if learned else None
+            self.layers = nn.ModuleList([Block(m) for _ in range(lo, hi)])
+            self.norm = norm(m["norm"], m["hidden"]) if last else None
+            self.output = nn.Linear(m["hidden"], m["vocab"], bias=False) if last else None
             hd = m["hidden"] // m["heads"]
             inv = 1.0 / (10000 ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd))
             ang = torch.outer(torch.arange(m["seq"], dtype=torch.float32), inv)
@@ -664,7 +707,7 @@ def _native_model_cls():
             self.register_buffer("sin", ang.sin(), persistent=False)
 
         def forward(self, tokens):
-            h = self.tok_embeddings(tokens)
+            h = self.tok_embeddings(tokens) if self.tok_embeddings is not None else tokens
             if self.pos_embeddings is not None:
                 h = h + self.pos_embeddings.weight[: tokens.shape[1]]
             freqs = (self.cos, self.sin)
@@ -674,12 +717,14 @@ def _native_model_cls():
                     h = checkpoint(blk, h, freqs, use_reentrant=False)
                 else:
                     h = blk(h, freqs)
-            return self.output(self.norm(h))
+            return self.output(self.norm(h)) if self.output is not None else h
 
     return Transformer
 
 
 class NativeRunner:
+    """torch-native steps as torchtitan composes them: DDP, FSDP2, DTensor TP+SP,
+    torch.distributed.pipelining (1F1B, interleaved 1F1B) and context parallel through SDPA."""
     framework = "torchtitan"
 
     @staticmethod
@@ -688,18 +733,91 @@ class NativeRunner:
 
     def __init__(self, ctx: Ctx):
         self.ctx = ctx
+        self.extra = {}
 
     def versions(self) -> dict:
-        return {"attention": "scaled_dot_product_attention (flash)", "tp_plan": "torchtitan llama3 apply_tp"}
+        return {"attention": "scaled_dot_product_attention (flash)", "tp_plan": "torchtitan llama3 apply_tp",
+                "pp": "torch.distributed.pipelining PipelineStage per stage (layers split by hand), "
+                      "Schedule1F1B / ScheduleInterleaved1F1B (looped placement), loss_fn on the last stage",
+                "cp": "torch.distributed.tensor.experimental.context_parallel (buffers tokens, labels, rope cos/sin)"}
 
     def build(self, c: dict):
+        """The step function of case ``c`` (with ``step.phases``: forward+backward, optimizer)."""
+        p = c["plan"]
+        self.extra = {}
+        if p["recompute"] == "selective":
+            raise NotImplementedError("torchtitan runner: no selective recompute yet")
+        if p["pp"] > 1:
+            return self._build_pp(c)
+        return self._build_flat(c)
+
+    def _autocast(self):
+        import torch
+        dev_type = "cuda" if self.ctx.cuda else "cpu"
+        return lambda: torch.autocast(dev_type, dtype=torch.bfloat16)
+
+    def _apply_tp(self, model, m, tp):
+        """torchtitan's Llama TP plan with sequence parallel and loss parallel, over a 1-D mesh."""
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor import Replicate, Shard
+        from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
+                                                       SequenceParallel, parallelize_module)
+        mesh = init_device_mesh("cuda" if self.ctx.cuda else "cpu", (tp,), mesh_dim_names=("tp",))
+        top = {"tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
+               "norm": SequenceParallel(),
+               "output": ColwiseParallel(input_layouts=Shard(1), output_layouts=Shard(-1), use_local_output=False)}
+        if model.pos_embeddings is not None:
+            raise NotImplementedError("torchtitan runner: learned positions under TP")
+        parallelize_module(model, mesh, top)
+        for blk in model.layers:
+            plan = {"attention_norm": SequenceParallel(),
+                    "attention": PrepareModuleInput(input_layouts=(Shard(1), None),
+                                                    desired_input_layouts=(Replicate(), None)),
+                    "attention.wq": ColwiseParallel(), "attention.wk": ColwiseParallel(),
+                    "attention.wv": ColwiseParallel(), "attention.wo": RowwiseParallel(output_layouts=Shard(1)),
+                    "ffn_norm": SequenceParallel(),
+                    "feed_forward": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+                    "feed_forward.w1": ColwiseParallel(), "feed_forward.w2": RowwiseParallel(output_layouts=Shard(1))}
+            if m["activation"] == "swiglu":
+                plan["feed_forward.w3"] = ColwiseParallel()
+            parallelize_module(blk, mesh, plan)
+
+    def _cp_context(self, model, cp):
+        """A factory of torch's context_parallel contexts over a 1-D ``cp`` mesh (the whole world:
+        dp = tp = pp = 1): each micro-batch shards its tokens and labels (not restored) and the
+        model's rope cos/sin buffers (restored on exit) along the sequence, with torch's default
+        head-tail load balancing for causal attention and its default KV rotate method (recorded)."""
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor.experimental import context_parallel
+        if not self.ctx.cuda:
+            raise NotImplementedError("context parallel needs CUDA SDPA kernels (flash / efficient / cudnn)")
+        if model.pos_embeddings is not None:
+            raise NotImplementedError("torchtitan runner: learned positions under CP")
+        mesh = init_device_mesh("cuda", (cp,), mesh_dim_names=("cp",))
+        try:
+            from torch.distributed.tensor.experimental._attention import _cp_options
+            self.extra.update(cp_rotate_method=str(getattr(_cp_options.rotate_method, "name", "?")).lower(),
+                              cp_load_balance=bool(_cp_options.enable_load_balance))
+        except ImportError:  # pragma: no cover
+            self.extra["cp_rotate_method"] = "unknown"
+
+        def make(tok, lab):
+            return context_parallel(mesh, buffers=[tok, lab, model.cos, model.sin], buffer_seq_dims=[1, 1, 0, 0],
+                                    no_restore_buffers={tok, lab})
+        return make
+
+    def _build_flat(self, c: dict):
+        """No pipeline: DDP (zero 0), FSDP2 (zero 3) or DTensor TP+SP, optionally context parallel;
+        gbs / (dp * mbs) micro-batches, each loss / n_microbatches, gradients synchronized on the last
+        (or on every one under ``fsdp_sync_each``)."""
         import torch
         import torch.nn.functional as Fn
         from torch.distributed.device_mesh import init_device_mesh
         m, p = c["model"], c["plan"]
         ctx = self.ctx
-        if p["pp"] > 1 or p["cp"] > 1 or p["recompute"] == "selective":
-            raise NotImplementedError("torchtitan runner: no pp / cp / selective recompute yet")
+        tp, dp, cp, zero = p["tp"], p["dp"], p["cp"], p["zero_stage"]
+        if cp > 1 and (tp > 1 or dp > 1):
+            raise NotImplementedError("torchtitan runner: cp only with dp = tp = pp = 1")
         Transformer = _native_model_cls()
         torch.manual_seed(0)
         with torch.device(ctx.dev):
@@ -707,37 +825,18 @@ class NativeRunner:
         dev_type = "cuda" if ctx.cuda else "cpu"
         autocast = contextlib.nullcontext
         loss_ctx = contextlib.nullcontext
-        tp, dp, zero = p["tp"], p["dp"], p["zero_stage"]
+        cp_ctx = self._cp_context(model, cp) if cp > 1 else None
         if tp > 1:
-            from torch.distributed.tensor import Replicate, Shard
-            from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
-                                                           SequenceParallel, loss_parallel, parallelize_module)
-            mesh = init_device_mesh(dev_type, (tp,), mesh_dim_names=("tp",))
-            top = {"tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
-                   "norm": SequenceParallel(),
-                   "output": ColwiseParallel(input_layouts=Shard(1), output_layouts=Shard(-1), use_local_output=False)}
-            if model.pos_embeddings is not None:
-                raise NotImplementedError("torchtitan runner: learned positions under TP")
-            parallelize_module(model, mesh, top)
-            for blk in model.layers:
-                plan = {"attention_norm": SequenceParallel(),
-                        "attention": PrepareModuleInput(input_layouts=(Shard(1), None),
-                                                        desired_input_layouts=(Replicate(), None)),
-                        "attention.wq": ColwiseParallel(), "attention.wk": ColwiseParallel(),
-                        "attention.wv": ColwiseParallel(), "attention.wo": RowwiseParallel(output_layouts=Shard(1)),
-                        "ffn_norm": SequenceParallel(),
-                        "feed_forward": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
-                        "feed_forward.w1": ColwiseParallel(), "feed_forward.w2": RowwiseParallel(output_layouts=Shard(1))}
-                if m["activation"] == "swiglu":
-                    plan["feed_forward.w3"] = ColwiseParallel()
-                parallelize_module(blk, mesh, plan)
+            from torch.distributed.tensor.parallel import loss_parallel
+            self._apply_tp(model, m, tp)
             loss_ctx = loss_parallel
-            autocast = lambda: torch.autocast(dev_type, dtype=torch.bfloat16)  # noqa: E731
+            autocast = self._autocast()
             opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
             self.optimizer_class = "torch.optim.AdamW(foreach) under autocast bf16, DTensor params"
         elif zero == 3:
             from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-            mesh = init_device_mesh(dev_type, (dp,), mesh_dim_names=("dp_shard",))
+            # torchtitan shards over dp_shard x cp (its dp_shard_cp mesh)
+            mesh = init_device_mesh(dev_type, (dp * cp,), mesh_dim_names=("dp_shard_cp",))
             mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
             for blk in model.layers:
                 fully_shard(blk, mesh=mesh, mp_policy=mp)
@@ -745,27 +844,29 @@ class NativeRunner:
             opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
             self.optimizer_class = "torch.optim.AdamW(foreach) over FSDP2 shards"
         else:
-            if dp > 1:
+            if dp * cp > 1:
                 from torch.nn.parallel import DistributedDataParallel as DDP
                 model = DDP(model, device_ids=[ctx.local_rank] if ctx.cuda else None)
-            autocast = lambda: torch.autocast(dev_type, dtype=torch.bfloat16)  # noqa: E731
+            autocast = self._autocast()
             opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=ctx.cuda)
             self.optimizer_class = "torch.optim.AdamW(fused) under autocast bf16"
         mbs, seq = p["mbs"], m["seq"]
         nmb = p["gbs"] // (dp * mbs)
         sync_each = bool(c.get("fsdp_sync_each"))
         g = torch.Generator(device=ctx.dev)
-        g.manual_seed(1000 + (ctx.rank // tp))
+        g.manual_seed(1000 + (ctx.rank // (tp * cp)))       # the same data on a TP or CP group
         tokens = torch.randint(m["vocab"], (mbs, seq), device=ctx.dev, generator=g)
         labels = torch.randint(m["vocab"], (mbs, seq), device=ctx.dev, generator=g)
         no_sync = model.no_sync if hasattr(model, "no_sync") else None
 
         def micro(last):
-            with autocast():
-                logits = model(tokens)
-            with loss_ctx():
-                loss = Fn.cross_entropy(logits.float().flatten(0, 1), labels.flatten(0, 1)) / nmb
-                loss.backward()
+            tok, lab = (tokens.clone(), labels.clone()) if cp_ctx else (tokens, labels)
+            with (cp_ctx(tok, lab) if cp_ctx else contextlib.nullcontext()):
+                with autocast():
+                    logits = model(tok)
+                with loss_ctx():
+                    loss = Fn.cross_entropy(logits.float().flatten(0, 1), lab.flatten(0, 1)) / nmb
+                    loss.backward()
 
         def forward_backward():
             for i in range(nmb):
@@ -778,6 +879,10 @@ class NativeRunner:
                 else:
                     micro(last)
 
+        return self._finish(forward_backward, opt, model)
+
+    def _finish(self, forward_backward, opt, held):
+        """The step (forward+backward, then AdamW step and zero_grad) with its two phases."""
         def optimizer_step():
             opt.step()
             opt.zero_grad(set_to_none=True)
@@ -787,8 +892,70 @@ class NativeRunner:
             optimizer_step()
 
         step.phases = (forward_backward, optimizer_step)
-        self._held = (model, opt)
+        self._held = (held, opt)
         return step
+
+    def _pp_stages(self, m, p, Transformer):
+        """This rank's pipeline stages: pp * vp stages of layers / (pp * vp) blocks each, stage i on
+        rank i % pp (torchtitan's looped placement: rank r holds stages r, r + pp, ...); stage 0
+        owns the embeddings, the last stage the final norm and the output head."""
+        from torch.distributed.pipelining import PipelineStage
+        import torch
+        pp, vp = p["pp"], p["vp"]
+        n = pp * vp
+        if m["layers"] % n:
+            raise ValueError(f"{m['layers']} layers do not split into {n} equal pipeline stages")
+        per = m["layers"] // n
+        torch.manual_seed(0)
+        parts, stages = [], []
+        for i in range(self.ctx.rank % pp, n, pp):
+            with torch.device(self.ctx.dev):
+                part = Transformer(m, p["recompute"], layers=(i * per, (i + 1) * per), first=i == 0, last=i == n - 1)
+            parts.append(part)
+            stages.append(PipelineStage(part, i, n, self.ctx.dev))
+        return parts, stages
+
+    def _build_pp(self, c: dict):
+        """Pipeline parallel with torch.distributed.pipelining (dp = tp = cp = 1): plain fp32
+        parameters under autocast bf16, fused AdamW, Schedule1F1B (vp = 1) or
+        ScheduleInterleaved1F1B (vp > 1) over gbs / mbs micro-batches. The schedule's loss_fn is
+        the mean cross entropy of a micro-batch and the schedule divides the gradients by the
+        number of micro-batches (scale_grads), which is the DDP path's loss / n_microbatches."""
+        import inspect
+        import torch
+        import torch.nn.functional as Fn
+        from torch.distributed.pipelining import Schedule1F1B, ScheduleInterleaved1F1B
+        m, p = c["model"], c["plan"]
+        if p["tp"] > 1 or p["cp"] > 1 or p["dp"] > 1 or p["zero_stage"]:
+            raise NotImplementedError("torchtitan runner: pp only with dp = tp = cp = 1 and zero 0")
+        parts, stages = self._pp_stages(m, p, _native_model_cls())
+        nmb = p["gbs"] // (p["dp"] * p["mbs"])
+
+        def loss_fn(logits, labels):
+            return Fn.cross_entropy(logits.float().flatten(0, 1), labels.flatten(0, 1))
+
+        cls = ScheduleInterleaved1F1B if p["vp"] > 1 else Schedule1F1B
+        kw = {"scale_grads": True} if "scale_grads" in inspect.signature(cls.__init__).parameters else {}
+        sched = cls(stages if p["vp"] > 1 else stages[0], n_microbatches=nmb, loss_fn=loss_fn, **kw)
+        step_kw = {"return_outputs": False} if "return_outputs" in inspect.signature(sched.step).parameters else {}
+        self.extra.update(pp_schedule=cls.__name__, pp_return_outputs=not step_kw,
+                          pp_scale_grads=kw.get("scale_grads", "torch default"))
+        params = [q for part in parts for q in part.parameters()]
+        opt = torch.optim.AdamW(params, lr=1e-4, fused=self.ctx.cuda)
+        self.optimizer_class = "torch.optim.AdamW(fused) under autocast bf16"
+        g = torch.Generator(device=self.ctx.dev)
+        g.manual_seed(1000)
+        shape = (nmb * p["mbs"], m["seq"])
+        tokens = torch.randint(m["vocab"], shape, device=self.ctx.dev, generator=g)
+        labels = torch.randint(m["vocab"], shape, device=self.ctx.dev, generator=g)
+        first, last = any(s.is_first for s in stages), any(s.is_last for s in stages)
+        autocast = self._autocast()
+
+        def forward_backward():
+            with autocast():
+                sched.step(*((tokens,) if first else ()), target=labels if last else None, **step_kw)
+
+        return self._finish(forward_backward, opt, (parts, stages, sched))
 
     def release(self):
         self._held = None
@@ -843,6 +1010,7 @@ def child_main(args):
         dist.all_reduce(flags, op=dist.ReduceOp.MAX)
         st = 1 if flags[0].item() else (2 if flags[1].item() else 0)
         rec["optimizer"] = getattr(runner, "optimizer_class", None)
+        rec.update(getattr(runner, "extra", None) or {})     # pp schedule, cp rotate method
         rec["attention"] = runner.attention_backend()
         if getattr(runner, "norm_impl", None):
             rec["norm_impl"] = runner.norm_impl

@@ -1,0 +1,83 @@
+"""Pre-registration: meshcast's predictions for the cases of a plan_step.py grid, before they run.
+
+    python -m validation.prereg --grid native2 --like validation/measurements/h200x2_plan_torchtitan.json
+
+Each case becomes the record the harness would write, without any measured field, and is
+predicted as ``meshcast validate`` would predict it (validation.predict.predict_record) on the
+hardware of the ``--like`` file (its ``info.gpu`` and ``world``); the fit verdict compares with that
+file's ``info.total_memory_bytes`` as validation.accuracy does. Prints one row per case: time,
+peak allocated GiB (the largest stage), fit verdict and the host's seconds to issue the step.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+from pathlib import Path
+
+from simulator.calibration import calibration_for
+from simulator.memory import fits_in
+from validation.hardware import hardware_for
+from validation.predict import Unsupported, predict_record
+from validation.records import load_measurements
+
+HARNESS = Path(__file__).resolve().parent / "harness" / "plan_step.py"
+
+
+def harness():
+    """validation/harness/plan_step.py as a module (its grids need no torch)."""
+    spec = importlib.util.spec_from_file_location("plan_step", HARNESS)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def skeleton(h, c: dict) -> dict:
+    """The plan_step record the harness writes for case ``c``, without measured fields."""
+    return dict(kind="plan_step", framework=c["framework"], name=c["name"], **c["model"], **c["plan"],
+                dtype="bfloat16", attention=h.NativeRunner.attention_backend() if c["framework"] == "torchtitan"
+                else None)
+
+
+def rows(grid: str, like: str, world: int | None = None) -> list[tuple[str, dict]]:
+    """(case label, prediction fields or an ``error``) for every case of ``grid`` (of ``world`` GPUs)."""
+    h = harness()
+    mf = load_measurements(like)
+    hw = hardware_for(mf)
+    cal = calibration_for(hw.accelerator)[0]
+    usable = float(mf.info.get("total_memory_bytes") or hw.accelerator.hbm_capacity_bytes)
+    out = []
+    for c in h.grid(grid):
+        if world and c["plan"]["world"] != world:
+            continue
+        rec = {k: v for k, v in skeleton(h, c).items() if v is not None}
+        try:
+            p = predict_record(rec, hw, cal)
+        except Unsupported as exc:
+            out.append((h.case_label(c), {"error": str(exc)}))
+            continue
+        host = (p.host_issue_s or 0.0) + (p.host_optimizer_s or 0.0)
+        out.append((h.case_label(c) + (" (risky)" if c.get("risky") else ""),
+                    dict(time_ms=p.time_s * 1e3, peak_gib=p.peak_memory_bytes / 2**30,
+                         fits=fits_in(p.total_memory_bytes, usable), host_ms=host * 1e3)))
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--grid", required=True)
+    ap.add_argument("--like", required=True, help="a measurement file of the machine the grid will run on")
+    ap.add_argument("--world", type=int, default=None)
+    a = ap.parse_args(argv)
+    bad = 0
+    print(f"{'case':<82} time_ms  peak_GiB  fits  host_ms")
+    for label, r in rows(a.grid, a.like, a.world):
+        if "error" in r:
+            bad += 1
+            print(f"{label:<82} ERROR {r['error']}")
+        else:
+            print(f"{label:<82} {r['time_ms']:8.1f}  {r['peak_gib']:8.2f}  {str(r['fits']):<5} {r['host_ms']:7.1f}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

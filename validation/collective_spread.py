@@ -23,6 +23,7 @@ RUNS = {  # every 2-GPU collectives run on H200 (NVLink), oldest first
     "run1": ROOT / "validation/measurements/repeat/h200x2_collectives_run1.json",
     "run2": ROOT / "validation/measurements/repeat/h200x2_collectives_run2.json",
     "run4": ROOT / "validation/measurements/repeat/h200x2_collectives_run4.json",
+    "run5": ROOT / "validation/measurements/repeat/h200x2_collectives_run5.json",
 }
 
 

@@ -210,6 +210,15 @@ def embedding_params(m: ModelSpec) -> int:
     return emb + head + pos
 
 
+def mtp_layer_kinds(m: ModelSpec, module: int) -> list[str]:
+    """The layer kinds (ModelSpec.layer_kind) of MTP module ``module`` (0-based): the blocks of
+    ``mtp_pattern`` in a hybrid model (default '*E': attention, MoE), else the kind main-model
+    layer ``num_layers + module`` would have (DeepSeek-V3: an MoE layer)."""
+    if m.hybrid:
+        return [HYBRID_SYMBOLS[sym] for sym in (m.mtp_pattern or "*E")]
+    return [m.layer_kind(m.num_layers + module)]
+
+
 def mtp_params(m: ModelSpec, active: bool = False) -> int:
     """Parameters of the ``m.mtp_layers`` multi-token-prediction modules (DeepSeek-V3 Sec. 2.2).
 
@@ -218,22 +227,15 @@ def mtp_params(m: ModelSpec, active: bool = False) -> int:
     (enorm, hnorm, and the final norm before the shared head). The embedding and the output head
     are shared with the main model and not counted again. ``active``: routed experts counted
     top_k times instead of num_experts times. In a hybrid model a module's layer is the blocks of
-    ``mtp_pattern`` (Nemotron 3 Super/Ultra: '*E', one attention and one MoE block).
+    ``mtp_pattern`` (Nemotron 3 Super/Ultra: '*E', one attention and one MoE block). A module
+    repeated over several depths (``mtp_depths``) is counted once.
     """
     total = 0
-    if m.hybrid:
-        for _ in range(m.mtp_layers):
-            for sym in m.mtp_pattern or "*E":
-                lp = kind_params(m, HYBRID_SYMBOLS[sym])
-                total += (lp.active + lp.expert * m.moe.top_k) if active and lp.num_experts else lp.total
-            total += 2 * m.hidden * m.hidden + 3 * norm_params(m)
-        return total
     for k in range(m.mtp_layers):
-        lp = layer_params(m, m.num_layers + k)
-        layer = lp.total
-        if active and lp.num_experts:
-            layer = lp.active + lp.expert * m.moe.top_k
-        total += layer + 2 * m.hidden * m.hidden + 3 * norm_params(m)
+        for kind in mtp_layer_kinds(m, k):
+            lp = kind_params(m, kind)
+            total += (lp.active + lp.expert * m.moe.top_k) if active and lp.num_experts else lp.total
+        total += 2 * m.hidden * m.hidden + 3 * norm_params(m)
     return total
 
 

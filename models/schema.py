@@ -128,6 +128,13 @@ class ModelSpec(_Strict):
         0, ge=0, description="DeepSeek-V3 multi-token-prediction modules trained beside the main model; "
         "each is one more transformer layer plus a 2h->h projection and three norms, sharing the "
         "embedding and output head (DeepSeek-V3 report, Sec. 2.2)")
+    mtp_depths: Optional[int] = Field(
+        None, ge=1, description="MTP prediction depths run per step when more than the modules: Megatron-Core's "
+        "--mtp-num-layers with --mtp-use-repeated-layer applies its one MTP module this many times (weights "
+        "once, compute per depth; Megatron-Bridge's Nemotron 3 Super recipe: 2); default mtp_layers")
+    mtp_bf16: bool = Field(
+        False, description="the MTP modules run in bf16 whatever the plan's precision (Megatron-Bridge "
+        "keep_mtp_spec_in_bf16, set by its Nemotron-H bridge and Nemotron 3 Super recipe)")
     published_params: Optional[PositiveFloat] = Field(None, description="published parameter count")
     published_params_precision: Optional[PositiveFloat] = Field(
         None, description="rounding step of published_params as the source prints it (1e8 for "
@@ -161,11 +168,19 @@ class ModelSpec(_Strict):
             raise ValueError(f"hybrid_pattern has {len(self.hybrid_pattern)} layers, num_layers is {self.num_layers}")
         if self.mtp_pattern is not None and self.hybrid_pattern is None:
             raise ValueError("mtp_pattern applies to hybrid models only")
+        if self.mtp_depths is not None and self.mtp_depths != self.mtp_layers and self.mtp_layers != 1:
+            raise ValueError(f"mtp_depths {self.mtp_depths} differs from mtp_layers {self.mtp_layers}: only one "
+                             "MTP module can be repeated (Megatron-Core mtp_use_repeated_layer)")
         if self.mamba is not None and self.hybrid_pattern is None:
             raise ValueError("a mamba config needs a hybrid_pattern saying which layers are Mamba-2")
         if self.moe and self.moe.latent_size and self.hybrid_pattern is None:
             raise ValueError("moe.latent_size (LatentMoE) is modelled for hybrid models only")
         return self
+
+    @property
+    def mtp_forward_depths(self) -> int:
+        """MTP depths computed per step (``mtp_depths``, else one per module; 0 without MTP)."""
+        return (self.mtp_depths or self.mtp_layers) if self.mtp_layers else 0
 
     @property
     def kv_heads(self) -> int:

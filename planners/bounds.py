@@ -28,7 +28,7 @@ from simulator.calibration import Calibration
 from simulator.comm import fabric_from_hardware
 from simulator.engine import (LOWERING_FIELDS, _optimizer_time, device_model, dp_comm_seconds, stage_layer_ranges,
                               summarize_ops)
-from simulator.lowering import Context, embedding_ops, head_ops, layer_ops, p2p_time
+from simulator.lowering import Context, embedding_ops, last_stage_ops, layer_ops, p2p_time
 from simulator.memory import (FRAGMENTATION, WORKSPACE_BYTES, in_flight, model_state_bytes, stage_memory,
                               stage_params)
 from simulator.plan import ParallelPlan
@@ -115,7 +115,9 @@ class Oracle:
                     self._ops(("moe_rec", base, experts, plan.recompute), plan,
                               lambda c: layer_ops(c, True, recompute=True))
             emb = self._ops(("emb", base), plan, embedding_ops)
-            head = self._ops(("head", base), plan, head_ops)
+            # the MTP depths on the last stage hold a layer: they depend on ep, etp and recompute too
+            mtp = (experts, plan.recompute) if self.model.mtp_layers else ()
+            head = self._ops(("head", base) + mtp, plan, last_stage_ops)
             hit = self._layers[key] = LayerTimes(d_rec, d_norec, m_rec, m_norec, emb, head)
         return hit
 

@@ -23,7 +23,7 @@ from simulator.frameworks import get_framework
 from simulator.regimes import model_tags
 from simulator.flops import step_hardware_flops, step_model_flops
 from simulator.identity_cache import IdentityCache
-from simulator.lowering import Context, embedding_ops, head_ops, layer_ops, p2p_time
+from simulator.lowering import Context, embedding_ops, last_stage_ops, layer_ops, p2p_time
 from simulator.memory import (DS_REDUCE_BUCKET, StageFootprint, fits_in, kinds_in, layer_activations_by_kind,
                               layer_kind_params, moe_layers_in, stage_footprint, stage_memory, stage_params)
 from simulator.ops import Op
@@ -75,12 +75,12 @@ def _lowered(ctx: Context):
 
 def _lower(ctx: Context) -> tuple:
     """(ops of each layer kind, the same without recompute where the plan recomputes only some
-    layers, embedding, head, pipeline send seconds)."""
+    layers, embedding, head with any MTP depths (lowering.last_stage_ops), pipeline send seconds)."""
     p, model = ctx.plan, ctx.model
     kinds = list(layer_kind_params(model))
     ops = {k: summarize_ops(layer_ops(ctx, k)) for k in kinds}
     norec = {k: summarize_ops(layer_ops(ctx, k, recompute=False)) for k in kinds} if p.recompute_layers else {}
-    return ops, norec, summarize_ops(embedding_ops(ctx)), summarize_ops(head_ops(ctx)), p2p_time(ctx)
+    return ops, norec, summarize_ops(embedding_ops(ctx)), summarize_ops(last_stage_ops(ctx)), p2p_time(ctx)
 
 
 @dataclass(frozen=True)
@@ -299,7 +299,10 @@ def simulate(model: ModelSpec, hardware: Hardware, plan: ParallelPlan,
     if with_ops:
         kinds, _, emb, head, _ = st.lowered
         ops = {f"{k}_layer": list(v.ops) for k, v in kinds.items()}
-        ops.update({"embedding": list(emb.ops), "head": list(head.ops)})
+        ops.update({"embedding": list(emb.ops), "head": [op for op in head.ops if not op.name.startswith("mtp")]})
+        mtp = [op for op in head.ops if op.name.startswith("mtp")]
+        if mtp:
+            ops["mtp"] = mtp
         result = replace(result, ops=ops)
     return result
 

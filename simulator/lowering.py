@@ -13,11 +13,11 @@ shapes; backward of attention is FlashAttention's backward; each collective has 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hardware_specs.errors import PlanError
 from models.params import (attention_params, embedding_params, kind_params, mamba_params, mlp_params,
-                           norm_params)
+                           mtp_layer_kinds, norm_params)
 from models.schema import ModelSpec
 from simulator.comm import Fabric, collective_time
 from simulator.frameworks import get_framework
@@ -529,6 +529,74 @@ def head_ops(ctx: Context) -> list[Op]:
     # the output head's weight (a tied one is accumulated into the embedding's) and the final norm
     head_params = (0 if m.tied_embeddings else m.vocab * m.hidden / p.tp) + norm_params(m)
     return fwd + bwd + main_grad_accumulation(ctx, "head", head_params)
+
+
+def mtp_context(ctx: Context) -> Context:
+    """The context the MTP modules are lowered in: the plan's, or with bf16 GEMMs where the model
+    keeps its MTP modules in bf16 (ModelSpec.mtp_bf16)."""
+    if not ctx.model.mtp_bf16 or ctx.plan.precision == "bf16":
+        return ctx
+    return replace(ctx, plan=replace(ctx.plan, precision="bf16"))
+
+
+def _mtp_projection(ctx: Context) -> list[Op]:
+    """One MTP depth's input projection (Megatron-Core MultiTokenPredictionLayer._concat_embeddings)
+    and its backward: RMSNorm of the shifted tokens' embedding (enorm) and of the previous depth's
+    hidden state (hnorm), their concatenation (read 2 x h, write 2h values, bf16), (SP all-gather of
+    the 2h-wide input), the column-parallel 2h -> h eh_proj, and the all-gather of its h/tp output
+    slices over tp (gather_from_tensor_model_parallel_region: no communication in backward)."""
+    m, p = ctx.model, ctx.plan
+    T, h, tp, rd = ctx.tokens, m.hidden, p.tp, _residual_dtype(ctx)
+    fwd = [_elementwise(ctx, "mtp.enorm", m.norm, ctx.sp_tokens, h, "fwd", rd),
+           _elementwise(ctx, "mtp.hnorm", m.norm, ctx.sp_tokens, h, "fwd", rd)]
+    cat = 2.0 * ctx.sp_tokens * 2 * h * ACT_BYTES
+    fwd.append(Op("mtp.concat", "memory", "fwd", memory_time(ctx.dev, cat), bytes=cat))
+    if p.sp:
+        fwd.append(ctx.comm("mtp.sp_all_gather", "all_gather", T * 2 * h * ACT_BYTES / tp, "tp", "fwd"))
+    fwd.append(_gemm(ctx, "mtp.eh_proj", T, math.ceil(h / tp), 2 * h, "fwd"))
+    gather = []
+    if tp > 1:
+        gather.append(ctx.comm("mtp.tp_all_gather", "all_gather", T * h * ACT_BYTES / tp, "tp", "fwd"))
+    return fwd + gather + backward_of(ctx, fwd)
+
+
+def _shared(ops: list[Op]) -> list[Op]:
+    """Ops of a module whose weights the MTP depth shares with the main model (embedding, output
+    head): the same kernels, but no second main-grad accumulation (one hook per parameter)."""
+    return [op for op in ops if not op.name.endswith("main_grad_accumulate")]
+
+
+def mtp_ops(ctx: Context) -> list[Op]:
+    """All ops of the model's multi-token-prediction depths for one micro-batch on the last
+    pipeline stage (Megatron-Core multi_token_prediction.py; DeepSeek-V3 report Sec. 2.2). Depth k,
+    for every token: the shared embedding of the tokens shifted by k (embedding_ops), the input
+    projection (_mtp_projection), one layer of the module's kinds (layer_ops: DeepSeek-V3 MLA +
+    MoE; a hybrid model's mtp_pattern blocks, Nemotron 3 '*E' attention + LatentMoE), and the
+    final norm, the shared output head and cross-entropy (head_ops). A repeated module
+    (``mtp_depths`` > ``mtp_layers``) costs its compute per depth and accumulates its weight
+    gradients once. The loss scaling and label/mask shifts are scalar or per-token-id work, left out."""
+    m = ctx.model
+    mctx = mtp_context(ctx)
+    emb, head = _shared(embedding_ops(ctx)), _shared(head_ops(ctx))
+    ops: list[Op] = []
+    for depth in range(m.mtp_forward_depths):
+        module = min(depth, m.mtp_layers - 1)
+        layers = [op for kind in mtp_layer_kinds(m, module) for op in layer_ops(mctx, kind)]
+        proj = _mtp_projection(mctx)
+        if depth < m.mtp_layers:
+            proj += main_grad_accumulation(mctx, "mtp.proj", 2 * m.hidden * m.hidden / ctx.plan.tp
+                                           + 3 * norm_params(m))
+        else:
+            layers = _shared(layers)
+        ops += [replace(op, name=f"mtp{depth + 1}.{op.name}") for op in emb + proj + layers + head]
+    return ops
+
+
+def last_stage_ops(ctx: Context) -> list[Op]:
+    """What the last pipeline stage runs after its decoder layers: the output head and loss, then
+    the MTP depths (Megatron-Core places them on the last stage unless a pipeline layout says
+    otherwise; Megatron-Bridge's DeepSeek-V3 layouts put them there too, 'mL')."""
+    return head_ops(ctx) + mtp_ops(ctx)
 
 
 def p2p_time(ctx: Context) -> float:

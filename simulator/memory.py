@@ -33,12 +33,12 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from models.params import embedding_params, kind_params, largest_layer_matrix, norm_params
+from models.params import embedding_params, kind_params, largest_layer_matrix, mtp_layer_kinds, norm_params
 from models.schema import ModelSpec
 from simulator.compute import FUSED_ATTENTION
 from simulator.frameworks import get_framework
 from simulator.identity_cache import IdentityCache
-from simulator.lowering import Context, _attention_dims, layer_kind, mamba_local_dims
+from simulator.lowering import Context, _attention_dims, layer_kind, mamba_local_dims, mtp_context
 
 GIB = 1024 ** 3
 WORKSPACE_BYTES = 1.0 * GIB     # cuBLAS/cuDNN workspaces + NCCL buffers (planning allowance)
@@ -154,11 +154,12 @@ def stage_params(ctx: Context, layers: range, first: bool, last: bool) -> tuple[
     dense = expert = 0.0
     params = layer_kind_params(m)
     for kind, count in kinds_in(m, layers.start, layers.stop).items():
-        lp = params[kind]
-        dense += count * ((lp.attention + lp.dense_mlp + lp.shared_experts + lp.mamba) / p.tp + lp.norms
-                          + lp.router + lp.latent)
-        expert += count * lp.expert * lp.num_experts / (p.ep * p.expert_tp)
+        d, e = _local_layer_params(ctx, params[kind])
+        dense, expert = dense + count * d, expert + count * e
     emb = m.vocab * m.hidden / p.tp
+    if last and m.mtp_layers:
+        d, e = _mtp_local_params(ctx, first)
+        dense, expert = dense + d, expert + e
     if first:   # token embedding (vocab-parallel) and learned positions (replicated)
         tables = m.vocab * m.hidden * (1 if m.tied_embeddings else 2)
         dense += emb + (embedding_params(m) - tables)
@@ -167,6 +168,55 @@ def stage_params(ctx: Context, layers: range, first: bool, last: bool) -> tuple[
     if first and last and m.tied_embeddings:
         dense -= emb
     return dense, expert
+
+
+def _local_layer_params(ctx: Context, lp) -> tuple[float, float]:
+    """(dense, expert) parameters of one layer (LayerParams) on one device: TP-split matrices and
+    Mamba mixer, replicated norms, router and latent projections, this rank's experts."""
+    p = ctx.plan
+    dense = (lp.attention + lp.dense_mlp + lp.shared_experts + lp.mamba) / p.tp + lp.norms + lp.router + lp.latent
+    return dense, lp.expert * lp.num_experts / (p.ep * p.expert_tp)
+
+
+def _mtp_local_params(ctx: Context, first: bool) -> tuple[float, float]:
+    """(dense, expert) parameters of the MTP modules on one device of the last stage (the modules of
+    models.params.mtp_params: each module's layer, its column-parallel 2h -> h projection and three
+    norms), plus, where the last stage is not the first, the copy of the embedding table Megatron-Core
+    builds there for the MTP input (gpt_model.py: an embedding wherever pre_process or mtp_process;
+    kept equal to the first stage's like a tied output head)."""
+    m, p = ctx.model, ctx.plan
+    dense = expert = 0.0
+    for module in range(m.mtp_layers):
+        for kind in mtp_layer_kinds(m, module):
+            d, e = _local_layer_params(ctx, kind_params(m, kind))
+            dense, expert = dense + d, expert + e
+        dense += 2 * m.hidden * m.hidden / p.tp + 3 * norm_params(m)
+    if not first:
+        dense += m.vocab * m.hidden / p.tp
+    return dense, expert
+
+
+def mtp_activation_bytes(ctx: Context) -> float:
+    """Bytes the MTP depths save for backward for one micro-batch on one device of the last stage:
+    per depth, the enorm and hnorm inputs (residual dtype), the eh_proj input (the 2h-wide
+    concatenation, sequence-parallel shard, quantized as other GEMM inputs) and the activations of
+    the module's layer (layer_activation_bytes of each kind, in the MTP modules' precision). Under
+    full recompute (Megatron-Core checkpoints the whole MTP layer) only the two inputs are kept.
+    The head's input is not counted, as for the main head; its logits are (stage_footprint)."""
+    m, p = ctx.model, ctx.plan
+    if not m.mtp_layers:
+        return 0.0
+    mctx = mtp_context(ctx)
+    resid = 4 if p.recipe == "torch_amp" else 2
+    inputs = 2 * resid * ctx.sp_tokens * m.hidden
+    if p.recompute == "full":
+        return m.mtp_forward_depths * inputs
+    g_in = GEMM_INPUT_SAVED_BYTES.get(mctx.plan.precision, 2)
+    total = 0.0
+    for depth in range(m.mtp_forward_depths):
+        kinds = mtp_layer_kinds(m, min(depth, m.mtp_layers - 1))
+        total += inputs + g_in * ctx.sp_tokens * 2 * m.hidden + sum(layer_activation_bytes(mctx, k) for k in kinds)
+    return total
 
 
 def model_state_bytes(ctx: Context, dense: float, expert: float) -> tuple[float, float, float]:
@@ -440,7 +490,12 @@ def stage_footprint(ctx: Context, layers: range, first: bool, last: bool,
     transient = attention_transient_bytes(ctx)
     if p.recompute == "selective" and p.attention == "unfused_torch":
         rebuild = max(rebuild, UNFUSED_TORCH_SAVED * score_elements(ctx))   # the core rebuilt for its backward
-    logits = ctx.tokens * math.ceil(m.vocab / p.tp) * LOSS_BYTES_PER_LOGIT[p.recipe] if last else 0.0
+    if last:
+        stored += mtp_activation_bytes(ctx)
+    # the main head's logits, and as many again for each MTP depth (each keeps its loss's buffer
+    # until backward: multi_token_prediction.py process_mtp_loss runs the shared head per depth)
+    heads = 1 + m.mtp_forward_depths
+    logits = heads * ctx.tokens * math.ceil(m.vocab / p.tp) * LOSS_BYTES_PER_LOGIT[p.recipe] if last else 0.0
     fsdp = fsdp_transients(ctx, dense + expert) if p.recipe == "torch_fsdp" else None
     temp = get_framework(p.framework).kernels.optimizer_temp_bytes * (dense + expert) / _optimizer_shards(p)
     return StageFootprint(dense + expert, weights, grads, opt, stored, logits, rebuild, fsdp, transient, temp,

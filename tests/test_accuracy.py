@@ -249,11 +249,13 @@ def test_published_runs_more():
     assert src["llm-foundry"]["mape"] <= 0.14
     # 66 rows on GB200/B300/GB300 (was 18 at 33.2%: Qwen3-235B at -80% until NVL72 runs took the
     # NVLink domain the Megatron-Bridge harness places them on); GPT-OSS BF16 +47% to +81% dominate now;
-    # 76 with the 10 NVFP4 Llama rows (nvfp4 plan precision, 8.4% on them): 15.9% -> 14.9%
-    assert src["megatron-bridge"]["mape"] <= 0.149
-    assert sum(abs(c.error) for c in before) / len(before) <= 0.133
-    # with the 24 Nemotron 3 rows (hybrid Mamba-2 blocks; 58.7%, every one predicted too fast): 17.9%
-    assert sum(abs(c.error) for c in done) / len(done) <= 0.179
+    # 76 with the 10 NVFP4 Llama rows (nvfp4 plan precision, 8.4% on them): 15.9% -> 14.9%;
+    # MTP in the step model (DeepSeek-V3 rows): 14.9% -> 14.6%, the file without Nemotron 3 13.2 -> 13.1%
+    assert src["megatron-bridge"]["mape"] <= 0.146
+    assert sum(abs(c.error) for c in before) / len(before) <= 0.1311
+    # with the 24 Nemotron 3 rows (hybrid Mamba-2 blocks; 58.7%, every one predicted too fast): 17.9%;
+    # with MTP (Super: two repeated depths, bf16) 16.4%
+    assert sum(abs(c.error) for c in done) / len(done) <= 0.164
     allowed = ("zero_stage: Megatron-Bridge's Nemotron 3 Ultra", "framework: MaxText", "precision: pytorch: fp8")
     assert all(s.reason.startswith(allowed) for s in skipped), {s.reason for s in skipped}
     assert not [s for s in skipped if s.reason.startswith("gpu:")]     # every B300 / GB300 row has hardware
@@ -269,9 +271,10 @@ def _published_both() -> tuple:
 # after the recompute fix of session 4 (recomputed forwards no longer re-run backward-phase ops):
 # korthikanti 2.8 -> 2.9%, llm-foundry 13.2 -> 13.3%, narayanan 37.7 -> 37.9%, overall 15.20 -> 15.24%;
 # with the 10 NVFP4 rows read (nvfp4 plan precision): 260 rows, overall 15.24 -> 14.98%,
-# megatron-bridge and Blackwell 15.9 -> 14.9% (76 rows)
+# megatron-bridge and Blackwell 15.9 -> 14.9% (76 rows); with MTP in the step model (the DeepSeek-V3
+# rows' depth on the last stage) 14.9 -> 14.6%, MoE 19.7 -> 19.2%, overall (260 rows) 15.0 -> 14.9%
 PUBLISHED_SOURCE_RATCHETS = {"dgxc-benchmarking": 0.101, "flashattention2": 0.123, "korthikanti2022": 0.029,
-                             "llm-foundry": 0.133, "megatron-bridge": 0.149, "megatron-llama": 0.143,
+                             "llm-foundry": 0.133, "megatron-bridge": 0.146, "megatron-llama": 0.143,
                              "narayanan2021": 0.379, "nemo": 0.137}
 
 
@@ -284,16 +287,17 @@ def test_published_coverage_and_figures_ratchet():
     assert len(done) + len(skipped) == 314 and len(done) >= 284
     nemotron3 = [c for c in done if c.model.startswith("Nemotron_3")]
     before = [c for c in done if not c.model.startswith("Nemotron_3")]
-    assert len(nemotron3) == 24 and sum(abs(c.error) for c in nemotron3) / len(nemotron3) <= 0.588   # 58.7%
+    # 58.7% -> 45.1% with MTP in the step model (Super 67.4 -> 48.1%; Nano has no MTP: 37.7%)
+    assert len(nemotron3) == 24 and sum(abs(c.error) for c in nemotron3) / len(nemotron3) <= 0.451
     assert all(c.error > 0 for c in nemotron3)                                  # every one predicted too fast
-    assert sum(abs(c.error) for c in done) / len(done) <= 0.187                 # 18.7% with them
-    assert len(before) == 260 and sum(abs(c.error) for c in before) / len(before) <= 0.150
+    assert sum(abs(c.error) for c in done) / len(done) <= 0.175                 # 18.7% -> 17.4% with them
+    assert len(before) == 260 and sum(abs(c.error) for c in before) / len(before) <= 0.149
     src = per_source(before)
     for name, ratchet in PUBLISHED_SOURCE_RATCHETS.items():
         assert src[name]["mape"] <= ratchet + 5e-4, name
     regime = per_regime(before)
-    assert regime["moe"]["count"] >= 52 and regime["moe"]["mape"] <= 0.198
-    assert regime["blackwell"]["count"] >= 76 and regime["blackwell"]["mape"] <= 0.149
+    assert regime["moe"]["count"] >= 52 and regime["moe"]["mape"] <= 0.193
+    assert regime["blackwell"]["count"] >= 76 and regime["blackwell"]["mape"] <= 0.146
 
 
 def test_published_uses_90_percent_of_rows():
@@ -303,9 +307,9 @@ def test_published_uses_90_percent_of_rows():
     assert len(done) >= 0.9 * (len(done) + len(skipped))
 
 
-@pytest.mark.xfail(strict=True, reason="overall 18.7%, Narayanan 37.9% (DeepSpeed ZeRO-3 rows), Megatron-Bridge 25.4%, "
-                                       "MoE 32.0%, Blackwell 25.4% (Nemotron 3 +26% to +125%, GPT-OSS BF16 +47% to "
-                                       "+81%); without Nemotron 3: 15.0%, MoE 19.7%, Blackwell 14.9% (docs/validation.md)")
+@pytest.mark.xfail(strict=True, reason="overall 17.4%, Narayanan 37.9% (DeepSpeed ZeRO-3 rows), Megatron-Bridge 21.9%, "
+                                       "MoE 27.4%, Blackwell 21.9% (Nemotron 3 +24% to +98%, GPT-OSS BF16 +47% to "
+                                       "+81%); without Nemotron 3: 14.9%, MoE 19.2%, Blackwell 14.6% (docs/validation.md)")
 def test_published_targets_overall_source_moe_blackwell():
     from validation.published import per_regime, per_source
     done, _ = _published_both()

@@ -60,6 +60,13 @@ ULTRA_RECIPE = ("Megatron-Bridge's Nemotron 3 Ultra GB300 recipe runs Megatron-F
                 "(perf_recipes/nemotronh/gb300/nemotronh.py); HSDP's two-level sharding and activation offload are "
                 "not modelled")
 TOKEN_DROP_CAPACITY = 1.0   # Megatron-Core's token-drop MoE recipes: moe_expert_capacity_factor 1.0
+# Megatron-Bridge (commit 067f987df0) recipes/nemotronh/h100/nemotron_3_super.py, the base of every
+# Nemotron 3 Super performance recipe (perf_recipes/nemotronh/*/nemotronh.py): mtp_num_layers = 2 with
+# mtp_use_repeated_layer = True (the HF checkpoint's one MTP module applied at two depths) and
+# keep_mtp_spec_in_bf16 = True (the MTP module's GEMMs in bf16 under the FP8 and NVFP4 recipes).
+# DeepSeek-V3's recipes keep the HF config's one depth (deepseek_v3_bridge.py num_nextn_predict_layers).
+BRIDGE_MTP = {"nemotron-3-super-120b-a12b": {"mtp_depths": 2, "mtp_bf16": True}}
+BRIDGE_MTP_SOURCE = "Megatron-Bridge recipes/nemotronh/h100/nemotron_3_super.py"
 
 
 @dataclass
@@ -189,6 +196,10 @@ def model_from_row(row: dict, fills: list[str] | None = None) -> ModelSpec:
             upd[field] = v
     if "w/o mtp" in low and base.mtp_layers:
         upd["mtp_layers"] = 0
+    elif cat in BRIDGE_MTP and source_family(row["source"]) in RECIPE_FAMILIES and base.mtp_layers:
+        upd.update(BRIDGE_MTP[cat])
+        fills.append(f"MTP: {upd['mtp_depths']} depths of the one module (mtp_use_repeated_layer), in bf16 "
+                     f"(keep_mtp_spec_in_bf16): {BRIDGE_MTP_SOURCE}")
     if "tokendrop" in low and base.moe:
         upd["moe"] = base.moe.model_copy(update={"capacity_factor": TOKEN_DROP_CAPACITY})
         fills.append(f"token drop: capacity factor {TOKEN_DROP_CAPACITY:g} (Megatron-Core token-drop default)")

@@ -50,7 +50,14 @@ class Calibration:
       gemm_peak_fraction[dtype]  achievable fraction of the dense datasheet peak in a large GEMM
       gemm_tile_overhead_k       per-tile prologue/epilogue expressed as extra K elements
       gemm_small_tile_exponent   throughput of a smaller output tile: (area/largest)^exponent
-      gemm_unaligned_fraction    throughput when a leading dimension is not 16-byte aligned
+      gemm_unaligned_fraction    main-loop throughput when a leading dimension is not 16-byte
+                                 aligned (cuBLAS's non-TMA fallback kernels), relative to aligned
+      gemm_unaligned_fixed_s     extra fixed seconds of such a fallback GEMM call
+      gemm_split_k_fixed_s       fixed seconds of a split-K / stream-K reduction of fp32 partials
+                                 (in-kernel fix-up or a small second kernel), per GEMM that splits k
+      gemm_sm_load_bytes_per_flop  bytes one SM loads GEMM operands at (L2 to shared memory) per
+                                 FLOP of its datasheet dense bf16 peak: a tile's main loop takes at
+                                 least (tm + tn)·k·bytes / (this x bf16 peak / SMs) seconds; 0: no cap
       kernel_launch_s            fixed per-kernel cost seen by CUDA events (launch + tail)
       gemm_setup_s               extra fixed cost of a library GEMM (heuristic, larger kernel)
       gemm_fp8_fixed_s           extra fixed cost of an fp8 scaled matmul (torch._scaled_mm:
@@ -105,6 +112,9 @@ class Calibration:
     gemm_tile_overhead_k: float = 128.0
     gemm_small_tile_exponent: float = 0.3
     gemm_unaligned_fraction: float = 0.25
+    gemm_unaligned_fixed_s: float = 0.0
+    gemm_split_k_fixed_s: float = 5.0e-6
+    gemm_sm_load_bytes_per_flop: float = 0.0
     kernel_launch_s: float = 5.0e-6
     gemm_setup_s: float = 1.0e-6
     gemm_fp8_fixed_s: float = 0.0

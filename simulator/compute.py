@@ -127,13 +127,23 @@ def gemm_time(dev: DeviceModel, m: int, n: int, k: int, dtype: str = "bf16", bat
 def _gemm_time(dev: DeviceModel, m: int, n: int, k: int, dtype: str, batch: int) -> float:
     if min(m, n, k, batch) <= 0:
         return 0.0
-    cal = dev.cal
     best = gemm_plan(dev, m, n, k, dtype, batch)[0]
     memory = gemm_bytes(m, n, k, dtype, batch) / dev.hbm_Bps
+    return max(best, memory) + gemm_fixed_s(dev.cal, m, n, k, dtype)
+
+
+def gemm_fixed_s(cal: Calibration, m: int, n: int, k: int, dtype: str) -> float:
+    """Fixed seconds of one library GEMM call as CUDA events see it: the kernel launch
+    (``kernel_launch_s``), cuBLAS's heuristic and larger kernel (``gemm_setup_s``), an fp8
+    scaled matmul's scale loads and epilogue (``gemm_fp8_fixed_s``) and, when a leading
+    dimension is not 16-byte aligned, the non-TMA fallback kernel's extra set-up
+    (``gemm_unaligned_fixed_s``)."""
     fixed = cal.kernel_launch_s + cal.gemm_setup_s
     if dtype == "fp8":
         fixed += cal.gemm_fp8_fixed_s
-    return max(best, memory) + fixed
+    if not gemm_aligned(m, n, k, dtype):
+        fixed += cal.gemm_unaligned_fixed_s
+    return fixed
 
 
 # Transformer Engine's NVFP4 quantization of one bf16 GEMM operand for both its uses (TE
@@ -173,29 +183,82 @@ def split_k_factors(tiles: int, k: int, sms: int) -> list[int]:
 def gemm_plan(dev: DeviceModel, m: int, n: int, k: int, dtype: str = "bf16", batch: int = 1) -> tuple:
     """(compute seconds, tile rows, tile cols, split-K factor) of the fastest tiling under the
     model: for each output tile (tm, tn) and split factor s, waves of ⌈tiles·s / SMs⌉ tile-splits,
-    each over k/s (padded to the K-tile, plus the per-tile overhead), and for s > 1 a reduction
-    of s fp32 partial m×n outputs (written and read back: 8·s·m·n bytes, one extra kernel).
-    The memory roofline and fixed costs are added by :func:`gemm_time`."""
-    cal = dev.cal
+    each over k/s (:func:`gemm_tile_s`), and for s > 1 the reduction of the s fp32 partial
+    m×n outputs (:func:`split_k_reduction_s`). The memory roofline and fixed costs are added by
+    :func:`gemm_time`."""
     sms = dev.accelerator.sm_count
-    per_sm = dev.peak(dtype) / sms
-    if not gemm_aligned(m, n, k, dtype):
-        per_sm *= cal.gemm_unaligned_fraction
-    largest = GEMM_TILES[0][0] * GEMM_TILES[0][1]
+    aligned = gemm_aligned(m, n, k, dtype)
     best = (math.inf, 0, 0, 1)
     for tm, tn in GEMM_TILES:
-        eff = (tm * tn / largest) ** cal.gemm_small_tile_exponent
         tiles = math.ceil(m / tm) * math.ceil(n / tn) * batch
         for s in split_k_factors(tiles, k, sms):
-            k_eff = math.ceil(math.ceil(k / s) / GEMM_TILE_K) * GEMM_TILE_K + cal.gemm_tile_overhead_k
-            waves = math.ceil(tiles * s / sms)
             # a partial last wave runs its tiles with the whole SM each: no gain beyond 1 tile/SM
-            t = waves * 2.0 * tm * tn * k_eff / (per_sm * eff)
+            t = math.ceil(tiles * s / sms) * gemm_tile_s(dev, tm, tn, math.ceil(k / s), dtype, aligned)
             if s > 1:
-                t += 8.0 * s * m * n * batch / dev.hbm_Bps + cal.kernel_launch_s
+                t += split_k_reduction_s(dev, m, n, s, batch)
             if t < best[0]:
                 best = (t, tm, tn, s)
     return best
+
+
+def gemm_tile_s(dev: DeviceModel, tm: int, tn: int, k: int, dtype: str, aligned: bool = True) -> float:
+    """Seconds one SM spends on one tm×tn output tile over ``k``: the main loop over k padded
+    to the K-tile at the per-SM peak times the small-tile factor (area / largest tile area) **
+    ``gemm_small_tile_exponent``, slowed by ``gemm_unaligned_fraction`` when a leading
+    dimension is unaligned (cuBLAS then runs a non-TMA kernel: vectorised loads of less than 16
+    bytes), but never faster than the SM can load its operands ((tm + tn) x k_pad elements
+    from L2 at ``gemm_sm_load_bytes_per_flop`` x the SM's datasheet dense bf16 FLOP/s, bytes/s:
+    relative to the tensor rate, so it transfers between balanced designs; 0 = no such cap);
+    plus the tile's prologue and
+    epilogue, ``gemm_tile_overhead_k`` K elements at the aligned rate (alignment slows loads,
+    not the pipeline fill or the store of C)."""
+    cal = dev.cal
+    per_sm = dev.peak(dtype) / dev.accelerator.sm_count
+    per_sm *= (tm * tn / (GEMM_TILES[0][0] * GEMM_TILES[0][1])) ** cal.gemm_small_tile_exponent
+    k_pad = math.ceil(k / GEMM_TILE_K) * GEMM_TILE_K
+    main = 2.0 * tm * tn * k_pad / (per_sm * (1.0 if aligned else cal.gemm_unaligned_fraction))
+    if cal.gemm_sm_load_bytes_per_flop > 0:
+        load_Bps = cal.gemm_sm_load_bytes_per_flop * dev.accelerator.peak_flops("bf16") / dev.accelerator.sm_count
+        main = max(main, (tm + tn) * k_pad * DTYPE_BYTES[dtype] / load_Bps)
+    return main + 2.0 * tm * tn * cal.gemm_tile_overhead_k / per_sm
+
+
+def split_k_reduction_s(dev: DeviceModel, m: int, n: int, s: int, batch: int = 1) -> float:
+    """Seconds to reduce ``s`` fp32 partial m×n outputs: each written and read back once
+    (8·s·m·n bytes per product at HBM bandwidth, an upper bound: on Hopper the partials of a
+    small output mostly stay in L2), plus ``gemm_split_k_fixed_s``: cuBLAS's split-K and
+    CUTLASS's stream-K reduce in the GEMM kernel itself (a fix-up by the last thread block of
+    each tile, after a semaphore wait) or in a small second kernel; the fitted fixed cost
+    stands for either."""
+    return 8.0 * s * m * n * batch / dev.hbm_Bps + dev.cal.gemm_split_k_fixed_s
+
+
+def grouped_gemm_time(dev: DeviceModel, group_tokens: tuple, n: int, k: int, dtype: str = "bf16") -> float:
+    """Predicted seconds of one grouped GEMM launch (torch._grouped_mm, a CUTLASS grouped kernel;
+    MoE experts): group g multiplies its ``group_tokens[g]`` rows [m_g, k] by its own weight
+    [k, n]. One persistent kernel walks the output tiles of every group: for each candidate
+    tile (tm, tn), Σ_g ⌈m_g/tm⌉·⌈n/tn⌉ tiles in waves over the SMs, each tile as in
+    :func:`gemm_tile_s` (no split-K: the grouped kernel has none); the fastest tile wins.
+    Memory roofline: every A row, the weight of every non-empty group, every C row, once.
+    Fixed costs as one GEMM call (:func:`gemm_fixed_s`). Empty groups cost nothing."""
+    return _grouped_gemm_time(dev, tuple(int(t) for t in group_tokens if int(t) > 0), int(n), int(k), dtype)
+
+
+@lru_cache(maxsize=16384)
+def _grouped_gemm_time(dev: DeviceModel, tokens: tuple, n: int, k: int, dtype: str) -> float:
+    if not tokens or min(n, k) <= 0:
+        return 0.0
+    sms = dev.accelerator.sm_count
+    aligned = gemm_aligned(max(tokens), n, k, dtype)
+    best = math.inf
+    for tm, tn in GEMM_TILES:
+        tiles = sum(math.ceil(m / tm) for m in tokens) * math.ceil(n / tn)
+        best = min(best, math.ceil(tiles / sms) * gemm_tile_s(dev, tm, tn, k, dtype, aligned))
+    rows = sum(tokens)
+    b_in = DTYPE_BYTES[dtype]
+    b_out = DTYPE_BYTES["bf16" if dtype in QUANTIZED_GEMM_DTYPES else dtype]
+    memory = ((rows * k + len(tokens) * k * n) * b_in + rows * n * b_out) / dev.hbm_Bps
+    return max(best, memory) + gemm_fixed_s(dev.cal, rows, n, k, dtype)
 
 
 def gemm_aligned(m: int, n: int, k: int, dtype: str) -> bool:

@@ -252,10 +252,10 @@ def test_published_runs_more():
     # 76 with the 10 NVFP4 Llama rows (nvfp4 plan precision, 8.4% on them): 15.9% -> 14.9%;
     # MTP in the step model (DeepSeek-V3 rows): 14.9% -> 14.6%, the file without Nemotron 3 13.2 -> 13.1%
     assert src["megatron-bridge"]["mape"] <= 0.146
-    assert sum(abs(c.error) for c in before) / len(before) <= 0.1311
+    assert sum(abs(c.error) for c in before) / len(before) <= 0.1293
     # with the 24 Nemotron 3 rows (hybrid Mamba-2 blocks; 58.7%, every one predicted too fast): 17.9%;
-    # with MTP (Super: two repeated depths, bf16) 16.4%
-    assert sum(abs(c.error) for c in done) / len(done) <= 0.164
+    # with MTP (Super: two repeated depths, bf16) 16.4%; with issue #12's GEMM structure 16.1%
+    assert sum(abs(c.error) for c in done) / len(done) <= 0.162
     allowed = ("zero_stage: Megatron-Bridge's Nemotron 3 Ultra", "framework: MaxText", "precision: pytorch: fp8")
     assert all(s.reason.startswith(allowed) for s in skipped), {s.reason for s in skipped}
     assert not [s for s in skipped if s.reason.startswith("gpu:")]     # every B300 / GB300 row has hardware
@@ -272,10 +272,15 @@ def _published_both() -> tuple:
 # korthikanti 2.8 -> 2.9%, llm-foundry 13.2 -> 13.3%, narayanan 37.7 -> 37.9%, overall 15.20 -> 15.24%;
 # with the 10 NVFP4 rows read (nvfp4 plan precision): 260 rows, overall 15.24 -> 14.98%,
 # megatron-bridge and Blackwell 15.9 -> 14.9% (76 rows); with MTP in the step model (the DeepSeek-V3
-# rows' depth on the last stage) 14.9 -> 14.6%, MoE 19.7 -> 19.2%, overall (260 rows) 15.0 -> 14.9%
-PUBLISHED_SOURCE_RATCHETS = {"dgxc-benchmarking": 0.101, "flashattention2": 0.123, "korthikanti2022": 0.029,
-                             "llm-foundry": 0.133, "megatron-bridge": 0.146, "megatron-llama": 0.143,
-                             "narayanan2021": 0.379, "nemo": 0.137}
+# rows' depth on the last stage) 14.9 -> 14.6%, MoE 19.7 -> 19.2%, overall (260 rows) 15.0 -> 14.9%;
+# GEMM structure of issue #12 (split-K fix-up, alignment, operand-load cap, refit on seed 21 of the
+# second random run) on top: dgxc-benchmarking 10.1 -> 10.4%, flashattention2 12.3 -> 12.95%,
+# megatron-llama 14.3 -> 14.45%, nemo 13.7 -> 13.8% (up: the refit moves every GEMM and, through
+# gemm_peak_fraction.bf16, the attention rate); korthikanti 2.9 -> 2.4%, llm-foundry 13.3 -> 12.9%,
+# narayanan 37.9 -> 37.3%, megatron-bridge 14.6 -> 14.5%, overall (260 rows) 14.9 -> 14.7%
+PUBLISHED_SOURCE_RATCHETS = {"dgxc-benchmarking": 0.104, "flashattention2": 0.13, "korthikanti2022": 0.025,
+                             "llm-foundry": 0.129, "megatron-bridge": 0.145, "megatron-llama": 0.145,
+                             "narayanan2021": 0.373, "nemo": 0.138}
 
 
 def test_published_coverage_and_figures_ratchet():
@@ -287,17 +292,18 @@ def test_published_coverage_and_figures_ratchet():
     assert len(done) + len(skipped) == 314 and len(done) >= 284
     nemotron3 = [c for c in done if c.model.startswith("Nemotron_3")]
     before = [c for c in done if not c.model.startswith("Nemotron_3")]
-    # 58.7% -> 45.1% with MTP in the step model (Super 67.4 -> 48.1%; Nano has no MTP: 37.7%)
-    assert len(nemotron3) == 24 and sum(abs(c.error) for c in nemotron3) / len(nemotron3) <= 0.451
+    # 58.7% -> 45.1% with MTP in the step model (Super 67.4 -> 48.1%; Nano has no MTP: 37.7%); 44.3% with
+    # issue #12's GEMM structure
+    assert len(nemotron3) == 24 and sum(abs(c.error) for c in nemotron3) / len(nemotron3) <= 0.443
     assert all(c.error > 0 for c in nemotron3)                                  # every one predicted too fast
-    assert sum(abs(c.error) for c in done) / len(done) <= 0.175                 # 18.7% -> 17.4% with them
-    assert len(before) == 260 and sum(abs(c.error) for c in before) / len(before) <= 0.149
+    assert sum(abs(c.error) for c in done) / len(done) <= 0.172                 # 18.7% -> 17.4% (MTP) -> 17.2% (GEMM)
+    assert len(before) == 260 and sum(abs(c.error) for c in before) / len(before) <= 0.147
     src = per_source(before)
     for name, ratchet in PUBLISHED_SOURCE_RATCHETS.items():
         assert src[name]["mape"] <= ratchet + 5e-4, name
     regime = per_regime(before)
-    assert regime["moe"]["count"] >= 52 and regime["moe"]["mape"] <= 0.193
-    assert regime["blackwell"]["count"] >= 76 and regime["blackwell"]["mape"] <= 0.146
+    assert regime["moe"]["count"] >= 52 and regime["moe"]["mape"] <= 0.192
+    assert regime["blackwell"]["count"] >= 76 and regime["blackwell"]["mape"] <= 0.145
 
 
 def test_published_uses_90_percent_of_rows():
@@ -307,9 +313,9 @@ def test_published_uses_90_percent_of_rows():
     assert len(done) >= 0.9 * (len(done) + len(skipped))
 
 
-@pytest.mark.xfail(strict=True, reason="overall 17.4%, Narayanan 37.9% (DeepSpeed ZeRO-3 rows), Megatron-Bridge 21.9%, "
-                                       "MoE 27.4%, Blackwell 21.9% (Nemotron 3 +24% to +98%, GPT-OSS BF16 +47% to "
-                                       "+81%); without Nemotron 3: 14.9%, MoE 19.2%, Blackwell 14.6% (docs/validation.md)")
+@pytest.mark.xfail(strict=True, reason="overall 17.2%, Narayanan 37.3% (DeepSpeed ZeRO-3 rows), Megatron-Bridge 21.6%, "
+                                       "MoE 27.1%, Blackwell 21.6% (Nemotron 3 +24% to +98%, GPT-OSS BF16 +47% to "
+                                       "+81%); without Nemotron 3: 14.7%, MoE 19.1%, Blackwell 14.5% (docs/validation.md)")
 def test_published_targets_overall_source_moe_blackwell():
     from validation.published import per_regime, per_source
     done, _ = _published_both()
@@ -342,9 +348,11 @@ def test_random_gemm_set_is_held_out():
 
 
 # today's figures (docs/validation.md, "GEMMs beyond the fitted shapes"); before split-K the set was
-# at 55% (small-MN large-K 106%)
-RANDOM_GEMM_RATCHET = {"all": 0.23, "small_mn_large_k": 0.27, "fp8_small": 0.34, "misaligned": 0.24,
-                       "large": 0.11, "other": 0.15}
+# at 55% (small-MN large-K 106%); before the split-K fix-up / alignment / operand-load structure and
+# the fit on seed 21 of the second run: all 22.5, misaligned 23.2, large 10.5 (those two rose: see
+# the doc; 57 of the 156 records of this first run are flagged as interference, time_max/time_min > 3)
+RANDOM_GEMM_RATCHET = {"all": 0.211, "small_mn_large_k": 0.227, "fp8_small": 0.332, "misaligned": 0.258,
+                       "large": 0.133, "other": 0.132}
 
 
 @pytest.mark.parametrize("regime", sorted(RANDOM_GEMM_RATCHET))

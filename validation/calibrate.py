@@ -23,29 +23,53 @@ class CalibrationReport:
     fitted: list = field(default_factory=list)        # KindStats on the records fitted
     held_out: list = field(default_factory=list)      # KindStats on the held-out records
     files: list = field(default_factory=list)
+    draws: dict = field(default_factory=dict)         # file -> seeds of random draws fitted
 
 
-def _select(files: list[tuple[MeasurementFile, Hardware]], kinds: tuple, holdout_every: int):
-    """(train samples, held-out (file, indices)) over all files for records of ``kinds``. Records
-    of a random held-out set (``set: random``, e.g. validation/harness/attention_backends.py) are
-    never fitted: they are all held out; the rest split every ``holdout_every``-th."""
+def _select(files: list[tuple[MeasurementFile, Hardware]], kinds: tuple, holdout_every: int, fit_seeds: tuple = ()):
+    """(train samples, held-out (file, indices, fitted indices)) over all files for records of
+    ``kinds``. Records of a random held-out set (``set: random``, e.g. validation/harness/
+    attention_backends.py, the random GEMM suite) are never fitted, all held out, except the
+    draws named by ``fit_seeds``: random records whose ``seed`` is one of them are all fitted
+    (none held out; shapes timed in several passes enter once, at the faster pass median:
+    validation.gemm_regimes.reproduced_times). A random record without a ``seed``, or of any
+    other seed, stays held out. The rest split every ``holdout_every``-th."""
+    from validation.gemm_regimes import reproduced_times
+
     train, held = [], []
     for mf, hw in files:
         idx = [i for i, r in enumerate(mf.records) if r.get("kind") in kinds and r.get("set") != "random"]
         rand = [i for i, r in enumerate(mf.records) if r.get("kind") in kinds and r.get("set") == "random"]
+        fit_rand = [i for i in rand if mf.records[i].get("seed") is not None and mf.records[i]["seed"] in fit_seeds]
+        rand = [i for i in rand if i not in set(fit_rand)]
         tr, ho = split_holdout(len(idx), holdout_every) if holdout_every else (list(range(len(idx))), [])
         train += [(mf.records[idx[i]], hw) for i in tr]
-        held.append((mf, hw, sorted([idx[i] for i in ho] + rand), [idx[i] for i in tr]))
+        train += [(r, hw) for r in reproduced_times([mf.records[i] for i in fit_rand])]
+        held.append((mf, hw, sorted([idx[i] for i in ho] + rand), sorted([idx[i] for i in tr] + fit_rand)))
     return train, held
 
 
+def fitted_draws(files: list[tuple[MeasurementFile, Hardware]], fit_seeds: tuple) -> dict:
+    """{file path: sorted seeds} of the random-set draws a fit with ``fit_seeds`` takes records
+    from (the provenance a profile records as ``fitted_random_draws``)."""
+    out = {}
+    for mf, _ in files:
+        seeds = sorted({r["seed"] for r in mf.records if r.get("set") == "random" and r.get("seed") is not None
+                        and r["seed"] in fit_seeds})
+        if seeds:
+            out[mf.path] = seeds
+    return out
+
+
 def calibrate(files: list[tuple[MeasurementFile, Hardware]], name: str, start: Calibration = DEFAULT,
-              holdout_every: int = 5, only: tuple[str, ...] | None = None) -> CalibrationReport:
+              holdout_every: int = 5, only: tuple[str, ...] | None = None,
+              fit_seeds: tuple = ()) -> CalibrationReport:
     """Fit on (1 - 1/holdout_every) of the records of every file; report on the rest. ``only``
     (groups of validation.fit.PARAMETER_GROUPS or parameter paths/prefixes) restricts the fit to
-    those parameters: every other one keeps its value in ``start``."""
+    those parameters: every other one keeps its value in ``start``. ``fit_seeds``: draws of a
+    random held-out set that are fitted instead (:func:`_select`); every other draw stays held out."""
     cal = start
-    report = CalibrationReport(cal, files=[mf.path for mf, _ in files])
+    report = CalibrationReport(cal, files=[mf.path for mf, _ in files], draws=fitted_draws(files, tuple(fit_seeds)))
 
     def seeds_of(params, seeds):
         """Starting points, less their values of parameters a restricted fit keeps (a grid value
@@ -61,14 +85,14 @@ def calibrate(files: list[tuple[MeasurementFile, Hardware]], name: str, start: C
     links = sorted({hw.node.intra_node.kind for mf, hw in files
                     if any(r.get("kind") in COLLECTIVE_KINDS for r in mf.records)})
 
-    train, _ = _select(files, KERNEL_KINDS, holdout_every)
+    train, _ = _select(files, KERNEL_KINDS, holdout_every, tuple(fit_seeds))
     params = restrict(COMPUTE_PARAMS, only)
     if train and params:
         res = fit(train, params, cal, name, seeds=seeds_of(params, COMPUTE_SEEDS))
         cal = _keep(report, "compute", res, cal)
     for link in links:
         sub = [(mf, hw) for mf, hw in files if hw.node.intra_node.kind == link]
-        train, _ = _select(sub, COLLECTIVE_KINDS, holdout_every)
+        train, _ = _select(sub, COLLECTIVE_KINDS, holdout_every, tuple(fit_seeds))
         params = restrict(comm_params(link), only)
         if train and params:
             res = fit(train, params, cal, name, seeds=seeds_of(params, comm_seeds(link)))
@@ -85,7 +109,7 @@ def calibrate(files: list[tuple[MeasurementFile, Hardware]], name: str, start: C
                                             "records, or training steps of tiny models, are needed); "
                                             "no profile written")
     report.calibration = cal
-    _, held = _select(files, KERNEL_KINDS + COLLECTIVE_KINDS, holdout_every)
+    _, held = _select(files, KERNEL_KINDS + COLLECTIVE_KINDS, holdout_every, tuple(fit_seeds))
     fitted_results, held_results = [], []
     for mf, hw, ho, tr in held:
         if only is not None:   # a restricted fit reports on the records its parameters move
@@ -122,6 +146,7 @@ def profile_metadata(report: CalibrationReport, accelerator: str) -> dict:
     return {
         "accelerator": accelerator,
         "fitted_on": report.files,
+        "fitted_random_draws": report.draws,
         "method": "scipy least_squares, soft-L1 loss on log(predicted/measured); every 5th record held out",
         "fits": {k: {"records": f.n_records, "residual_rms_log": round(f.residual_rms, 4), "converged": f.success,
                      "fitted": [p.path for p in f.params],
@@ -141,12 +166,18 @@ def restricted_metadata(start_meta: dict, start_name: str, report: CalibrationRe
                 for s in ks}
     meta = {k: v for k, v in start_meta.items() if k != "parameters"}
     meta["fitted_on"] = list(meta.get("fitted_on") or []) + [f for f in report.files if f not in (meta.get("fitted_on") or [])]
+    draws = {**(meta.get("fitted_random_draws") or {})}
+    for path, seeds in report.draws.items():
+        draws[path] = sorted(set(draws.get(path, [])) | set(seeds))
+    meta["fitted_random_draws"] = draws
     fits = dict(meta.get("fits") or {})
     for key, f in report.fits.items():
         fits[f"{key}[{'+'.join(only)}]"] = {
             "fitted_on": report.files,
+            "fitted_random_draws": report.draws,
             "method": f"restricted fit (--only {' '.join(only)}): only these parameters moved, every other one "
-                      f"kept at profile {start_name}'s value; records of a random held-out set (set: random) and "
+                      f"kept at profile {start_name}'s value; records of a random held-out set (set: random) held "
+                      f"out except the draws in fitted_random_draws (fitted, faster pass median per shape), and "
                       f"every 5th other record held out; errors over the records these parameters move",
             "records": f.n_records, "residual_rms_log": round(f.residual_rms, 4), "converged": f.success,
             "fitted": [p.path for p in f.params], "kept_from_start": [p.path for p in f.unconstrained],
@@ -182,8 +213,10 @@ def physical_violations(cal: Calibration) -> list[str]:
             v = getattr(eff, name)
             if not 0 <= v <= 1e-3:
                 out.append(f"links.{link}.{name} = {v:.3g} s is not a microsecond-scale latency")
-    for name in ("kernel_launch_s", "gemm_setup_s"):
+    for name in ("kernel_launch_s", "gemm_setup_s", "gemm_fp8_fixed_s", "gemm_unaligned_fixed_s", "gemm_split_k_fixed_s"):
         v = getattr(cal, name)
         if not 0 <= v <= 1e-4:
             out.append(f"{name} = {v:.3g} s is not a microsecond-scale cost")
+    if not 0 <= cal.gemm_sm_load_bytes_per_flop <= 0.2:   # 0: no cap; 0.2 B/FLOP would be > 1 TB/s per H100 SM
+        out.append(f"gemm_sm_load_bytes_per_flop = {cal.gemm_sm_load_bytes_per_flop:.3g} is not an SM's load rate")
     return out

@@ -35,6 +35,10 @@ COMPUTE_PARAMS = [Param(f"gemm_peak_fraction.{d}", 0.05, 1.0) for d in ("bf16", 
     Param("gemm_tile_overhead_k", 0.0, 4096.0),
     Param("gemm_small_tile_exponent", 0.0, 2.0),
     Param("gemm_unaligned_fraction", 0.02, 1.0),
+    Param("gemm_unaligned_fixed_s", 0.0, 30e-6),
+    Param("gemm_split_k_fixed_s", 0.0, 30e-6),
+    Param("gemm_fp8_fixed_s", 0.0, 30e-6),
+    Param("gemm_sm_load_bytes_per_flop", 0.002, 0.2),   # per-SM operand loads per FLOP of bf16 peak
     Param("kernel_launch_s", 1e-6, 30e-6),
     Param("gemm_setup_s", 0.0, 30e-6),
     Param("hbm_fraction", 0.3, 1.0),
@@ -51,8 +55,11 @@ COMPUTE_PARAMS = [Param(f"gemm_peak_fraction.{d}", 0.05, 1.0) for d in ("bf16", 
 
 
 # extra starting points of the compute fit: the GEMM tile model has a second basin where smaller
-# tiles lose little throughput (the lower-cost one on the H100 and H200 records)
-COMPUTE_SEEDS = [{"gemm_small_tile_exponent": 0.02, "gemm_unaligned_fraction": 0.2}]
+# tiles lose little throughput (the lower-cost one on the H100 and H200 records); the per-SM
+# operand-load cap starts both binding (0.02 B/FLOP: ~128 GB/s per H100 SM) and out of the way
+COMPUTE_SEEDS = [{"gemm_small_tile_exponent": 0.02, "gemm_unaligned_fraction": 0.2},
+                 {"gemm_small_tile_exponent": 0.02, "gemm_unaligned_fraction": 0.2, "gemm_sm_load_bytes_per_flop": 0.02},
+                 {"gemm_small_tile_exponent": 0.3, "gemm_sm_load_bytes_per_flop": 0.2}]
 
 
 HOST_PARAMS = [Param("host_op_s", 0.0, 200e-6), Param("fsdp_unit_host_s", 0.0, 50e-3),

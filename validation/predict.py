@@ -7,13 +7,17 @@ from hardware_specs.catalog import Hardware
 from models.schema import ModelSpec
 from simulator.calibration import Calibration
 from simulator.comm import COLLECTIVES, collective_time, fabric_from_hardware
-from simulator.compute import ELEMENTWISE_PASSES, attention_time, elementwise_time, gemm_time, memory_time
+from simulator.compute import (ELEMENTWISE_PASSES, attention_time, elementwise_time, gemm_time, grouped_gemm_time,
+                               memory_time)
 from simulator.engine import device_model, simulate
 from simulator.plan import ParallelPlan
 from validation.records import record_dtype
 
 ELEMENTWISE_KINDS = ("layernorm", "rmsnorm", "gelu", "softmax", "silu_mul", "add")
 KERNEL_KINDS = ("copy", "gemm", "attention_fwd", "attention_fwd_bwd") + ELEMENTWISE_KINDS
+# predicted, never fitted (not in KERNEL_KINDS, which calibrate fits): MoE expert layers
+GROUPED_KINDS = ("grouped_gemm",)
+GROUPED_IMPLS = ("grouped_mm", "bmm", "loop")
 # attention records' ``backend`` (meshcast's kernel names; simulator.compute.attention_time)
 ATTENTION_KERNELS = ("flash", "cudnn", "efficient", "fa3", "math", "unfused", "unfused_torch")
 # strategy -> ZeRO stage of the plain-PyTorch framework (simulator/frameworks/pytorch.yaml)
@@ -43,6 +47,8 @@ def predict_record(rec: dict, hw: Hardware, cal: Calibration) -> Prediction:
     try:
         if kind in KERNEL_KINDS:
             return Prediction(kernel_time(rec, hw, cal))
+        if kind in GROUPED_KINDS:
+            return Prediction(grouped_gemm_record_time(rec, hw, cal))
         if kind in COLLECTIVES:
             fabric = fabric_from_hardware(hw, cal)
             return Prediction(collective_time(fabric, kind, float(rec["bytes"]), int(rec["world"])))
@@ -76,6 +82,26 @@ def kernel_time(rec: dict, hw: Hardware, cal: Calibration) -> float:
                               backend, direction)
     assert kind in ELEMENTWISE_PASSES
     return elementwise_time(dev, kind, rec["tokens"], rec["hidden"], record_dtype(rec))
+
+
+def grouped_gemm_record_time(rec: dict, hw: Hardware, cal: Calibration) -> float:
+    """Seconds of one ``grouped_gemm`` record (docs/measurements.md) by its ``impl``:
+    ``grouped_mm`` one grouped launch (simulator.compute.grouped_gemm_time); ``bmm`` one batched
+    GEMM over equal groups; ``loop`` one GEMM per non-empty group, back to back. The loop's
+    Python issue time (one torch.mm dispatch per expert, ~5-10 us) is not modelled: where the
+    per-expert GEMMs are shorter than it, the host, not the GPU, sets a loop's time."""
+    dev = device_model(hw.accelerator, cal)
+    tokens = [int(t) for t in rec["group_tokens"]]
+    n, k, dtype, impl = int(rec["n"]), int(rec["k"]), record_dtype(rec), rec.get("impl")
+    if impl == "grouped_mm":
+        return grouped_gemm_time(dev, tuple(tokens), n, k, dtype)
+    if impl == "bmm":
+        if len(set(tokens)) != 1:
+            raise Unsupported("bmm over unequal groups")
+        return gemm_time(dev, tokens[0], n, k, dtype, batch=len(tokens))
+    if impl == "loop":
+        return sum(gemm_time(dev, m, n, k, dtype) for m in tokens if m > 0)
+    raise Unsupported(f"unknown grouped_gemm impl {impl!r}")
 
 
 def reference_gpt(rec: dict) -> ModelSpec:

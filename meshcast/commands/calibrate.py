@@ -30,6 +30,10 @@ def add_parser(sub) -> None:
                         "memory, launch, comm, host, or parameter paths or their prefixes "
                         "(attention_kernel_fraction.cudnn); the profile written keeps --start's provenance and "
                         "adds this fit's")
+    p.add_argument("--fit-seeds", nargs="+", type=int, default=[], metavar="SEED",
+                   help="fit the records of a random held-out set (set: random) drawn with these seeds (e.g. "
+                        "the seed-21 draw of h100_gemm_random2.json); every other draw stays held out, never fitted; "
+                        "the profile records them as fitted_random_draws")
     p.add_argument("--holdout-every", type=int, default=5, help="hold out every N-th record (0: none)")
     p.add_argument("--transfer", nargs="*", default=[],
                    help="measurement files of another accelerator: predict them from its datasheet with the "
@@ -69,7 +73,8 @@ def run(args: argparse.Namespace) -> int:
     name = args.name or Path(args.output).stem
     print(f"fitting {sum(len(mf.records) for mf, _ in files)} records from {len(files)} file(s)...", file=sys.stderr)
     start = load_calibration(args.start) if args.start else DEFAULT
-    report = calibrate(files, name, start=start, holdout_every=args.holdout_every, only=only)
+    report = calibrate(files, name, start=start, holdout_every=args.holdout_every, only=only,
+                       fit_seeds=tuple(args.fit_seeds))
     accelerator = files[0][1].accelerator.name
     if only is not None:
         meta = restricted_metadata(_profile_meta(args.start), args.start, report, only)

@@ -1,0 +1,156 @@
+"""Issue #12, GEMM algorithms: the random-GEMM protocol (seed 21 of h100_gemm_random2.json fitted,
+seed 22 the held-out split of the same run, seed 12 the earlier set developed against), the
+split-K / alignment / operand-load structure, and grouped GEMMs of MoE experts (held out).
+Figures: docs/validation.md, "GEMMs beyond the fitted shapes"."""
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from hardware_specs.catalog import load_accelerator
+from simulator.calibration import load_calibration
+from simulator.compute import DeviceModel, gemm_plan, gemm_time, grouped_gemm_time
+from validation.gemm_regimes import mape_by_regime, random_set_pairs, reproduced_times
+
+ROOT = Path(__file__).resolve().parent.parent
+MEAS = ROOT / "validation" / "measurements"
+RANDOM2 = MEAS / "h100_gemm_random2.json"
+
+
+@pytest.fixture(scope="module")
+def h100():
+    return DeviceModel(load_accelerator("h100-sxm"), load_calibration("h100-sxm"))
+
+
+# ---- protocol: which draws the profile was fitted on, read from the profile itself -----------------
+def _fitted_draws() -> dict:
+    from hardware_specs.yamlio import read_yaml_mapping
+    from simulator.calibration import PROFILE_DIR
+    return read_yaml_mapping(PROFILE_DIR / "h100-sxm.yaml").get("fitted_random_draws") or {}
+
+
+def test_only_seed_21_of_random2_is_fitted():
+    draws = {Path(k).name: v for k, v in _fitted_draws().items()}
+    assert draws.get("h100_gemm_random2.json") == [21]
+    assert "h100_gemm_random.json" not in draws
+
+
+def test_calibrate_selection_never_fits_other_draws():
+    """Through calibrate's own selection with the profile's recorded seeds: every fitted random
+    record is of a recorded draw; seeds 22 and 12 are all held out, in any holdout setting."""
+    from validation.calibrate import _select
+    from validation.hardware import hardware_for
+    from validation.predict import KERNEL_KINDS
+    from validation.records import load_measurements
+    seeds = tuple(s for v in _fitted_draws().values() for s in v)
+    mf = load_measurements(RANDOM2)
+    files = [(mf, hardware_for(mf))]
+    for every in (0, 5):
+        train, held = _select(files, KERNEL_KINDS, every, seeds)
+        assert {r["seed"] for r, _ in train} == {21}
+        assert len(train) == 156                      # one record per shape: the faster pass
+        _, _, ho, tr = held[0]
+        assert {mf.records[i]["seed"] for i in ho} == {22, 12}
+        assert {mf.records[i]["seed"] for i in tr} == {21}
+    train, _ = _select(files, KERNEL_KINDS, 5, ())      # no --fit-seeds: the random set is never fitted
+    assert train == []
+
+
+def test_reproduced_times_takes_the_faster_pass():
+    recs = [{"m": 8, "n": 8, "k": 8, "dtype": "bfloat16", "seed": 1, "pass_no": 1, "time_s": 3.0},
+            {"m": 8, "n": 8, "k": 8, "dtype": "bfloat16", "seed": 1, "pass_no": 2, "time_s": 2.0},
+            {"m": 8, "n": 8, "k": 8, "dtype": "bfloat16", "seed": 2, "pass_no": 1, "time_s": 5.0},
+            {"m": 8, "n": 8, "k": 16, "dtype": "bfloat16", "time_s": 7.0}]
+    out = reproduced_times(recs)
+    assert [r["time_s"] for r in out] == [2.0, 5.0, 7.0]
+    assert out[0]["pass_spread"] == pytest.approx(0.5) and out[0]["passes"] == 2
+    assert "pass_spread" not in out[2]
+
+
+# ---- figures (MAPE by regime, faster of the two pass medians per shape) ---------------------------
+RANDOM2_RATCHETS = {   # seed: {regime: today's MAPE}; before this change 15.7 / 15.1 / 16.2 % overall
+    21: {"all": 0.099, "small_mn_large_k": 0.107, "fp8_small": 0.058, "misaligned": 0.14, "large": 0.132,
+         "other": 0.075},                                                   # fitted
+    22: {"all": 0.112, "small_mn_large_k": 0.133, "fp8_small": 0.073, "misaligned": 0.181, "large": 0.116,
+         "other": 0.085},                                                   # held-out split, never fitted
+    12: {"all": 0.119, "small_mn_large_k": 0.124, "fp8_small": 0.056, "misaligned": 0.323, "large": 0.141,
+         "other": 0.075},                                                   # earlier set, developed against
+}
+
+
+@pytest.mark.parametrize("seed", sorted(RANDOM2_RATCHETS))
+def test_random2_ratchet(seed):
+    got = mape_by_regime(random_set_pairs(RANDOM2, seed=seed))
+    for regime, ratchet in RANDOM2_RATCHETS[seed].items():
+        assert got[regime][0] >= 10 and got[regime][1] <= ratchet, regime
+
+
+@pytest.mark.xfail(strict=True, reason="issue #12 target: random GEMMs within 7% MAPE; held-out split (seed 22) "
+                                       "at 11.1% today (misaligned 18.0%, small-MN/large-K 13.2%)")
+def test_random2_held_out_within_7_percent():
+    assert mape_by_regime(random_set_pairs(RANDOM2, seed=22))["all"][1] <= 0.07
+
+
+# ---- structure ------------------------------------------------------------------------------------
+def test_split_k_pays_a_fitted_fixup_not_a_launch(h100):
+    assert gemm_plan(h100, 32, 32, 11680, "bf16")[3] > 1
+    assert h100.cal.gemm_split_k_fixed_s < h100.cal.kernel_launch_s
+
+
+def test_unaligned_slows_the_main_loop_not_the_tile_overhead(h100):
+    from simulator.compute import GEMM_TILE_K, gemm_tile_s
+    f = h100.cal.gemm_unaligned_fraction
+    a, u = gemm_tile_s(h100, 128, 128, 19, "bf16", True), gemm_tile_s(h100, 128, 128, 19, "bf16", False)
+    main = 2.0 * 128 * 128 * GEMM_TILE_K / (h100.peak("bf16") / 132 * (0.5 ** h100.cal.gemm_small_tile_exponent))
+    assert u - a == pytest.approx(main * (1 / f - 1), rel=1e-6)     # only the main loop is slowed
+    assert gemm_time(h100, 4096, 4097, 4096) > 2 * gemm_time(h100, 4096, 4096, 4096)
+
+
+def test_grouped_one_group_is_the_gemm_without_split_k(h100):
+    for m, n, k in [(4096, 2048, 1024), (256, 7168, 2048), (8192, 8192, 512)]:
+        assert gemm_plan(h100, m, n, k, "bf16")[3] == 1
+        assert grouped_gemm_time(h100, (m,), n, k) == pytest.approx(gemm_time(h100, m, n, k))
+
+
+def test_grouped_balanced_is_the_batched_gemm_and_empty_groups_are_free(h100):
+    for g, m, n, k in [(8, 1024, 2048, 4096), (64, 256, 1408, 2048), (16, 4096, 768, 2048)]:
+        assert gemm_plan(h100, m, n, k, "bf16", g)[3] == 1
+        # the batched GEMM reads its weight once per product, as the grouped kernel reads each expert's
+        assert grouped_gemm_time(h100, (m,) * g, n, k) == pytest.approx(gemm_time(h100, m, n, k, "bf16", g))
+        assert grouped_gemm_time(h100, (m,) * g + (0, 0), n, k) == grouped_gemm_time(h100, (m,) * g, n, k)
+    assert grouped_gemm_time(h100, (0, 0), 1024, 1024) == 0.0
+
+
+def test_grouped_partial_tiles_cost(h100):
+    # 64 one-token experts pad 64 row tiles; one 64-token group fills one
+    assert grouped_gemm_time(h100, (1,) * 64, 2048, 2048) > grouped_gemm_time(h100, (64,), 2048, 2048)
+
+
+# ---- grouped GEMMs of MoE experts (h100_grouped_gemm.json; nothing fitted on it) -----------------
+GROUPED_RATCHETS = {"grouped_mm": 0.208, "bmm": 0.132, "loop": 0.259}
+
+
+def _grouped_mape() -> dict:
+    from validation.hardware import hardware_for
+    from validation.predict import predict_record
+    from validation.records import load_measurements
+    mf = load_measurements(MEAS / "h100_grouped_gemm.json")
+    hw = hardware_for(mf)
+    cal = load_calibration("h100-sxm")
+    errs = defaultdict(list)
+    for r in mf.records:
+        errs[r["impl"]].append(abs(predict_record(r, hw, cal).time_s / r["time_s"] - 1))
+    return {k: (len(v), sum(v) / len(v)) for k, v in errs.items()}
+
+
+def test_grouped_gemm_records_ratchet():
+    got = _grouped_mape()
+    for impl, ratchet in GROUPED_RATCHETS.items():
+        assert got[impl][0] >= 30 and got[impl][1] <= ratchet, impl
+
+
+def test_grouped_gemm_is_not_fitted():
+    from simulator.calibration import profile_fitted_on
+    from validation.predict import KERNEL_KINDS
+    assert "grouped_gemm" not in KERNEL_KINDS     # calibrate fits KERNEL_KINDS only
+    assert "h100_grouped_gemm.json" not in {Path(f).name for f in profile_fitted_on("h100-sxm")}

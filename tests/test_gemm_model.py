@@ -15,6 +15,7 @@ from validation.gemm_regimes import mape_by_regime, random_set_pairs, reproduced
 ROOT = Path(__file__).resolve().parent.parent
 MEAS = ROOT / "validation" / "measurements"
 RANDOM2 = MEAS / "h100_gemm_random2.json"
+RANDOM3 = MEAS / "h100_gemm_random3.json"    # a separate, later run on a fresh machine (seed 23)
 
 
 @pytest.fixture(scope="module")
@@ -85,9 +86,30 @@ def test_random2_ratchet(seed):
         assert got[regime][0] >= 10 and got[regime][1] <= ratchet, regime
 
 
-@pytest.mark.xfail(strict=True, reason="issue #12 target: random GEMMs within 7% MAPE; held-out split (seed 22) "
-                                       "at 11.1% today (misaligned 18.0%, small-MN/large-K 13.2%)")
-def test_random2_held_out_within_7_percent():
+# the fresh run the issue asks for: a draw never seen (seed 23), measured after the refit on another
+# H100 machine, predicted with the committed profile
+RANDOM3_RATCHET = {"all": 0.105, "small_mn_large_k": 0.109, "fp8_small": 0.062, "misaligned": 0.168,
+                   "large": 0.101, "other": 0.083}
+
+
+def test_fresh_random_run_ratchet():
+    got = mape_by_regime(random_set_pairs(RANDOM3, seed=23))
+    assert got["all"][0] == 156
+    for regime, ratchet in RANDOM3_RATCHET.items():
+        assert got[regime][0] >= 10 and got[regime][1] <= ratchet, regime
+
+
+def test_fresh_random_run_is_not_fitted():
+    from simulator.calibration import profile_fitted_on
+    assert "h100_gemm_random3.json" not in {Path(f).name for f in profile_fitted_on("h100-sxm")}
+    assert 23 not in {s for seeds in _fitted_draws().values() for s in seeds}
+
+
+@pytest.mark.xfail(strict=True, reason="issue #12 target: random GEMMs within 7% MAPE on a fresh run; seed 23 "
+                                       "(separate later run) at 10.4%, held-out split seed 22 at 11.1% today "
+                                       "(misaligned 16.7-18.0%, small-MN/large-K 10.8-13.2%)")
+def test_random_gemms_within_7_percent():
+    assert mape_by_regime(random_set_pairs(RANDOM3, seed=23))["all"][1] <= 0.07
     assert mape_by_regime(random_set_pairs(RANDOM2, seed=22))["all"][1] <= 0.07
 
 
@@ -127,14 +149,17 @@ def test_grouped_partial_tiles_cost(h100):
 
 
 # ---- grouped GEMMs of MoE experts (h100_grouped_gemm.json; nothing fitted on it) -----------------
-GROUPED_RATCHETS = {"grouped_mm": 0.208, "bmm": 0.132, "loop": 0.259}
+GROUPED_RATCHETS = {   # file: {impl: today's MAPE}; the second file is a later run on another machine (seed 32)
+    "h100_grouped_gemm.json": {"grouped_mm": 0.208, "bmm": 0.132, "loop": 0.259},
+    "h100_grouped_gemm2.json": {"grouped_mm": 0.245, "bmm": 0.116, "loop": 0.248},
+}
 
 
-def _grouped_mape() -> dict:
+def _grouped_mape(name: str) -> dict:
     from validation.hardware import hardware_for
     from validation.predict import predict_record
     from validation.records import load_measurements
-    mf = load_measurements(MEAS / "h100_grouped_gemm.json")
+    mf = load_measurements(MEAS / name)
     hw = hardware_for(mf)
     cal = load_calibration("h100-sxm")
     errs = defaultdict(list)
@@ -143,9 +168,10 @@ def _grouped_mape() -> dict:
     return {k: (len(v), sum(v) / len(v)) for k, v in errs.items()}
 
 
-def test_grouped_gemm_records_ratchet():
-    got = _grouped_mape()
-    for impl, ratchet in GROUPED_RATCHETS.items():
+@pytest.mark.parametrize("name", sorted(GROUPED_RATCHETS))
+def test_grouped_gemm_records_ratchet(name):
+    got = _grouped_mape(name)
+    for impl, ratchet in GROUPED_RATCHETS[name].items():
         assert got[impl][0] >= 30 and got[impl][1] <= ratchet, impl
 
 
@@ -153,4 +179,4 @@ def test_grouped_gemm_is_not_fitted():
     from simulator.calibration import profile_fitted_on
     from validation.predict import KERNEL_KINDS
     assert "grouped_gemm" not in KERNEL_KINDS     # calibrate fits KERNEL_KINDS only
-    assert "h100_grouped_gemm.json" not in {Path(f).name for f in profile_fitted_on("h100-sxm")}
+    assert not {"h100_grouped_gemm.json", "h100_grouped_gemm2.json"} & {Path(f).name for f in profile_fitted_on("h100-sxm")}

@@ -187,6 +187,12 @@ def grid(name: str) -> list[dict]:
         return cases
     if name == "native2":
         return native2_grid()
+    if name == "native-profile":   # where torch-native steps spend their GPU time (one profiled step each)
+        return [dict(c, profile=True) for c in (
+            case(T, "llama-1b", 2048, 2, zero=0, gbs=8), case(T, "llama-1b", 4096, 2, zero=0, gbs=4),
+            case(T, "llama-1b", 2048, 2, tp=2, sp=True, gbs=8), case(T, "llama-1b", 4096, 2, pp=2, gbs=8),
+            case(T, "llama-1b", 4096, 2, pp=2, vp=2, gbs=8), case(T, "llama-1b", 4096, 2, cp=2, zero=3, gbs=4),
+            dict(case(T, "llama-1b", 4096, 2, zero=3, gbs=4), fsdp_sync_each=True))]
     if name == "cpu-pp":
         return [case(T, "tiny-llama", 64, 2, pp=2, gbs=4), case(T, "tiny-llama", 64, 2, pp=2, vp=2, gbs=4),
                 case(T, "tiny-gpt", 64, 2, pp=2, gbs=8, recompute="full")]

@@ -296,19 +296,32 @@ def fsdp_transients(ctx: Context, params: float) -> FsdpTransients:
                           4 * root / n, 4 * params / n)
 
 
-def fsdp_peak(weights: float, grads: float, opt: float, activations: float, f: FsdpTransients) -> float:
+def fsdp_peak(weights: float, grads: float, opt: float, activations: float, f: FsdpTransients,
+              accumulated: float = 0.0) -> float:
     """FSDP2's peak live bytes: the largest of four moments of a step. ``weights`` and ``grads``
-    are the fp32 shards; gradients are set to None between steps.
+    are the fp32 shards; gradients are set to None between steps. ``accumulated``: gradient bytes
+    already held when a later micro-batch's backward starts (fsdp_accumulated_bytes).
       start of backward   every activation, gathered weights, one block's unsharded gradients
+                          (and the gradients accumulated by earlier micro-batches)
       last block          gathered weights, every block's gradient shard, one block's gradients
       end of backward     blocks resharded; the root's unsharded gradients being reduced
       optimizer step      shards, optimizer states and foreach AdamW's temporary"""
     gathered = f.block_weights + f.root_weights
     block_shards = grads - f.root_grad_shard
-    return weights + opt + max(gathered + activations + f.block_grads,
+    return weights + opt + max(gathered + activations + f.block_grads + accumulated,
                                gathered + block_shards + f.block_grads,
                                f.root_weights + block_shards + f.root_grads,
                                grads + f.optimizer_temp)
+
+
+def fsdp_accumulated_bytes(p, grads: float) -> float:
+    """Gradient bytes FSDP2 holds through a later micro-batch's forward and backward: with more
+    than one micro-batch per step and a reduce-scatter after each, every earlier micro-batch's
+    reduced gradient is accumulated into the parameter's fp32 sharded ``.grad`` (torch 2.11-2.13
+    torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py foreach_reduce: the new shard is
+    added to ``sharded_param.grad`` where one exists), so all ``grads`` (the fp32 shards) are
+    live from the second micro-batch on, as DDP's gradients are (peak_live_bytes)."""
+    return grads if p.microbatches() > 1 else 0.0
 
 
 def layer_activation_bytes(ctx: Context, moe: bool | str) -> float:
@@ -594,7 +607,7 @@ def peak_live_bytes(p, fp: StageFootprint, flight: float) -> tuple[float, float,
         grads += buckets
     elif p.recipe == "torch_fsdp":
         f = fp.fsdp
-        live = fsdp_peak(weights, grads, opt, activations + logits, f)
+        live = fsdp_peak(weights, grads, opt, activations + logits, f, fsdp_accumulated_bytes(p, grads))
         weights += f.block_weights + f.root_weights
         grads += max(f.block_grads, f.root_grads)
     else:

@@ -377,3 +377,29 @@ def test_expandable_segments_rerun_of_wrong_verdicts():
     ran = [r for r in res if not r.record["oom"]]
     assert len(ran) == 3 and all(-0.045 <= r.memory_error <= 0 for r in ran)
     assert s.fit_correct == 3 and s.fit_total == 4
+
+
+# ---- the third pre-registered set (logs/prereg3_h200x2_plan.txt): torch-native pp, cp, FSDP2 ------------
+NATIVE2 = "h200x2_plan_native2.json"
+# (time, memory) MAPE per family today. Pre-registered: time 14.7-23.2%, memory 10.5-27.5%. Memory since
+# then developed against these records (docs/measurements.md, third pass): torchtitan's separate
+# projections under autocast and eager SwiGLU, FSDP2's accumulated gradient shards.
+NATIVE2_TODAY = {"FSDP / ZeRO-3": (0.148, 0.028), "pp 1F1B": (0.156, 0.006), "pp interleaved": (0.195, 0.008),
+                 "cp": (0.233, 0.125), "recompute full": (0.158, 0.018)}
+
+
+def _native2_families():
+    return {fam: f for (fw, fam), f in _families(NATIVE2).items() if fw == "torchtitan"}
+
+
+@pytest.mark.parametrize("family", sorted(NATIVE2_TODAY))
+def test_native2_family_ratchet(family):
+    f = _native2_families()[family]
+    time_today, memory_today = NATIVE2_TODAY[family]
+    assert f.time_mape <= time_today and f.memory_mape <= memory_today
+
+
+@pytest.mark.xfail(strict=True, reason="native2: every family predicted too fast (time 14.7-23.2%); cp memory 12.4% "
+                                       "(the harness deferred FSDP2's gradient sync under cp: fp32 unsharded gradients)")
+def test_native2_family_target():
+    assert all(f.time_mape <= 0.10 and f.memory_mape <= 0.05 for f in _native2_families().values())

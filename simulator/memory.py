@@ -296,19 +296,32 @@ def fsdp_transients(ctx: Context, params: float) -> FsdpTransients:
                           4 * root / n, 4 * params / n)
 
 
-def fsdp_peak(weights: float, grads: float, opt: float, activations: float, f: FsdpTransients) -> float:
+def fsdp_peak(weights: float, grads: float, opt: float, activations: float, f: FsdpTransients,
+              accumulated: float = 0.0) -> float:
     """FSDP2's peak live bytes: the largest of four moments of a step. ``weights`` and ``grads``
-    are the fp32 shards; gradients are set to None between steps.
+    are the fp32 shards; gradients are set to None between steps. ``accumulated``: gradient bytes
+    already held when a later micro-batch's backward starts (fsdp_accumulated_bytes).
       start of backward   every activation, gathered weights, one block's unsharded gradients
+                          (and the gradients accumulated by earlier micro-batches)
       last block          gathered weights, every block's gradient shard, one block's gradients
       end of backward     blocks resharded; the root's unsharded gradients being reduced
       optimizer step      shards, optimizer states and foreach AdamW's temporary"""
     gathered = f.block_weights + f.root_weights
     block_shards = grads - f.root_grad_shard
-    return weights + opt + max(gathered + activations + f.block_grads,
+    return weights + opt + max(gathered + activations + f.block_grads + accumulated,
                                gathered + block_shards + f.block_grads,
                                f.root_weights + block_shards + f.root_grads,
                                grads + f.optimizer_temp)
+
+
+def fsdp_accumulated_bytes(p, grads: float) -> float:
+    """Gradient bytes FSDP2 holds through a later micro-batch's forward and backward: with more
+    than one micro-batch per step and a reduce-scatter after each, every earlier micro-batch's
+    reduced gradient is accumulated into the parameter's fp32 sharded ``.grad`` (torch 2.11-2.13
+    torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py foreach_reduce: the new shard is
+    added to ``sharded_param.grad`` where one exists), so all ``grads`` (the fp32 shards) are
+    live from the second micro-batch on, as DDP's gradients are (peak_live_bytes)."""
+    return grads if p.microbatches() > 1 else 0.0
 
 
 def layer_activation_bytes(ctx: Context, moe: bool | str) -> float:
@@ -364,7 +377,7 @@ def _attention_activation_bytes(ctx: Context) -> float:
     elif p.recompute != "selective":
         attn += (2 + 3 * drop) * p.mbs * heads * (p.seq // p.cp) * p.seq   # scores, softmax (+dropout)
     attn += drop * Tsp * h
-    return attn
+    return attn + _separate_projection_bytes(ctx, 2)
 
 
 def _ffn_activation_bytes(ctx: Context, moe: bool) -> float:
@@ -380,7 +393,39 @@ def _ffn_activation_bytes(ctx: Context, moe: bool) -> float:
     else:
         f = m.ffn_hidden // tp
         mlp += g_in * Tsp * h + 2 * T * f * (2 if m.gated_mlp else 1) + g_in * T * f
+        if m.gated_mlp:
+            mlp += _separate_projection_bytes(ctx, 1) + _eager_swiglu_bytes(ctx, f)
     return mlp
+
+
+def _separates(ctx: Context) -> bool:
+    """Whether the framework's model code has separate projection modules (Kernels.projections)."""
+    return get_framework(ctx.plan.framework).kernels.projections == "separate"
+
+
+def _separate_projection_bytes(ctx: Context, extra: int) -> float:
+    """Bytes beyond one saved GEMM input where ``extra`` more linears read the same norm output
+    under autocast (recipe torch_amp) in a model with separate projections (wq, wk, wv: 2 extra;
+    w1, w3: 1). The norm output is fp32 there (fp32 input and weight), and autocast caches only its
+    casts of leaf tensors (the weights: torch/amp/autocast_mode.py, the cache of casts of leaf
+    tensors that require grad), so each linear casts the activation to bf16 itself and saves its
+    own copy for the weight gradient. Under FSDP2's bf16 parameters the norm output is already
+    bf16 and shared (no extra copy). Counted on the sequence-parallel shard like the first copy."""
+    p = ctx.plan
+    if p.recipe != "torch_amp" or not _separates(ctx):
+        return 0.0
+    return extra * GEMM_INPUT_SAVED_BYTES.get(p.precision, 2) * ctx.sp_tokens * ctx.model.hidden
+
+
+def _eager_swiglu_bytes(ctx: Context, f: int) -> float:
+    """The bf16 silu output an eager SwiGLU, F.silu(w1(x)) * w3(x), saves beyond its two inputs:
+    the product saves both operands for its backward (torch's derivative of mul needs each factor
+    for the other's gradient, tools/autograd/derivatives.yaml), and silu saves its input, so w1's
+    output, silu's output and w3's output are all kept, where a fused SwiGLU keeps only w1|w3's
+    output. ``f``: the local FFN width."""
+    if not _separates(ctx):
+        return 0.0
+    return 2 * ctx.tokens * f
 
 
 def _moe_activation_bytes(ctx: Context) -> float:
@@ -562,7 +607,7 @@ def peak_live_bytes(p, fp: StageFootprint, flight: float) -> tuple[float, float,
         grads += buckets
     elif p.recipe == "torch_fsdp":
         f = fp.fsdp
-        live = fsdp_peak(weights, grads, opt, activations + logits, f)
+        live = fsdp_peak(weights, grads, opt, activations + logits, f, fsdp_accumulated_bytes(p, grads))
         weights += f.block_weights + f.root_weights
         grads += max(f.block_grads, f.root_grads)
     else:

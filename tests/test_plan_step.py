@@ -70,7 +70,7 @@ def test_torchtitan_time_target():
 
 # ---- memory and fit verdicts ----------------------------------------------------------------------
 MEMORY = {"h200_plan_megatron.json": (0.025, 8, 8), "h200x2_plan_megatron.json": (0.032, 34, 37),
-          "h200x2_plan_torchtitan.json": (0.156, 4, 4)}
+          "h200x2_plan_torchtitan.json": (0.083, 4, 4)}   # torchtitan 15.5% -> 8.3% (session 5 memory fixes)
 
 
 @pytest.mark.parametrize("name", FILES)
@@ -86,8 +86,8 @@ def test_megatron_plan_step_memory_target(name):
     assert evaluated(name)[2].memory_mape <= 0.05          # 2.5% (1 GPU), 3.1% (2 GPUs)
 
 
-@pytest.mark.xfail(strict=True, reason="torch-native peak memory MAPE 15.5% (FSDP2 under-predicted 15-29%: the harness defers "
-                                       "gradient sync to the last micro-batch, FSDP2 then accumulates fp32 unsharded gradients")
+@pytest.mark.xfail(strict=True, reason="torch-native peak memory MAPE 8.3% (FSDP2 under-predicted 12%: the harness defers "
+                                       "gradient sync to the last micro-batch, FSDP2 then accumulates fp32 unsharded gradients)")
 def test_torchtitan_plan_step_memory_target():
     assert evaluated(FILES[2])[2].memory_mape <= 0.05
 
@@ -336,7 +336,7 @@ def test_second_preregistered_set():
 
 
 @pytest.mark.xfail(strict=True, reason="torch-native: DDP under autocast -21%, DTensor TP+SP -36% time; peak memory "
-                                       "20-29% under (second pre-registered set)")
+                                       "FSDP2 -12.5%, TP+SP -7.3% (second pre-registered set)")
 def test_second_preregistered_set_torch_native_target():
     res = evaluated("h200x2_plan_prereg2.json")[0]
     tt = [r for r in res if r.record["framework"] == "torchtitan"]
@@ -361,7 +361,7 @@ def test_readme_framework_rows():
     assert t <= 0.046 and m <= 0.029                                          # 4.5%, 2.8% (today's model)
     for files in ((PREREG, PREREG_REST), ("h200x2_plan_prereg2.json",)):
         t, m, right, total = _framework_figures(files, "torchtitan")
-        assert t <= 0.194 and m <= 0.15 and right == total                    # 17.1-19.3%, 14.8-14.9%
+        assert t <= 0.194 and m <= 0.071 and right == total                   # 17.1-19.3%; 6.2-7.0% (14.8-14.9% before session 5)
 
 
 # ---- the allocator: the same out-of-memory plans with expandable segments -----------------------------
@@ -377,3 +377,29 @@ def test_expandable_segments_rerun_of_wrong_verdicts():
     ran = [r for r in res if not r.record["oom"]]
     assert len(ran) == 3 and all(-0.045 <= r.memory_error <= 0 for r in ran)
     assert s.fit_correct == 3 and s.fit_total == 4
+
+
+# ---- the third pre-registered set (logs/prereg3_h200x2_plan.txt): torch-native pp, cp, FSDP2 ------------
+NATIVE2 = "h200x2_plan_native2.json"
+# (time, memory) MAPE per family today. Pre-registered: time 14.7-23.2%, memory 10.5-27.5%. Memory since
+# then developed against these records (docs/measurements.md, third pass): torchtitan's separate
+# projections under autocast and eager SwiGLU, FSDP2's accumulated gradient shards.
+NATIVE2_TODAY = {"FSDP / ZeRO-3": (0.148, 0.028), "pp 1F1B": (0.156, 0.006), "pp interleaved": (0.195, 0.008),
+                 "cp": (0.233, 0.125), "recompute full": (0.158, 0.018)}
+
+
+def _native2_families():
+    return {fam: f for (fw, fam), f in _families(NATIVE2).items() if fw == "torchtitan"}
+
+
+@pytest.mark.parametrize("family", sorted(NATIVE2_TODAY))
+def test_native2_family_ratchet(family):
+    f = _native2_families()[family]
+    time_today, memory_today = NATIVE2_TODAY[family]
+    assert f.time_mape <= time_today and f.memory_mape <= memory_today
+
+
+@pytest.mark.xfail(strict=True, reason="native2: every family predicted too fast (time 14.7-23.2%); cp memory 12.4% "
+                                       "(the harness deferred FSDP2's gradient sync under cp: fp32 unsharded gradients)")
+def test_native2_family_target():
+    assert all(f.time_mape <= 0.10 and f.memory_mape <= 0.05 for f in _native2_families().values())

@@ -47,6 +47,11 @@ class Kernels(_Strict):
     # kernel, or not yet modelled for this framework) or "megatron_unfused" (Megatron-Core's
     # apply_rotary_pos_emb without apply_rope_fusion: separate PyTorch kernels on Q and K)
     rope: Literal["none", "megatron_unfused"] = "none"
+    # how the framework's model code projects and gates, which sets what autograd saves for backward
+    # (simulator.memory): "fused" (one QKV GEMM, one w1|w3 GEMM, a SwiGLU kernel that saves only its
+    # input) or "separate" (torchtitan's llama3 model: wq, wk, wv and w1, w3 separate nn.Linear
+    # modules, SwiGLU as the eager F.silu(w1(x)) * w3(x))
+    projections: Literal["fused", "separate"] = "fused"
     # the same choices for a build without its fused extensions (apex, Transformer Engine),
     # which a plan marks by running the attention backend ``unfused_torch``; None: as above
     without_extensions: "KernelChoices | None" = None

@@ -187,6 +187,8 @@ def grid(name: str) -> list[dict]:
         return cases
     if name == "native2":
         return native2_grid()
+    if name == "native3":
+        return native3_grid()
     if name == "native-profile":   # where torch-native steps spend their GPU time (one profiled step each)
         return [dict(c, profile=True) for c in (
             case(T, "llama-1b", 2048, 2, zero=0, gbs=8), case(T, "llama-1b", 4096, 2, zero=0, gbs=4),
@@ -197,6 +199,26 @@ def grid(name: str) -> list[dict]:
         return [case(T, "tiny-llama", 64, 2, pp=2, gbs=4), case(T, "tiny-llama", 64, 2, pp=2, vp=2, gbs=4),
                 case(T, "tiny-gpt", 64, 2, pp=2, gbs=8, recompute="full")]
     raise SystemExit(f"unknown grid {name!r}")
+
+
+def native3_grid() -> list[dict]:
+    """A fourth pre-registered two-GPU set (logs/prereg4_h200x2_plan.txt), predicted by the model
+    after the torch-native memory fixes that were developed on native2: torch-native plans at
+    models, sequences and batches never run (GPT-style pipelines, llama-7b under pp and FSDP2,
+    context parallel with FSDP2 reducing every micro-batch as torchtitan does), plus Megatron-Core
+    local plans of gpt-1.3b at sequence 3072."""
+    T, F = "torchtitan", "megatron-core-local"
+    sync = lambda c: dict(c, fsdp_sync_each=True)  # noqa: E731
+    return [sync(case(T, "llama-1b", 8192, 2, cp=2, zero=3, gbs=2)), sync(case(T, "llama-3b", 4096, 2, cp=2, zero=3, gbs=4)),
+            sync(case(T, "gpt-1.3b", 4096, 2, cp=2, zero=3, gbs=4)),
+            case(T, "gpt-1.3b", 4096, 2, pp=2, gbs=8), case(T, "gpt-1.3b", 4096, 2, pp=2, vp=2, gbs=8),
+            case(T, "llama-3b", 2048, 2, pp=2, gbs=16), case(T, "llama-7b", 4096, 2, pp=2, vp=2, gbs=8),
+            sync(case(T, "llama-7b", 4096, 2, zero=3, gbs=4)), sync(case(T, "gpt-1.3b", 4096, 2, zero=3, gbs=4)),
+            sync(case(T, "llama-3b", 2048, 2, zero=3, gbs=8)),
+            case(T, "gpt-1.3b", 4096, 2, zero=0, gbs=8), case(T, "llama-1b", 8192, 2, zero=0, gbs=4),
+            case(F, "gpt-1.3b", 3072, 2, zero=1, gbs=8), case(F, "gpt-1.3b", 3072, 2, tp=2, sp=True, gbs=8),
+            case(F, "gpt-1.3b", 3072, 2, pp=2, gbs=8), case(F, "gpt-1.3b", 3072, 2, pp=2, vp=2, gbs=8),
+            case(T, "llama-7b", 8192, 2, pp=2, vp=2, gbs=4, risky=True)]
 
 
 def native2_grid() -> list[dict]:

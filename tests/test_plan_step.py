@@ -403,3 +403,28 @@ def test_native2_family_ratchet(family):
                                        "(the harness deferred FSDP2's gradient sync under cp: fp32 unsharded gradients)")
 def test_native2_family_target():
     assert all(f.time_mape <= 0.10 and f.memory_mape <= 0.05 for f in _native2_families().values())
+
+
+# ---- the fourth pre-registered set (logs/prereg4_h200x2_plan.txt: the model of commit 0c21911) -------
+def test_fourth_preregistered_set():
+    """Predicted before it ran, after the torch-native memory fixes developed on native2: torch-native
+    peak memory 0.9% over 12 plans (pp, interleaved, FSDP2, cp with per-micro-batch reduction, DDP),
+    16 of 16 fit verdicts (llama-7b s8192 pp 2 vp 2 at 126.8 GiB of 139.8), every pick right;
+    Megatron-Core local gpt-1.3b s3072: 2.5% time, 1.2% memory. Megatron's four rows of the
+    pre-registration file were written with the profile's default attention (apex's fused softmax)
+    where the machine runs the PyTorch fallback the earlier records show (a slip of the prereg tool,
+    fixed: --attention-from); the figures here predict each record as `meshcast validate` does."""
+    res, unsupported, s, groups = evaluated("h200x2_plan_native3.json")
+    assert not unsupported and s.fit_correct == s.fit_total == 16
+    tt = _framework_figures(("h200x2_plan_native3.json",), "torchtitan")
+    assert tt[1] <= 0.0095 and tt[0] <= 0.18                       # memory 0.9%; time 17.9% (too fast)
+    meg = _framework_figures(("h200x2_plan_native3.json",), "megatron-core-local")
+    assert meg[0] <= 0.025 and meg[1] <= 0.0125
+    assert all(g.pick_ok for g in groups) and len(groups) == 11
+
+
+@pytest.mark.xfail(strict=True, reason="torch-native step time 17.9% on the fourth pre-registered set: every plan "
+                                       "too fast (cp -27/-35%, pp -10 to -22%, FSDP2 -8 to -20%, DDP -13/-17%)")
+def test_fourth_preregistered_set_torch_native_time_target():
+    res = evaluated("h200x2_plan_native3.json")[0]
+    assert all(abs(r.time_error) <= 0.10 for r in res if r.record["framework"] == "torchtitan")

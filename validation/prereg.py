@@ -31,16 +31,31 @@ def harness():
     return mod
 
 
-def skeleton(h, c: dict) -> dict:
-    """The plan_step record the harness writes for case ``c``, without measured fields."""
+def skeleton(h, c: dict, attention: dict | None = None) -> dict:
+    """The plan_step record the harness writes for case ``c``, without measured fields. The
+    attention kernel is the one the harness records: torch-native runs SDPA flash; Megatron-Core's
+    depends on whether apex/TE import on the machine, so it comes from ``attention`` (framework ->
+    backend, read from earlier records of that machine type), else the profile's default."""
+    backend = h.NativeRunner.attention_backend() if c["framework"] == "torchtitan" else (attention or {}).get(c["framework"])
     return dict(kind="plan_step", framework=c["framework"], name=c["name"], **c["model"], **c["plan"],
-                dtype="bfloat16", attention=h.NativeRunner.attention_backend() if c["framework"] == "torchtitan"
-                else None)
+                dtype="bfloat16", attention=backend)
 
 
-def rows(grid: str, like: str, world: int | None = None) -> list[tuple[str, dict]]:
-    """(case label, prediction fields or an ``error``) for every case of ``grid`` (of ``world`` GPUs)."""
+def recorded_attention(files) -> dict:
+    """{framework: attention backend} of the first plan_step record of each framework in ``files``."""
+    out = {}
+    for f in files:
+        for r in load_measurements(f).records:
+            if r.get("kind") == "plan_step" and r.get("attention"):
+                out.setdefault(r["framework"], r["attention"])
+    return out
+
+
+def rows(grid: str, like: str, world: int | None = None, attention_from: tuple = ()) -> list[tuple[str, dict]]:
+    """(case label, prediction fields or an ``error``) for every case of ``grid`` (of ``world`` GPUs);
+    Megatron's attention kernel as recorded in ``attention_from`` (and ``like``)."""
     h = harness()
+    attention = recorded_attention((like, *attention_from))
     mf = load_measurements(like)
     hw = hardware_for(mf)
     cal = calibration_for(hw.accelerator)[0]
@@ -49,7 +64,7 @@ def rows(grid: str, like: str, world: int | None = None) -> list[tuple[str, dict
     for c in h.grid(grid):
         if world and c["plan"]["world"] != world:
             continue
-        rec = {k: v for k, v in skeleton(h, c).items() if v is not None}
+        rec = {k: v for k, v in skeleton(h, c, attention).items() if v is not None}
         try:
             p = predict_record(rec, hw, cal)
         except Unsupported as exc:
@@ -67,10 +82,13 @@ def main(argv=None) -> int:
     ap.add_argument("--grid", required=True)
     ap.add_argument("--like", required=True, help="a measurement file of the machine the grid will run on")
     ap.add_argument("--world", type=int, default=None)
+    ap.add_argument("--attention-from", nargs="*", default=[],
+                    help="earlier plan_step files of the machine type: the attention kernel each framework recorded "
+                         "there (Megatron-Core: apex's fused softmax or its PyTorch fallback) is assumed again")
     a = ap.parse_args(argv)
     bad = 0
     print(f"{'case':<82} time_ms  peak_GiB  fits  host_ms")
-    for label, r in rows(a.grid, a.like, a.world):
+    for label, r in rows(a.grid, a.like, a.world, tuple(a.attention_from)):
         if "error" in r:
             bad += 1
             print(f"{label:<82} ERROR {r['error']}")

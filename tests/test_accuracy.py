@@ -389,27 +389,6 @@ def test_sustained_and_burst_gemms():
 
 
 # ---- collectives: a separate, later two-GPU run (held out; docs/measurements.md) ---------------
-def _run4_by_kind(min_bytes: int = 0):
-    from validation.accuracy import evaluate as _ev
-    mf = load_measurements(ROOT / "validation/measurements/repeat/h200x2_collectives_run4.json")
-    hw = hardware_for(mf)
-    res, _ = _ev(mf, hw, calibration_for(hw.accelerator)[0])
-    out = {}
-    for r in res:
-        if r.record["bytes"] >= min_bytes:
-            out.setdefault(r.record["kind"], []).append(abs(r.time_error))
-    return {k: sum(v) / len(v) for k, v in out.items()}
-
-
-def test_collectives_separate_run_ratchet():
-    # per kind, all sizes: 15.5 / 38.9 / 23.7 / 15.3 / 39.7 / 9.6 %; >= 4 MiB: 6.1-15.4 %
-    today = {"all_gather": 0.156, "all_reduce": 0.39, "all_to_all": 0.238, "broadcast": 0.154,
-             "reduce_scatter": 0.398, "send_recv": 0.097}
-    got = _run4_by_kind()
-    assert all(got[k] <= v for k, v in today.items())
-    assert max(_run4_by_kind(4 << 20).values()) <= 0.155
-
-
 def _separate_run_by_kind(name: str, min_bytes: int = 0) -> dict:
     from validation.accuracy import evaluate as _ev
     mf = load_measurements(ROOT / f"validation/measurements/repeat/h200x2_collectives_{name}.json")
@@ -420,6 +399,19 @@ def _separate_run_by_kind(name: str, min_bytes: int = 0) -> dict:
         if r.record["bytes"] >= min_bytes:
             out.setdefault(r.record["kind"], []).append(abs(r.time_error))
     return {k: sum(v) / len(v) for k, v in out.items()}
+
+
+def _run4_by_kind(min_bytes: int = 0):
+    return _separate_run_by_kind("run4", min_bytes)
+
+
+def test_collectives_separate_run_ratchet():
+    # per kind, all sizes: 15.5 / 38.9 / 23.7 / 15.3 / 39.7 / 9.6 %; >= 4 MiB: 6.1-15.4 %
+    today = {"all_gather": 0.156, "all_reduce": 0.39, "all_to_all": 0.238, "broadcast": 0.154,
+             "reduce_scatter": 0.398, "send_recv": 0.097}
+    got = _run4_by_kind()
+    assert all(got[k] <= v for k, v in today.items())
+    assert max(_run4_by_kind(4 << 20).values()) <= 0.155
 
 
 # meshcast's per-kind MAPE on a held-out run over the reproducibility floor of that run (the MAPE

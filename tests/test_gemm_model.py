@@ -99,6 +99,19 @@ def test_fresh_random_run_ratchet():
         assert got[regime][0] >= 10 and got[regime][1] <= ratchet, regime
 
 
+# H200: no random GEMM was ever fitted there (its profile fitted h200_kernels' sweep; the split-K
+# fix-up and unaligned fixed cost are H100's, transferred): a draw never seen (seed 24), one H200
+H200_RANDOM_RATCHET = {"all": 0.144, "small_mn_large_k": 0.128, "fp8_small": 0.168, "misaligned": 0.21,
+                       "large": 0.112, "other": 0.135}
+
+
+def test_h200_random_run_ratchet():
+    got = mape_by_regime(random_set_pairs(MEAS / "h200_gemm_random.json", seed=24))
+    assert got["all"][0] == 156
+    for regime, ratchet in H200_RANDOM_RATCHET.items():
+        assert got[regime][0] >= 10 and got[regime][1] <= ratchet, regime
+
+
 def test_fresh_random_run_is_not_fitted():
     from simulator.calibration import profile_fitted_on
     assert "h100_gemm_random3.json" not in {Path(f).name for f in profile_fitted_on("h100-sxm")}
@@ -152,6 +165,7 @@ def test_grouped_partial_tiles_cost(h100):
 GROUPED_RATCHETS = {   # file: {impl: today's MAPE}; the second file is a later run on another machine (seed 32)
     "h100_grouped_gemm.json": {"grouped_mm": 0.208, "bmm": 0.132, "loop": 0.259},
     "h100_grouped_gemm2.json": {"grouped_mm": 0.245, "bmm": 0.116, "loop": 0.248},
+    "h200_grouped_gemm.json": {"grouped_mm": 0.25, "bmm": 0.084, "loop": 0.174},   # one H200, seed 33
 }
 
 
@@ -161,7 +175,8 @@ def _grouped_mape(name: str) -> dict:
     from validation.records import load_measurements
     mf = load_measurements(MEAS / name)
     hw = hardware_for(mf)
-    cal = load_calibration("h100-sxm")
+    from simulator.calibration import calibration_for
+    cal = calibration_for(hw.accelerator)[0]
     errs = defaultdict(list)
     for r in mf.records:
         errs[r["impl"]].append(abs(predict_record(r, hw, cal).time_s / r["time_s"] - 1))

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass, replace
 
 from hardware_specs.errors import PlanError
-from models.params import (attention_params, embedding_params, kind_params, mamba_params, mlp_params,
+from models.params import (attention_params, embedding_params, kind_param_tensors, kind_params, mamba_params, mlp_params,
                            mtp_layer_kinds, norm_params)
 from models.schema import ModelSpec
 from simulator.comm import Fabric, collective_time
@@ -121,6 +121,8 @@ def _autocast_ops(ctx: Context, block: str, linear_params: float) -> list[Op]:
     Each cast reads 4 and writes 2 bytes per element (or the reverse)."""
     if ctx.plan.recipe != "torch_amp":
         return []
+    if get_framework(ctx.plan.framework).kernels.autocast == "torch_eager":
+        return _torch_autocast_ops(ctx, block, linear_params)
     act = ctx.tokens * ctx.model.hidden
     fwd_bytes = 6 * (linear_params + act)
     # backward: weight gradients bf16 -> fp32, the norm-input gradient bf16 -> fp32, and the
@@ -130,6 +132,53 @@ def _autocast_ops(ctx: Context, block: str, linear_params: float) -> list[Op]:
                bytes=fwd_bytes),
             Op(f"{block}.autocast_casts", "memory", "bwd", memory_time(ctx.dev, bwd_bytes, launches=4),
                bytes=bwd_bytes)]
+
+
+def _linear_consumers(ctx: Context, block: str) -> tuple[int, int]:
+    """(linear weight tensors, linears reading the block's normed input) of one block in the
+    framework's model code: torchtitan's separate wq, wk, wv (+ wo) and w1, w3 (+ w2)
+    (Kernels.projections separate) or one fused QKV / gate-up GEMM."""
+    m = ctx.model
+    separate = get_framework(ctx.plan.framework).kernels.projections == "separate"
+    if block == "attention" and m.mla is None:
+        return (4, 3) if separate else (2, 1)
+    if block == "mlp" and m.gated_mlp:
+        return (3, 2) if separate else (2, 1)
+    return 2, 1
+
+
+def _torch_autocast_ops(ctx: Context, block: str, linear_params: float) -> list[Op]:
+    """Casts and fp32 gradient sums of one block under torch.autocast(bf16) with fp32 weights and
+    an fp32 residual stream, as torch runs them (Kernels.autocast torch_eager), bytes per element:
+
+    Forward: each linear casts its fp32 weight to bf16 (autocast caches casts of leaf tensors only,
+    until the outermost autocast region exits: torch/amp/autocast_mode.py __exit__ clears the cache,
+    so once per micro-batch where each micro-batch enters autocast) and casts its fp32 input anew
+    (a non-leaf: not cached), so the normed input is cast once per consuming linear (3 for
+    separate wq/wk/wv, 2 for w1/w3): r4 w2. These are contiguous float->bf16 copies, ATen's
+    vectorized bfloat16_copy_kernel (aten/src/ATen/native/cuda/Copy.cu): the ``copy`` fraction.
+    Backward: autograd casts each bf16 gradient back to its fp32 source (the weight gradients, and
+    the normed input's gradient per consumer: r2 w4). bf16 -> fp32 takes direct_copy_kernel_cuda's
+    dynamically casting unrolled_elementwise_kernel, which no committed kernel measurement covers:
+    ASSUMPTION, at the generic ``hbm_fraction`` (as the Megatron ``.float()``). The block output's
+    fp32 gradient is cast to bf16 for the bf16 branch (vectorized, r4 w2). The normed input's
+    per-consumer fp32 gradients are summed (consumers - 1 adds) and so is the residual stream's
+    (the norm's input gradient plus the skip path's): vectorized fp32 adds (CUDAFunctor_add<float>,
+    r4 r4 w4), at the ``add`` fraction. Kernels per layer and micro-batch for llama in the
+    torch-native profile: 12 + 2 RoPE fp32->bf16 forward, 14 bf16->fp32 and 10 fp32->bf16 backward
+    (with RoPE's), 9 fp32 adds (with RoPE's 4): validation/kernel_reconcile.py on
+    h200x2_plan_native_profile.json."""
+    weights, consumers = _linear_consumers(ctx, block)
+    act = ctx.tokens * ctx.model.hidden
+    cast = 6.0 * (linear_params + consumers * act)
+    sums = 12.0 * consumers * act                   # (consumers - 1) input-gradient sums + the residual's
+    fwd = memory_time(ctx.dev, cast, launches=weights + consumers, op="copy")
+    bwd = memory_time(ctx.dev, cast, launches=weights + consumers) + memory_time(ctx.dev, 6.0 * act, op="copy")
+    summed = memory_time(ctx.dev, sums, launches=consumers, op="add")
+    return [Op(f"{block}.autocast_casts", "memory", "fwd", fwd, bytes=cast),
+            Op(f"{block}.autocast_casts", "memory", "bwd", bwd, bytes=cast + 6.0 * act),
+            Op(f"{block}.grad_sums", "memory", "bwd", summed,
+               bytes=sums)]
 
 
 def _attention(ctx: Context, phase: str) -> Op:
@@ -249,13 +298,42 @@ def _rope(ctx: Context, tokens: int, heads: int, kv_heads: int) -> list[Op]:
     7 kernels per tensor. These kernels are small and partly strided (Q and K are views of the
     fused QKV output); costed at the generic memory-bound fraction."""
     m = ctx.model
-    kernels = get_framework(ctx.plan.framework).kernels
-    if m.position != "rope" or kernels.choices(ctx.plan.attention).rope != "megatron_unfused":
+    kind = get_framework(ctx.plan.framework).kernels.choices(ctx.plan.attention).rope
+    if m.position != "rope" or kind == "none":
         return []
     qk_dim = _attention_dims(m)[0] if m.mla is None else m.mla.qk_rope_head_dim
     elems = tokens * (heads + kv_heads) * qk_dim
+    if kind == "torch_fp32":
+        return _torch_fp32_rope(ctx, elems)
     return [Op("attention.rope", "memory", "fwd", memory_time(ctx.dev, 24.0 * elems, launches=12), bytes=24.0 * elems),
             Op("attention.rope", "memory", "bwd", memory_time(ctx.dev, 26.0 * elems, launches=14), bytes=26.0 * elems)]
+
+
+def _torch_fp32_rope(ctx: Context, elems: float) -> list[Op]:
+    """Eager RoPE on bf16 Q and K (``elems`` elements together) with fp32 cos/sin tables, as the
+    torch-native harness's model runs it (validation/harness/plan_step.py ``rope``: the even and
+    odd halves x1, x2 as strided views, stack((x1·c − x2·s, x1·s + x2·c), -1).flatten(-2), then
+    ``type_as`` bf16; torchtitan's complex form, ``view_as_complex(x.float())`` times freqs_cis, is
+    also fp32 with one cast each way). Bytes per element of Q and K, the casts in the
+    ``autocast_casts`` ops (as autocast's, by kernel class):
+    forward: four bf16 x fp32 products into fp32 (r2 w4 over half the elements: 12), the
+    difference and sum (r8 w4 over half: 12), the stack's two strided writes (r4 w4: 8): 32 bytes,
+    8 kernels per tensor; the fp32 -> bf16 cast: 6 (vectorized copy).
+    backward: the sum's negation (4), four fp32 products of the gradient halves with cos and sin
+    (16), each cast to the bf16 half it belongs to (4 casts, 12 bytes, vectorized), two bf16 sums
+    (6), each half's slice gradient zero-filled and copied in (8) and the two summed (6): 40 bytes,
+    12 kernels per tensor; type_as's gradient bf16 -> fp32 (6, the unrolled casting path).
+    Non-vectorized TensorIterator paths (mixed dtypes, strided halves): ``hbm_fraction``
+    (ASSUMPTION, as the other unmeasured casting kernels)."""
+    fwd = memory_time(ctx.dev, 32.0 * elems, launches=16)
+    bwd = memory_time(ctx.dev, 40.0 * elems, launches=24)
+    return [Op("attention.rope", "memory", "fwd", fwd, bytes=32.0 * elems),
+            Op("attention.rope", "memory", "bwd", bwd, bytes=40.0 * elems),
+            Op("attention.rope.autocast_casts", "memory", "fwd", memory_time(ctx.dev, 6.0 * elems, launches=2, op="copy"),
+               bytes=6.0 * elems),
+            Op("attention.rope.autocast_casts", "memory", "bwd",
+               memory_time(ctx.dev, 6.0 * elems, launches=2) + memory_time(ctx.dev, 12.0 * elems, launches=8, op="copy"),
+               bytes=18.0 * elems)]
 
 
 def _mla_projections(ctx: Context, heads: int) -> list[Op]:
@@ -405,7 +483,19 @@ def layer_ops(ctx: Context, moe: bool | str, recompute: bool = True) -> list[Op]
     else:
         fwd = attention_block_fwd(ctx) + mlp_block_fwd(ctx, kind == "moe")
     rec = recomputed(fwd, ctx.plan) if recompute else []
-    return fwd + rec + backward_of(ctx, fwd) + main_grad_accumulation(ctx, "layer", _layer_local_params(ctx, kind))
+    return fwd + rec + backward_of(ctx, fwd) + main_grad_accumulation(ctx, "layer", _layer_local_params(ctx, kind),
+                                                                      _layer_tensors(ctx, kind))
+
+
+def _layer_tensors(ctx: Context, kind: str) -> int:
+    """Parameter tensors of one layer (models.params.kind_param_tensors: one fused QKV weight; a
+    gated MLP's three matrices already), with torchtitan's separate wq, wk, wv (Kernels.projections
+    separate) counted one by one."""
+    m = ctx.model
+    n = kind_param_tensors(m, kind)
+    if get_framework(ctx.plan.framework).kernels.projections == "separate" and m.mla is None and not m.hybrid:
+        n += 2
+    return n
 
 
 def _layer_local_params(ctx: Context, moe: bool | str) -> float:
@@ -477,7 +567,7 @@ def mamba_block_fwd(ctx: Context) -> list[Op]:
     return ops + _autocast_ops(ctx, "mamba", mamba_params(m) / tp)
 
 
-def main_grad_accumulation(ctx: Context, block: str, params: float) -> list[Op]:
+def main_grad_accumulation(ctx: Context, block: str, params: float, tensors: int = 1) -> list[Op]:
     """Where the framework accumulates weight gradients with a separate kernel (Megatron DDP
     without gradient-accumulation fusion: ``param.main_grad.add_(param.grad)`` in each parameter's
     backward hook, megatron/core/distributed/distributed_data_parallel.py), one add per parameter
@@ -485,11 +575,28 @@ def main_grad_accumulation(ctx: Context, block: str, params: float) -> list[Op]:
     bytes per parameter. A mixed-dtype add takes TensorIterator's unrolled casting path, not the
     vectorized one; ASSUMPTION (no committed kernel measurement of that path): it runs at the generic
     memory-bound fraction ``hbm_fraction``."""
-    kernels = get_framework(ctx.plan.framework).kernels
-    if kernels.choices(ctx.plan.attention).grad_accumulation != "unfused_fp32" or params <= 0:
+    kind = get_framework(ctx.plan.framework).kernels.choices(ctx.plan.attention).grad_accumulation
+    if kind == "autograd_fp32":
+        return _autograd_accumulation(ctx, block, params, tensors)
+    if kind != "unfused_fp32" or params <= 0:
         return []
     nbytes = 10.0 * params
     return [Op(f"{block}.main_grad_accumulate", "memory", "bwd", memory_time(ctx.dev, nbytes), bytes=nbytes)]
+
+
+def _autograd_accumulation(ctx: Context, block: str, params: float, tensors: int) -> list[Op]:
+    """fp32 parameters under autocast (recipe torch_amp): autograd's AccumulateGrad steals the
+    first micro-batch's gradient and from the second on adds each new fp32 gradient into
+    ``param.grad`` in place (torch/csrc/autograd/functions/accumulate_grad.h accumulateGrad, case
+    2.3 ``variable_grad += new_grad``; under DDP's no_sync as on the synchronizing micro-batch): a
+    vectorized fp32 add (r4 r4 w4 = 12 bytes per parameter, ``tensors`` kernels), on m − 1 of the
+    step's m micro-batches, so (m − 1)/m of one per micro-batch. Other recipes: none here (FSDP2
+    accumulates its reduced shards, simulator.engine)."""
+    m = ctx.plan.microbatches()
+    if ctx.plan.recipe != "torch_amp" or m <= 1 or params <= 0:
+        return []
+    t = memory_time(ctx.dev, 12.0 * params, launches=tensors, op="add") * (m - 1) / m
+    return [Op(f"{block}.grad_accumulate", "memory", "bwd", t, bytes=12.0 * params * (m - 1) / m)]
 
 
 def embedding_ops(ctx: Context) -> list[Op]:
@@ -504,7 +611,8 @@ def embedding_ops(ctx: Context) -> list[Op]:
     ops.append(Op("embedding.grad", "memory", "bwd", memory_time(ctx.dev, 3 * act + table, launches=2),
                   bytes=3 * act + table))
     positions = embedding_params(m) - m.vocab * m.hidden * (1 if m.tied_embeddings else 2)
-    return ops + main_grad_accumulation(ctx, "embedding", m.vocab * m.hidden / p.tp + max(0, positions))
+    return ops + main_grad_accumulation(ctx, "embedding", m.vocab * m.hidden / p.tp + max(0, positions),
+                                        1 + (1 if positions > 0 else 0))
 
 
 def head_ops(ctx: Context) -> list[Op]:
@@ -528,7 +636,7 @@ def head_ops(ctx: Context) -> list[Op]:
                              or op.name == "head.sp_all_gather"])
     # the output head's weight (a tied one is accumulated into the embedding's) and the final norm
     head_params = (0 if m.tied_embeddings else m.vocab * m.hidden / p.tp) + norm_params(m)
-    return fwd + bwd + main_grad_accumulation(ctx, "head", head_params)
+    return fwd + bwd + main_grad_accumulation(ctx, "head", head_params, 1 if m.tied_embeddings else 2)
 
 
 def mtp_context(ctx: Context) -> Context:

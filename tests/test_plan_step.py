@@ -52,9 +52,10 @@ def test_one_gpu_megatron_time_within_10_percent():
 
 
 # ratchets: 1-GPU and 2-GPU Megatron-Core improved by the kernel reconciliation (issue #11; 8.3% -> 2.5%,
-# 14.5% -> 8.3%: validation/kernel_reconcile.py, docs/measurements.md); torchtitan unchanged
-@pytest.mark.parametrize("name,ratchet", [("h200_plan_megatron.json", 0.026), ("h200x2_plan_megatron.json", 0.084),
-                                          ("h200x2_plan_torchtitan.json", 0.222)])
+# 14.5% -> 8.3%: validation/kernel_reconcile.py, docs/measurements.md); torchtitan 22.1% -> 14.6% and 2 GPUs
+# 8.3% -> 7.5% (the host fit re-run for the op count) by the torch-native kernel reconciliation
+@pytest.mark.parametrize("name,ratchet", [("h200_plan_megatron.json", 0.026), ("h200x2_plan_megatron.json", 0.076),
+                                          ("h200x2_plan_torchtitan.json", 0.147)])
 def test_plan_step_time_ratchet(name, ratchet):
     assert evaluated(name)[2].mape <= ratchet
 
@@ -63,7 +64,7 @@ def test_two_gpu_megatron_time_target():
     assert evaluated("h200x2_plan_megatron.json")[2].mape <= 0.10         # 8.3% (tensor-parallel s2048 host-bound: up to -37%)
 
 
-@pytest.mark.xfail(strict=True, reason="torchtitan plans: time MAPE 22.1% (DTensor TP+SP -49% after its host dispatch cost)")
+@pytest.mark.xfail(strict=True, reason="torchtitan plans: time MAPE 14.6% (DTensor TP+SP -40% after its host dispatch cost)")
 def test_torchtitan_time_target():
     assert evaluated("h200x2_plan_torchtitan.json")[2].mape <= 0.10
 
@@ -249,7 +250,7 @@ def _families(*names):
 
 
 # Megatron-Core local, two GPUs, every 2-GPU file pooled: step-time MAPE per family today
-FAMILY_TIME_TODAY = {"dp": 0.040, "dp + distributed optimizer": 0.041, "tp": 0.118, "tp + sp": 0.092,
+FAMILY_TIME_TODAY = {"dp": 0.040, "dp + distributed optimizer": 0.041, "tp": 0.096, "tp + sp": 0.082,
                      "pp 1F1B": 0.047, "pp interleaved": 0.085, "recompute full": 0.023, "recompute selective": 0.019}
 
 
@@ -275,9 +276,9 @@ def test_megatron_family_memory_target():
     assert all(v <= 0.05 for v in _megatron_family_memory().values())
 
 
-@pytest.mark.xfail(strict=True, reason="tp family 11.7%: seq-2048 tensor-parallel plans host-bound on the LL-protocol "
-                                       "all-reduces, predicted up to 37% fast (docs/measurements.md)")
 def test_megatron_family_time_target():
+    # met since the torch-native kernel reconciliation: tp 11.8% -> 9.6% (the host fit re-run for
+    # torch-native's op count moved Megatron's op_scale 1.64 -> 1.99)
     fams = _families("h200x2_plan_megatron.json", PREREG, PREREG_REST)
     assert all(f.time_mape <= 0.10 for (fw, _), f in fams.items() if fw == "megatron-core-local")
 
@@ -320,6 +321,26 @@ def test_kernel_reconciliation_of_profiled_steps():
             assert abs(total_p - total_m) / total_m <= 0.04, r["label"]
 
 
+def test_kernel_reconciliation_of_torch_native_profiles():
+    """The torch-native profiles (h200x2_plan_native_profile.json, developed against): the families
+    the model had no op for are modelled, and the two GPU-bound DDP steps' modelled kernel seconds are
+    within 3% of the profile's (1.3% and 2.3% today; 25.6% and 18.8% before). RoPE is over-modelled
+    (24.0 against 10.4 ms in the top 30 at s2048: 40 small kernels per layer, each with the calibrated
+    launch cost) while the all-reduce's kernel time (it spins waiting for the other rank) is under."""
+    from validation.kernel_reconcile import TORCH_FAMILIES, reconcile
+    rows = reconcile(str(MEAS / "h200x2_plan_native_profile.json"))
+    assert len(rows) == 7
+    for r in rows:
+        assert set(r["measured"]) == set(r["modelled"]) == set(TORCH_FAMILIES)
+        assert sum(r["measured"].values()) == pytest.approx(r["kernel_s"], rel=1e-6)
+        assert r["modelled"]["rope"] > 0 and r["modelled"]["casts"] > 0
+    ddp = [r for r in rows if "tp1 dp2 pp1" in r["label"] and r["modelled"]["fp32_add"] > 0]
+    assert len(ddp) == 2
+    for r in ddp:
+        total_m, total_p = sum(r["measured"].values()), sum(r["modelled"].values())
+        assert abs(total_p - total_m) / total_m <= 0.03, r["label"]
+
+
 # ---- the second pre-registered set (logs/prereg2_h200x2_plan.txt, predicted by the reconciled model) ---
 def test_second_preregistered_set():
     """Predicted before it ran, by commit 57decda: Megatron-Core local 3.6% time, 3.3% peak memory over
@@ -356,12 +377,12 @@ def _framework_figures(files, framework):
 def test_readme_framework_rows():
     first = ("h200_plan_megatron.json", "h200x2_plan_megatron.json", "h200x2_plan_torchtitan.json")
     t, m, right, total = _framework_figures(first, "megatron-core-local")
-    assert t <= 0.075 and m <= 0.031 and (right, total) == (42, 45)          # 7.4%, 3.0%, 42/45
+    assert t <= 0.067 and m <= 0.031 and (right, total) == (42, 45)          # 6.7% (7.4% before the torch-native host re-fit), 3.0%, 42/45
     t, m, _, _ = _framework_figures((PREREG, PREREG_REST), "megatron-core-local")
     assert t <= 0.046 and m <= 0.029                                          # 4.5%, 2.8% (today's model)
     for files in ((PREREG, PREREG_REST), ("h200x2_plan_prereg2.json",)):
         t, m, right, total = _framework_figures(files, "torchtitan")
-        assert t <= 0.194 and m <= 0.071 and right == total                   # 17.1-19.3%; 6.2-7.0% (14.8-14.9% before session 5)
+        assert t <= 0.109 and m <= 0.071 and right == total                   # 8.1-10.9% (17.1-19.3% before the torch-native kernel reconciliation); 6.2-7.0% (14.8-14.9% before session 5)
 
 
 # ---- the allocator: the same out-of-memory plans with expandable segments -----------------------------
@@ -384,8 +405,11 @@ NATIVE2 = "h200x2_plan_native2.json"
 # (time, memory) MAPE per family today. Pre-registered: time 14.7-23.2%, memory 10.5-27.5%. Memory since
 # then developed against these records (docs/measurements.md, third pass): torchtitan's separate
 # projections under autocast and eager SwiGLU, FSDP2's accumulated gradient shards.
-NATIVE2_TODAY = {"FSDP / ZeRO-3": (0.148, 0.028), "pp 1F1B": (0.156, 0.006), "pp interleaved": (0.195, 0.008),
-                 "cp": (0.233, 0.125), "recompute full": (0.158, 0.018)}
+# Time since then developed against these records and h200x2_plan_native_profile.json (torch-native kernel
+# reconciliation: autocast's casts per consuming linear, fp32 gradient sums and AccumulateGrad, fp32 RoPE):
+# FSDP2 14.7% -> 9.2%, pp 1F1B 15.5% -> 2.2%, interleaved 19.4% -> 4.6%, cp 23.2% -> 17.5%, full recompute 15.7% -> 3.3%.
+NATIVE2_TODAY = {"FSDP / ZeRO-3": (0.093, 0.028), "pp 1F1B": (0.023, 0.006), "pp interleaved": (0.047, 0.008),
+                 "cp": (0.176, 0.125), "recompute full": (0.033, 0.018)}
 
 
 def _native2_families():
@@ -399,7 +423,7 @@ def test_native2_family_ratchet(family):
     assert f.time_mape <= time_today and f.memory_mape <= memory_today
 
 
-@pytest.mark.xfail(strict=True, reason="native2: every family predicted too fast (time 14.7-23.2%); cp memory 12.4% "
+@pytest.mark.xfail(strict=True, reason="native2: cp time 17.5% (host-bound DTensor dispatch), cp memory 12.4% "
                                        "(the harness deferred FSDP2's gradient sync under cp: fp32 unsharded gradients)")
 def test_native2_family_target():
     assert all(f.time_mape <= 0.10 and f.memory_mape <= 0.05 for f in _native2_families().values())
@@ -417,14 +441,17 @@ def test_fourth_preregistered_set():
     res, unsupported, s, groups = evaluated("h200x2_plan_native3.json")
     assert not unsupported and s.fit_correct == s.fit_total == 16
     tt = _framework_figures(("h200x2_plan_native3.json",), "torchtitan")
-    assert tt[1] <= 0.0095 and tt[0] <= 0.18                       # memory 0.9%; time 17.9% (too fast)
+    # memory 0.9% as pre-registered; time 17.9% as pre-registered, 9.5% with the torch-native kernel
+    # reconciliation made afterwards without looking at this set (developed on native2 and the profiles)
+    assert tt[1] <= 0.0095 and tt[0] <= 0.096
     meg = _framework_figures(("h200x2_plan_native3.json",), "megatron-core-local")
     assert meg[0] <= 0.025 and meg[1] <= 0.0125
     assert all(g.pick_ok for g in groups) and len(groups) == 11
 
 
-@pytest.mark.xfail(strict=True, reason="torch-native step time 17.9% on the fourth pre-registered set: every plan "
-                                       "too fast (cp -27/-35%, pp -10 to -22%, FSDP2 -8 to -20%, DDP -13/-17%)")
+@pytest.mark.xfail(strict=True, reason="torch-native step time on the fourth pre-registered set: 17.9% as "
+                                       "pre-registered, 9.5% today; cp -20/-28% (host-bound DTensor dispatch), "
+                                       "FSDP2 llama-3b s2048 -12%")
 def test_fourth_preregistered_set_torch_native_time_target():
     res = evaluated("h200x2_plan_native3.json")[0]
     assert all(abs(r.time_error) <= 0.10 for r in res if r.record["framework"] == "torchtitan")

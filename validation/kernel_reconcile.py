@@ -51,15 +51,55 @@ MEASURED_FAMILIES = (
 )
 FAMILIES = [f for f, _ in MEASURED_FAMILIES] + ["other"]
 
+# torch-native (framework torchtitan) steps: kernel classes by TensorIterator path, first match wins
+TORCH_MEASURED_FAMILIES = (
+    ("nccl", r"^ncclDevKernel|^ncclKernel"),
+    ("gemm", r"nvjet|gemm|cutlass|xmma|cublas"),
+    ("attention", r"flash|fmha|cudnn"),
+    ("optimizer", r"multi_tensor_apply_kernel"),
+    # autocast casts and their gradients: fp32 -> bf16 (vectorized bfloat16_copy_kernel) and the
+    # dtype-converting direct_copy (unrolled_elementwise_kernel: bf16 -> fp32, the loss's .float())
+    ("casts", r"bfloat16_copy_kernel|unrolled_elementwise_kernel<at::native::direct_copy_kernel"),
+    # same-dtype fp32 adds: gradient sums in backward, AccumulateGrad over micro-batches
+    ("fp32_add", r"vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>"),
+    # RoPE's fp32 products, sums, negation, strided copies, bf16 gradient sums, zero fills
+    ("rope", r"gpu_kernel_impl(_nocast)?<at::native::BinaryFunctor<float|neg_kernel|"
+             r"gpu_kernel_impl_nocast<at::native::direct_copy|CUDAFunctor_add<c10::BFloat16>|FillFunctor"),
+    ("norm", r"layer_norm|GammaBeta|rms_norm"),
+    # DDP: each gradient into its bucket scaled by 1/world (mul_out), the bucket back (memcpy)
+    ("ddp_bucket", r"AUnaryFunctor<float, float, float, at::native::binary_internal::MulFunctor|^Memcpy DtoD"),
+    ("mixed_add", r"unrolled_elementwise_kernel<at::native::CUDAFunctor_add<float>"),
+)
+TORCH_FAMILIES = [f for f, _ in TORCH_MEASURED_FAMILIES] + ["other"]
+
+
+def _tables(rec: dict) -> tuple[tuple, list[str]]:
+    """(measured name patterns, families) for the record's framework."""
+    if rec.get("framework") == "torchtitan":
+        return TORCH_MEASURED_FAMILIES, TORCH_FAMILIES
+    return MEASURED_FAMILIES, FAMILIES
+
 
 def measured_families(rec: dict) -> dict[str, float]:
     """Seconds per family of one profiled step; ``other`` takes the rest of profile_kernel_s."""
-    out = dict.fromkeys(FAMILIES, 0.0)
+    table, families = _tables(rec)
+    out = dict.fromkeys(families, 0.0)
     for name, seconds, _calls in rec["profile_top"]:
-        fam = next((f for f, rx in MEASURED_FAMILIES if re.search(rx, name)), "other")
+        fam = next((f for f, rx in table if re.search(rx, name)), "other")
         out[fam] += seconds
     out["other"] += rec["profile_kernel_s"] - sum(s for _, s, _ in rec["profile_top"])
     return out
+
+
+def _torch_op_family(op) -> str:
+    """The torch-native family of one of meshcast's ops (by kind and name)."""
+    if op.kind in ("collective", "gemm", "attention"):
+        return {"collective": "nccl"}.get(op.kind, op.kind)
+    for key, fam in (("autocast_casts", "casts"), ("grad_sums", "fp32_add"), ("grad_accumulate", "fp32_add"),
+                     ("rope", "rope"), ("norm", "norm"), ("residual", "mixed_add")):
+        if key in op.name:
+            return fam
+    return "other"
 
 
 def _op_family(op) -> str:
@@ -80,7 +120,8 @@ def modelled_families(rec: dict, hw: Hardware, cal) -> dict[str, float]:
     m = p.microbatches()
     kinds, _norec, emb, head, _ = st.lowered
     dense = kinds["dense"]
-    out = dict.fromkeys(FAMILIES, 0.0)
+    torch_native = rec.get("framework") == "torchtitan"
+    out = dict.fromkeys(_tables(rec)[1], 0.0)
     stage = st.ranges[0]
     parts = [(dense.ops, len(stage) * m), (emb.ops, m)]
     if p.pp == 1:
@@ -94,7 +135,7 @@ def modelled_families(rec: dict, hw: Hardware, cal) -> dict[str, float]:
                 for fam, t in unfused_torch_attention_parts(ctx.dev, batch, heads, kv, s, s, d, direction):
                     out[fam if fam != "small" else "other"] += t * n
                 continue
-            out[_op_family(op)] += op.time_s * n
+            out[_torch_op_family(op) if torch_native else _op_family(op)] += op.time_s * n
     out["nccl"] += st.dp_total
     out["optimizer"] += st.optimizer
     return out
@@ -124,7 +165,7 @@ def format_rows(rows: list[dict]) -> str:
         lines.append(f"{r['label']}: step {r['step_s'] * 1e3:.1f} ms measured, {r['predicted_step_s'] * 1e3:.1f} ms "
                      f"predicted; GPU busy {r['busy_s'] * 1e3:.1f} ms, kernels {r['kernel_s'] * 1e3:.1f} ms")
         lines.append(f"  {'family':16s} {'measured ms':>12s} {'modelled ms':>12s} {'model-meas':>11s}")
-        for f in FAMILIES:
+        for f in r["measured"]:
             a, b = r["measured"][f] * 1e3, r["modelled"][f] * 1e3
             lines.append(f"  {f:16s} {a:12.1f} {b:12.1f} {b - a:+11.1f}")
         a, b = sum(r["measured"].values()) * 1e3, sum(r["modelled"].values()) * 1e3

@@ -41,12 +41,23 @@ class Kernels(_Strict):
     # how a micro-batch's weight gradients reach the fp32 gradient buffer: "fused" (written or
     # accumulated by the weight-gradient GEMM / autograd, no separate kernel) or "unfused_fp32"
     # (Megatron DDP without gradient-accumulation fusion: param.main_grad.add_(param.grad), a
-    # separate mixed-dtype add per parameter tensor and micro-batch)
-    grad_accumulation: Literal["fused", "unfused_fp32"] = "fused"
+    # separate mixed-dtype add per parameter tensor and micro-batch) or "autograd_fp32" (fp32
+    # parameters under autocast: autograd's AccumulateGrad adds each micro-batch's fp32 gradient
+    # into ``param.grad`` in place from the second micro-batch on, torch/csrc/autograd/functions/
+    # accumulate_grad.h; DDP's no_sync does not change that)
+    grad_accumulation: Literal["fused", "unfused_fp32", "autograd_fp32"] = "fused"
     # rotary embeddings: "none" (no separate kernels modelled: fused into attention or a fused RoPE
     # kernel, or not yet modelled for this framework) or "megatron_unfused" (Megatron-Core's
-    # apply_rotary_pos_emb without apply_rope_fusion: separate PyTorch kernels on Q and K)
-    rope: Literal["none", "megatron_unfused"] = "none"
+    # apply_rotary_pos_emb without apply_rope_fusion: separate PyTorch kernels on Q and K) or
+    # "torch_fp32" (eager RoPE of bf16 Q and K against fp32 cos/sin tables: the products, their
+    # difference and sum and the interleaving run in fp32, cast back with type_as)
+    rope: Literal["none", "megatron_unfused", "torch_fp32"] = "none"
+    # which casts autocast costs (recipe torch_amp only): "block" (one cast of each block's weights
+    # and of its normed input forward, the weight and two activation gradients back) or
+    # "torch_eager" (what torch's autocast and autograd run, simulator.lowering._autocast_ops: a
+    # cast of the normed input per consuming linear, fp32 gradient sums, each kernel class at its
+    # own rate)
+    autocast: Literal["block", "torch_eager"] = "block"
     # how the framework's model code projects and gates, which sets what autograd saves for backward
     # (simulator.memory): "fused" (one QKV GEMM, one w1|w3 GEMM, a SwiGLU kernel that saves only its
     # input) or "separate" (torchtitan's llama3 model: wq, wk, wv and w1, w3 separate nn.Linear
@@ -68,8 +79,8 @@ class KernelChoices(_Strict):
     """Kernel choices that differ between builds of one framework."""
 
     optimizer_bytes: float | None = Field(None, gt=0)
-    grad_accumulation: Literal["fused", "unfused_fp32"] = "fused"
-    rope: Literal["none", "megatron_unfused"] = "none"
+    grad_accumulation: Literal["fused", "unfused_fp32", "autograd_fp32"] = "fused"
+    rope: Literal["none", "megatron_unfused", "torch_fp32"] = "none"
 
 
 Kernels.model_rebuild()

@@ -187,6 +187,8 @@ def grid(name: str) -> list[dict]:
         return cases
     if name == "native2":
         return native2_grid()
+    if name == "native4":
+        return native4_grid()
     if name == "native3":
         return native3_grid()
     if name == "native-profile":   # where torch-native steps spend their GPU time (one profiled step each)
@@ -199,6 +201,25 @@ def grid(name: str) -> list[dict]:
         return [case(T, "tiny-llama", 64, 2, pp=2, gbs=4), case(T, "tiny-llama", 64, 2, pp=2, vp=2, gbs=4),
                 case(T, "tiny-gpt", 64, 2, pp=2, gbs=8, recompute="full")]
     raise SystemExit(f"unknown grid {name!r}")
+
+
+def native4_grid() -> list[dict]:
+    """A fifth pre-registered two-GPU set (logs/prereg5_h200x2_plan.txt), predicted after the
+    torch-native kernel reconciliation (autocast casts, fp32 gradient sums, fp32 RoPE): torch-native
+    and Megatron-Core local plans at combinations never run (llama-3b at seq 3072 under Megatron,
+    selective recompute, GPT-style pipelines at seq 2048, llama-1b cp at seq 16384, DTensor TP at 3B)."""
+    T, F = "torchtitan", "megatron-core-local"
+    sync = lambda c: dict(c, fsdp_sync_each=True)  # noqa: E731
+    return [case(T, "llama-1b", 4096, 2, zero=0, gbs=8), case(T, "gpt-1.3b", 2048, 2, zero=0, gbs=16),
+            sync(case(T, "llama-3b", 4096, 2, zero=3, gbs=8)), sync(case(T, "llama-7b", 2048, 2, zero=3, gbs=8)),
+            case(T, "gpt-1.3b", 2048, 2, pp=2, gbs=16), case(T, "llama-1b", 2048, 2, pp=2, vp=2, gbs=16),
+            case(T, "llama-3b", 8192, 2, pp=2, gbs=8, recompute="full"),
+            sync(case(T, "llama-1b", 16384, 2, cp=2, zero=3, gbs=2)), case(T, "llama-3b", 2048, 2, tp=2, sp=True, gbs=8),
+            case(F, "llama-3b", 3072, 2, zero=1, gbs=8), case(F, "llama-3b", 3072, 2, tp=2, sp=True, gbs=8),
+            case(F, "llama-3b", 3072, 2, pp=2, gbs=8), case(F, "llama-3b", 3072, 2, pp=2, vp=2, gbs=8),
+            case(F, "llama-3b", 3072, 2, tp=2, sp=True, gbs=8, recompute="selective"),
+            case(F, "llama-3b", 3072, 2, zero=1, gbs=8, recompute="selective"),
+            case(F, "llama-1b", 6144, 2, tp=2, sp=False, gbs=4)]
 
 
 def native3_grid() -> list[dict]:

@@ -455,3 +455,27 @@ def test_fourth_preregistered_set():
 def test_fourth_preregistered_set_torch_native_time_target():
     res = evaluated("h200x2_plan_native3.json")[0]
     assert all(abs(r.time_error) <= 0.10 for r in res if r.record["framework"] == "torchtitan")
+
+
+# ---- the fifth pre-registered set (logs/prereg5_h200x2_plan.txt: the model of commit 48eae4e) --------
+def test_fifth_preregistered_set():
+    """Predicted before it ran, after the torch-native kernel reconciliation: 3.8% time and 2.7% peak
+    memory over 16 plans; torch-native 4.1% / 1.2% (9 plans: DDP, FSDP2, pp, interleaved, cp at seq
+    16384, DTensor TP + SP at -9.9%), Megatron-Core local llama-3b s3072 and llama-1b s6144 3.3% / 4.6%
+    (memory 3.3-6.0% under); 16 of 16 fit verdicts; every plan family within 10% of time; meshcast's
+    pick the measured best in all 10 groups."""
+    res, unsupported, s, groups = evaluated("h200x2_plan_native4.json")
+    assert not unsupported and s.fit_correct == s.fit_total == 16
+    assert s.mape <= 0.038 and s.memory_mape <= 0.027
+    assert max(abs(r.time_error) for r in res) <= 0.10
+    tt = _framework_figures(("h200x2_plan_native4.json",), "torchtitan")
+    meg = _framework_figures(("h200x2_plan_native4.json",), "megatron-core-local")
+    assert tt[0] <= 0.042 and tt[1] <= 0.013 and meg[0] <= 0.034 and meg[1] <= 0.046
+    assert all(g.pick_ok for g in groups) and len(groups) == 10
+
+
+@pytest.mark.xfail(strict=True, reason="fifth pre-registered set: Megatron-Core local peak memory 4.6% with pp, "
+                                       "interleaved and selective recompute at 5.2-6.0% under (llama-3b s3072)")
+def test_fifth_preregistered_set_memory_target_per_plan():
+    res = evaluated("h200x2_plan_native4.json")[0]
+    assert all(abs(r.memory_error) <= 0.05 for r in res)

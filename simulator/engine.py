@@ -445,14 +445,15 @@ def _host_seconds(ctx: Context, parts, layers: range, first: bool, last: bool) -
     """Host (CPU) seconds to issue one micro-batch of a stage, and the forward pass's share:
     ``host_op_s`` per op plain eager PyTorch dispatches, times the framework's ``host.op_scale``
     (and ``host.tp_op_scale`` under tensor parallelism: DTensor's dispatch, Megatron's
-    communicating autograd functions), plus ``host.microbatch_ops`` op-equivalents of schedule and
+    communicating autograd functions; ``host.cp_op_scale`` under context parallelism: torch's
+    context_parallel dispatches the attention through DTensor and re-shards its buffers), plus ``host.microbatch_ops`` op-equivalents of schedule and
     loss code per micro-batch (simulator/frameworks/profile.py HostCosts, measured by
     validation/host_fit.py); under FSDP2, ``fsdp_unit_host_s`` per unit (one per block, and the
     root module of embedding and head), whose hooks gather, copy and reshard in Python; under DDP,
     ``ddp_tensor_host_s`` per parameter tensor (the reducer's autograd hook marks each ready)."""
     cal, p = ctx.dev.cal, ctx.plan
     host = get_framework(p.framework).host
-    scale = host.op_scale * (host.tp_op_scale if p.tp > 1 else 1.0)
+    scale = host.op_scale * (host.tp_op_scale if p.tp > 1 else 1.0) * (host.cp_op_scale if p.cp > 1 else 1.0)
     ops = sum(o.count * n for o, n in parts)
     fwd_share = sum(o.count_forward * n for o, n in parts) / ops if ops else 0.5
     t = cal.host_op_s * (scale * ops + host.microbatch_ops)

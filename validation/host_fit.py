@@ -16,7 +16,8 @@ on the same machine in the same call. Plain eager PyTorch is meshcast's referenc
 Megatron-Core fits ``op_scale``, ``tp_op_scale`` and ``microbatch_ops`` (``p2p_sync`` is not
 fitted: Megatron-Core's p2p_communication.py synchronizes the device after batch_isend_irecv);
 torch-native is the reference (op_scale 1, no per-micro-batch extra) and fits ``tp_op_scale``
-only (DTensor's dispatch). The fitted values are written into the framework YAMLs by hand and
+(DTensor's dispatch) and ``cp_op_scale`` (context parallel's, on the host-cp grid). Each file is one
+machine and has its own machine factor. The fitted values are written into the framework YAMLs by hand and
 tests/test_host_fit.py checks that they are what this fit gives on the committed files.
 
     PYTHONPATH=. python -m validation.host_fit          # print the fit
@@ -38,20 +39,23 @@ from validation.predict import predict_record
 from validation.records import load_measurements
 
 MEAS = Path(__file__).resolve().parent / "measurements"
-HOST_FILES = ("h200_plan_host.json", "h200x2_plan_host.json")
-FITTED = {"megatron-core-local": ("op_scale", "tp_op_scale", "microbatch_ops"), "torchtitan": ("tp_op_scale",)}
-START = {"op_scale": 1.0, "tp_op_scale": 1.0, "microbatch_ops": 50.0}
-BOUNDS = {"op_scale": (0.2, 10.0), "tp_op_scale": (0.2, 20.0), "microbatch_ops": (0.0, 2000.0)}
+HOST_FILES = ("h200_plan_host.json", "h200x2_plan_host.json", "h200x2_plan_host_cp.json")
+FITTED = {"megatron-core-local": ("op_scale", "tp_op_scale", "microbatch_ops"),
+          "torchtitan": ("tp_op_scale", "cp_op_scale")}
+START = {"op_scale": 1.0, "tp_op_scale": 1.0, "cp_op_scale": 1.0, "microbatch_ops": 50.0}
+BOUNDS = {"op_scale": (0.2, 10.0), "tp_op_scale": (0.2, 20.0), "cp_op_scale": (0.2, 20.0),
+          "microbatch_ops": (0.0, 2000.0)}
 
 
 def _timed(files=HOST_FILES) -> list[tuple[dict, object, object]]:
-    """(record, hardware, calibration) of every timed record of the host files."""
+    """(record, hardware, calibration) of every timed record of the host files; each record
+    carries its file's name as ``_file`` (one file, one machine)."""
     out = []
     for name in files:
         mf = load_measurements(MEAS / name)
         hw = hardware_for(mf)
         cal = calibration_for(hw.accelerator)[0]
-        out += [(r, hw, cal) for r in mf.records if r.get("time_s")]
+        out += [(dict(r, _file=name), hw, cal) for r in mf.records if r.get("time_s")]
     return out
 
 
@@ -65,18 +69,18 @@ def _predict(rec, hw, cal, framework: str, host: HostCosts) -> float:
         _LOADED[framework] = base
 
 
-def machine_factors(rows) -> dict[int, float]:
-    """Per world size (one file each): median measured/predicted over torch-native steps without
-    tensor parallelism or sharding, predicted with the plain eager reference."""
-    by_world: dict[int, list[float]] = {}
+def machine_factors(rows) -> dict[str, float]:
+    """Per file (one machine each): median measured/predicted over torch-native steps without
+    tensor or context parallelism or sharding, predicted with the plain eager reference."""
+    by_file: dict[str, list[float]] = {}
     for rec, hw, cal in rows:
-        if rec["framework"] == "torchtitan" and rec["tp"] == 1 and rec["zero_stage"] == 0:
+        if rec["framework"] == "torchtitan" and rec["tp"] == 1 and rec["cp"] == 1 and rec["zero_stage"] == 0:
             pred = _predict(rec, hw, cal, "torchtitan", HostCosts())
-            by_world.setdefault(int(rec["world"]), []).append(rec["time_s"] / pred)
-    return {w: statistics.median(v) for w, v in by_world.items()}
+            by_file.setdefault(rec["_file"], []).append(rec["time_s"] / pred)
+    return {f: statistics.median(v) for f, v in by_file.items()}
 
 
-def fit_framework(framework: str, rows, factors: dict[int, float]) -> tuple[HostCosts, float]:
+def fit_framework(framework: str, rows, factors: dict[str, float]) -> tuple[HostCosts, float]:
     """The HostCosts of ``framework`` that best predict its host-bound steps (measured seconds
     divided by the machine factor), and the root-mean-square log error of the fit."""
     names = FITTED[framework]
@@ -88,7 +92,7 @@ def fit_framework(framework: str, rows, factors: dict[int, float]) -> tuple[Host
 
     def residuals(x):
         h = costs(x)
-        return [math.log(_predict(r, hw, cal, framework, h) / (r["time_s"] / factors[int(r["world"])]))
+        return [math.log(_predict(r, hw, cal, framework, h) / (r["time_s"] / factors[r["_file"]]))
                 for r, hw, cal in mine]
 
     lo, hi = zip(*(BOUNDS[n] for n in names))
@@ -106,8 +110,8 @@ def fit_all(files=HOST_FILES) -> dict[str, tuple[HostCosts, float]]:
 def main() -> None:
     rows = _timed()
     factors = machine_factors(rows)
-    print("machine factor (measured / predicted, torch-native without TP), per world:",
-          {w: round(v, 3) for w, v in factors.items()})
+    print("machine factor (measured / predicted, torch-native without TP, CP or sharding), per file:",
+          {f: round(v, 3) for f, v in factors.items()})
     for fw in FITTED:
         host, rms = fit_framework(fw, rows, factors)
         vals = ", ".join(f"{n} {getattr(host, n):.3g}" for n in FITTED[fw])

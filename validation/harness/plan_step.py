@@ -187,6 +187,15 @@ def grid(name: str) -> list[dict]:
         return cases
     if name == "native2":
         return native2_grid()
+    if name == "host-cp":   # the host cost of torch-native context parallel (fit data, like --grid host)
+        S, sync = 256, (lambda c: dict(c, fsdp_sync_each=True))  # noqa: E731
+        out = []
+        for n in (2, 8):
+            out += [case(T, "host-llama", S, 2, zero=0, gbs=16, layers=n),
+                    sync(case(T, "host-llama", S, 2, zero=3, gbs=16, layers=n)),
+                    sync(case(T, "host-llama", S, 2, cp=2, zero=3, gbs=8, layers=n)),
+                    sync(case(T, "host-llama", S, 2, cp=2, zero=3, gbs=2, layers=n))]
+        return out
     if name == "native4":
         return native4_grid()
     if name == "native3":

@@ -356,6 +356,17 @@ def _mamba_activation_bytes(ctx: Context) -> float:
             + g_in * T * d)
 
 
+def _saved_kv_heads(p, heads: int, kv: int) -> int:
+    """K/V heads whose tensors an attention block saves for backward. Megatron-Core's local
+    DotProductAttention (meshcast's ``unfused`` / ``unfused_torch``) repeats K and V to every
+    query head (repeat_interleave) before its baddbmm and bmm, which save the repeated copies;
+    under selective recompute that happens inside the recomputed core, so the group-sized K/V
+    are kept (megatron/core/transformer/dot_product_attention.py)."""
+    if p.attention in ("unfused", "unfused_torch") and p.recompute != "selective":
+        return heads
+    return kv
+
+
 def _attention_activation_bytes(ctx: Context) -> float:
     """What an attention block saves for backward (Korthikanti et al. 2022's attention terms)."""
     m, p = ctx.model, ctx.plan
@@ -367,7 +378,7 @@ def _attention_activation_bytes(ctx: Context) -> float:
     drop = 1 if p.dropout else 0
     g_in = GEMM_INPUT_SAVED_BYTES.get(p.precision, 2)        # GEMM inputs are saved quantized (TE)
     attn = resid * Tsp * h + g_in * Tsp * h                   # norm input, QKV-GEMM input
-    attn += 2 * T * (heads * qk + kv * qk + kv * vd)          # Q, K, V
+    attn += 2 * T * (heads * qk + _saved_kv_heads(p, heads, kv) * (qk + vd))   # Q, K, V
     attn += 2 * T * heads * vd                                # attention output = out-proj input
     if p.attention in FUSED_ATTENTION:                        # FlashAttention-style kernels
         attn += 4 * p.mbs * heads * (p.seq // p.cp)           # log-sum-exp

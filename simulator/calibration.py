@@ -54,6 +54,8 @@ class Calibration:
                                  aligned (cuBLAS's non-TMA fallback kernels), relative to aligned
       gemm_unaligned_fixed_s     extra fixed seconds of such a fallback GEMM call
       gemm_split_k_fixed_s       fixed seconds of a split-K / stream-K reduction of fp32 partials
+      gemm_grouped_fixed_s       extra fixed seconds of a grouped GEMM call (torch._grouped_mm: the
+                                 per-group problem set-up on the device; validation/grouped_fit.py)
                                  (in-kernel fix-up or a small second kernel), per GEMM that splits k
       gemm_sm_load_bytes_per_flop  bytes one SM loads GEMM operands at (L2 to shared memory) per
                                  FLOP of its datasheet dense bf16 peak: a tile's main loop takes at
@@ -114,6 +116,7 @@ class Calibration:
     gemm_unaligned_fraction: float = 0.25
     gemm_unaligned_fixed_s: float = 0.0
     gemm_split_k_fixed_s: float = 5.0e-6
+    gemm_grouped_fixed_s: float = 0.0
     gemm_sm_load_bytes_per_flop: float = 0.0
     kernel_launch_s: float = 5.0e-6
     gemm_setup_s: float = 1.0e-6

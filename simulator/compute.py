@@ -240,7 +240,9 @@ def grouped_gemm_time(dev: DeviceModel, group_tokens: tuple, n: int, k: int, dty
     tile (tm, tn), Σ_g ⌈m_g/tm⌉·⌈n/tn⌉ tiles in waves over the SMs, each tile as in
     :func:`gemm_tile_s` (no split-K: the grouped kernel has none); the fastest tile wins.
     Memory roofline: every A row, the weight of every non-empty group, every C row, once.
-    Fixed costs as one GEMM call (:func:`gemm_fixed_s`). Empty groups cost nothing."""
+    Fixed costs as one GEMM call (:func:`gemm_fixed_s`) plus ``gemm_grouped_fixed_s`` (the grouped
+    problem's set-up: per-group sizes and operand addresses built on the device before the GEMM
+    kernel runs; measured, validation/grouped_fit.py). Empty groups cost nothing."""
     return _grouped_gemm_time(dev, tuple(int(t) for t in group_tokens if int(t) > 0), int(n), int(k), dtype)
 
 
@@ -258,7 +260,7 @@ def _grouped_gemm_time(dev: DeviceModel, tokens: tuple, n: int, k: int, dtype: s
     b_in = DTYPE_BYTES[dtype]
     b_out = DTYPE_BYTES["bf16" if dtype in QUANTIZED_GEMM_DTYPES else dtype]
     memory = ((rows * k + len(tokens) * k * n) * b_in + rows * n * b_out) / dev.hbm_Bps
-    return max(best, memory) + gemm_fixed_s(dev.cal, rows, n, k, dtype)
+    return max(best, memory) + gemm_fixed_s(dev.cal, rows, n, k, dtype) + dev.cal.gemm_grouped_fixed_s
 
 
 def gemm_aligned(m: int, n: int, k: int, dtype: str) -> bool:

@@ -141,17 +141,20 @@ def test_unaligned_slows_the_main_loop_not_the_tile_overhead(h100):
     assert gemm_time(h100, 4096, 4097, 4096) > 2 * gemm_time(h100, 4096, 4096, 4096)
 
 
-def test_grouped_one_group_is_the_gemm_without_split_k(h100):
+def test_grouped_one_group_is_the_gemm_without_split_k_plus_its_set_up(h100):
+    setup = h100.cal.gemm_grouped_fixed_s
+    assert setup > 0
     for m, n, k in [(4096, 2048, 1024), (256, 7168, 2048), (8192, 8192, 512)]:
         assert gemm_plan(h100, m, n, k, "bf16")[3] == 1
-        assert grouped_gemm_time(h100, (m,), n, k) == pytest.approx(gemm_time(h100, m, n, k))
+        assert grouped_gemm_time(h100, (m,), n, k) == pytest.approx(gemm_time(h100, m, n, k) + setup)
 
 
 def test_grouped_balanced_is_the_batched_gemm_and_empty_groups_are_free(h100):
     for g, m, n, k in [(8, 1024, 2048, 4096), (64, 256, 1408, 2048), (16, 4096, 768, 2048)]:
         assert gemm_plan(h100, m, n, k, "bf16", g)[3] == 1
         # the batched GEMM reads its weight once per product, as the grouped kernel reads each expert's
-        assert grouped_gemm_time(h100, (m,) * g, n, k) == pytest.approx(gemm_time(h100, m, n, k, "bf16", g))
+        assert grouped_gemm_time(h100, (m,) * g, n, k) == pytest.approx(
+            gemm_time(h100, m, n, k, "bf16", g) + h100.cal.gemm_grouped_fixed_s)
         assert grouped_gemm_time(h100, (m,) * g + (0, 0), n, k) == grouped_gemm_time(h100, (m,) * g, n, k)
     assert grouped_gemm_time(h100, (0, 0), 1024, 1024) == 0.0
 
@@ -161,11 +164,17 @@ def test_grouped_partial_tiles_cost(h100):
     assert grouped_gemm_time(h100, (1,) * 64, 2048, 2048) > grouped_gemm_time(h100, (64,), 2048, 2048)
 
 
-# ---- grouped GEMMs of MoE experts (h100_grouped_gemm.json; nothing fitted on it) -----------------
+# ---- grouped GEMMs of MoE experts (the set-up cost fitted on h100_grouped_gemm.json; the others held out)
+def test_grouped_set_up_is_the_fit_of_the_first_run_only(h100):
+    from validation.grouped_fit import FIT_FILE, fit_grouped_fixed_s
+    assert FIT_FILE == "h100_grouped_gemm.json"
+    assert h100.cal.gemm_grouped_fixed_s == pytest.approx(fit_grouped_fixed_s(), rel=0.01)
+    assert load_calibration("h200-sxm").gemm_grouped_fixed_s == h100.cal.gemm_grouped_fixed_s   # transfer
 GROUPED_RATCHETS = {   # file: {impl: today's MAPE}; the second file is a later run on another machine (seed 32)
-    "h100_grouped_gemm.json": {"grouped_mm": 0.208, "bmm": 0.132, "loop": 0.259},
-    "h100_grouped_gemm2.json": {"grouped_mm": 0.245, "bmm": 0.116, "loop": 0.248},
-    "h200_grouped_gemm.json": {"grouped_mm": 0.25, "bmm": 0.084, "loop": 0.174},   # one H200, seed 33
+    # grouped_mm before its set-up cost: 20.7 / 24.4 / 24.9%; the first file fitted that one parameter
+    "h100_grouped_gemm.json": {"grouped_mm": 0.113, "bmm": 0.132, "loop": 0.259},
+    "h100_grouped_gemm2.json": {"grouped_mm": 0.133, "bmm": 0.116, "loop": 0.248},
+    "h200_grouped_gemm.json": {"grouped_mm": 0.114, "bmm": 0.084, "loop": 0.174},   # one H200, seed 33
 }
 
 
@@ -190,7 +199,8 @@ def test_grouped_gemm_records_ratchet(name):
         assert got[impl][0] >= 30 and got[impl][1] <= ratchet, impl
 
 
-def test_grouped_gemm_is_not_fitted():
+def test_grouped_gemm_is_not_fitted_by_calibrate():
+    """calibrate() never sees grouped records; only validation/grouped_fit.py reads the first run."""
     from simulator.calibration import profile_fitted_on
     from validation.predict import KERNEL_KINDS
     assert "grouped_gemm" not in KERNEL_KINDS     # calibrate fits KERNEL_KINDS only

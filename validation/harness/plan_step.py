@@ -196,6 +196,8 @@ def grid(name: str) -> list[dict]:
                     sync(case(T, "host-llama", S, 2, cp=2, zero=3, gbs=8, layers=n)),
                     sync(case(T, "host-llama", S, 2, cp=2, zero=3, gbs=2, layers=n))]
         return out
+    if name == "native5":
+        return native5_grid()
     if name == "native4":
         return native4_grid()
     if name == "native3":
@@ -210,6 +212,20 @@ def grid(name: str) -> list[dict]:
         return [case(T, "tiny-llama", 64, 2, pp=2, gbs=4), case(T, "tiny-llama", 64, 2, pp=2, vp=2, gbs=4),
                 case(T, "tiny-gpt", 64, 2, pp=2, gbs=8, recompute="full")]
     raise SystemExit(f"unknown grid {name!r}")
+
+
+def native5_grid() -> list[dict]:
+    """A sixth pre-registered two-GPU set (logs/prereg6_h200x2_plan.txt), predicted after GQA's
+    repeated K/V were counted for Megatron-Core's local attention (developed on the fifth set) and
+    the grouped-GEMM set-up: GQA models at sequences never run under every Megatron family, and
+    torch-native plans at new sizes."""
+    T, F = "torchtitan", "megatron-core-local"
+    sync = lambda c: dict(c, fsdp_sync_each=True)  # noqa: E731
+    return [case(F, "llama-1b", 5120, 2, zero=1, gbs=4), case(F, "llama-1b", 5120, 2, tp=2, sp=True, gbs=4),
+            case(F, "llama-1b", 5120, 2, pp=2, gbs=4), case(F, "llama-7b", 2048, 2, tp=2, sp=True, gbs=4, recompute="full"),
+            case(F, "llama-3b", 2560, 2, pp=2, vp=2, gbs=8),
+            case(T, "llama-1b", 5120, 2, zero=0, gbs=4), sync(case(T, "llama-1b", 5120, 2, zero=3, gbs=4)),
+            case(T, "llama-1b", 5120, 2, pp=2, gbs=8), sync(case(T, "llama-3b", 6144, 2, cp=2, zero=3, gbs=2))]
 
 
 def native4_grid() -> list[dict]:

@@ -479,3 +479,20 @@ def test_fifth_preregistered_set():
 def test_fifth_preregistered_set_memory_target_per_plan():
     res = evaluated("h200x2_plan_native4.json")[0]
     assert all(abs(r.memory_error) <= 0.05 for r in res)
+
+
+# ---- the sixth pre-registered set (logs/prereg6_h200x2_plan.txt: the model of commit f5c57f0) --------
+def test_sixth_preregistered_set():
+    """Predicted before it ran, after GQA's repeated K/V were counted (developed on the fifth set),
+    run with expandable segments as meshcast's Megatron launch sets: 6.3% time, 2.1% peak memory over
+    9 plans; Megatron-Core local 4.6% / 2.9% (every plan's memory within 4.6%, llama-1b s5120 with the
+    distributed optimizer at 105.6 GiB against 102.7 predicted); torch-native 8.4% / 1.0% (cp llama-3b
+    s6144 -26.7%, host-bound); 9 of 9 fit verdicts; every pick right."""
+    res, unsupported, s, groups = evaluated("h200x2_plan_native5.json")
+    mf = load_measurements(MEAS / "h200x2_plan_native5.json")
+    assert mf.info["env"]["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    assert not unsupported and s.fit_correct == s.fit_total == 9
+    assert s.mape <= 0.063 and s.memory_mape <= 0.021
+    meg = [r for r in res if r.record["framework"] == "megatron-core-local"]
+    assert max(abs(r.memory_error) for r in meg) <= 0.047 and max(abs(r.time_error) for r in meg) <= 0.085
+    assert all(g.pick_ok for g in groups) and len(groups) == 6

@@ -149,12 +149,8 @@ def grid(name: str) -> list[dict]:
         cases += _megatron_two_gpu("llama-7b", 2048, 4, risky_ddp=True)
     if cases:
         return cases
-    if name == "host":
-        return host_grid()
-    if name == "prereg":
-        return prereg_grid()
-    if name == "prereg2":
-        return prereg2_grid()
+    if name in NAMED_GRIDS:
+        return NAMED_GRIDS[name]()
     if name == "fsdp-sync":   # FSDP2 reducing every micro-batch, as torchtitan does
         T = "torchtitan"
         return [dict(c, fsdp_sync_each=True) for c in (
@@ -185,8 +181,6 @@ def grid(name: str) -> list[dict]:
         cases += [case(T, "llama-7b", 2048, 2, zero=3, gbs=4), case(T, "llama-7b", 2048, 2, tp=2, sp=True, gbs=4),
                   case(T, "llama-7b", 2048, 2, zero=0, gbs=4, risky=True)]
         return cases
-    if name == "native2":
-        return native2_grid()
     if name == "host-cp":   # the host cost of torch-native context parallel (fit data, like --grid host)
         S, sync = 256, (lambda c: dict(c, fsdp_sync_each=True))  # noqa: E731
         out = []
@@ -196,12 +190,6 @@ def grid(name: str) -> list[dict]:
                     sync(case(T, "host-llama", S, 2, cp=2, zero=3, gbs=8, layers=n)),
                     sync(case(T, "host-llama", S, 2, cp=2, zero=3, gbs=2, layers=n))]
         return out
-    if name == "native5":
-        return native5_grid()
-    if name == "native4":
-        return native4_grid()
-    if name == "native3":
-        return native3_grid()
     if name == "native-profile":   # where torch-native steps spend their GPU time (one profiled step each)
         return [dict(c, profile=True) for c in (
             case(T, "llama-1b", 2048, 2, zero=0, gbs=8), case(T, "llama-1b", 4096, 2, zero=0, gbs=4),
@@ -350,6 +338,11 @@ def prereg2_grid() -> list[dict]:
             case(F, "llama-7b", 2048, 2, pp=2, vp=2, gbs=8, recompute="full"),
             case(T, "llama-1b", 2048, 2, zero=0, gbs=8), case(T, "llama-1b", 2048, 2, zero=3, gbs=8),
             case(T, "llama-1b", 2048, 2, tp=2, sp=True, gbs=8)]
+
+
+# the grids that are one function each (pre-registered sets, the host grid); looked up by grid()
+NAMED_GRIDS = {"host": host_grid, "prereg": prereg_grid, "prereg2": prereg2_grid, "native2": native2_grid,
+               "native3": native3_grid, "native4": native4_grid, "native5": native5_grid}
 
 
 def case_label(c: dict) -> str:

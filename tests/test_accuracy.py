@@ -329,7 +329,7 @@ def test_published_layer_times_within_10_percent():
     from validation.published import compare_layer_times
     rows = compare_layer_times(PUBLISHED.parent / "published_layer_times.csv")
     assert len(rows) == 15
-    assert sum(abs(c.error) for c in rows) / len(rows) <= 0.10
+    assert sum(abs(c.error) for c in rows) / len(rows) <= 0.045     # 4.4% today (3.3% before the GEMM refit)
 
 
 # ---- issue #12: beyond the fitted shapes (held-out random GEMMs) and clocks under sustained load

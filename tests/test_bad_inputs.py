@@ -282,7 +282,8 @@ def _cases() -> list[tuple[str, list[str], str]]:
                         (["--tokens", "-5"], "tokens"), (["--pue", "0.5"], "pue"), (["--jobs", "0"], "jobs"),
                         (["--replan-fix", "tp"], "replan-fix"), (["--price", "cheap"], "price")):
         add((f"whatif{''.join(argv)}", WHATIF + argv, field))
-    for argv, field in ((["--holdout-every", "-1"], "holdout"), (["--hardware", "tpu-v9"], "hardware")):
+    for argv, field in ((["--holdout-every", "-1"], "holdout"), (["--hardware", "tpu-v9"], "hardware"),
+                        (["--fit-seeds", "99"], "fit-seeds")):
         add((f"calibrate{''.join(argv)}", CAL + ["-o", "{out}/p.yaml"] + argv, field))
     for argv, field in (([], "measurements"), (["--measurements", "{kernels_small}", "--hardware", "tpu-v9"], "hardware"),
                         (["--measurements", "{kernels_small}", "--calibration", "{cal_gemm5}"], "gemm_peak_fraction")):

@@ -70,6 +70,11 @@ def run(args: argparse.Namespace) -> int:
     for path in args.measurements:
         mf = load_measurements(path)
         files.append((mf, hardware_for(mf, args.hardware)))
+    held = {r.get("seed") for mf, _ in files for r in mf.records if r.get("set") == "random"}
+    missing = sorted(set(args.fit_seeds) - held)
+    if missing:
+        raise MeshcastError("fit-seeds", f"no random-set record of seed {', '.join(map(str, missing))} in the "
+                                         f"measurements (their draws: {', '.join(map(str, sorted(s for s in held if s is not None))) or 'none'})")
     name = args.name or Path(args.output).stem
     print(f"fitting {sum(len(mf.records) for mf, _ in files)} records from {len(files)} file(s)...", file=sys.stderr)
     start = load_calibration(args.start) if args.start else DEFAULT

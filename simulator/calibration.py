@@ -158,6 +158,16 @@ class Calibration:
     def gemm_fraction(self, dtype: str) -> float:
         return self.gemm_peak_fraction.get(dtype, self.gemm_peak_fraction["bf16"])
 
+    def with_host_speed(self, factor: float) -> "Calibration":
+        """This calibration on a host ``factor`` times slower (>1) or faster (<1) than the one its
+        host costs were fitted on: every host_* seconds scaled by ``factor``. Lent machines of one
+        GPU kind differ this much in host speed (docs/measurements.md, "host speed": the same
+        host-bound plan 1.46x apart); ``validation.host_speed`` measures the factor of a machine
+        from tiny "twin" steps run on it."""
+        if not factor > 0:
+            raise ValueError(f"host speed factor must be positive, got {factor}")
+        return replace(self, **{k: getattr(self, k) * factor for k in HOST_PARAMETERS})
+
     def to_dict(self) -> dict:
         d = asdict(self)
         d["links"] = {k: asdict(v) for k, v in self.links.items()}
@@ -165,6 +175,8 @@ class Calibration:
 
 
 DEFAULT = Calibration()
+HOST_PARAMETERS = ("host_op_s", "fsdp_unit_host_s", "ddp_tensor_host_s", "optimizer_tensor_host_s",
+                   "fsdp_optimizer_tensor_host_s")
 
 
 DICT_PARAMETERS = ("gemm_peak_fraction", "attention_kernel_fraction", "attention_kernel_overlap",

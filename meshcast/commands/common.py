@@ -72,6 +72,15 @@ def add_model_cluster(p: argparse.ArgumentParser, gpus_required: bool = False) -
     p.add_argument("--cluster", required=True, metavar="NAME|PATH", help="catalog cluster name or cluster YAML")
     p.add_argument("--gpus", type=int, required=gpus_required, metavar="N", help="GPUs in use (default: the whole cluster)")
     p.add_argument("--calibration", metavar="NAME|PATH", help="calibration profile name or YAML (default: the accelerator's)")
+    add_host_speed(p)
+
+
+def add_host_speed(p: argparse.ArgumentParser) -> None:
+    """Add --host-speed (the host's slowness relative to the calibration's; validation/host_speed.py)."""
+    p.add_argument("--host-speed", type=float, default=None, metavar="X",
+                   help="your host's speed relative to the calibration's (>1: slower; host-bound plans scale with "
+                        "it): measure it with the harness's tiny twin steps (docs/measurements.md, 'host speed'); "
+                        "lent machines of one GPU kind differed by up to 1.5x")
 
 
 def add_plan_options(p: argparse.ArgumentParser) -> None:
@@ -198,8 +207,19 @@ def load_inputs(args: argparse.Namespace, plan=None):
     model = load_model(args.model)
     gpus = args.gpus if args.gpus is not None else (plan.num_gpus if plan is not None else None)
     hw = load_hardware(args.cluster, gpus)
-    cal, note = calibration_for(hw.accelerator, args.calibration)
+    cal, note = with_host_speed(*calibration_for(hw.accelerator, args.calibration), args)
     return model, hw, cal, note
+
+
+def with_host_speed(cal, note: str, args: argparse.Namespace):
+    """(calibration, note) with ``--host-speed`` applied where given."""
+    speed = getattr(args, "host_speed", None)
+    if speed is None:
+        return cal, note
+    if not speed > 0:
+        from hardware_specs.errors import MeshcastError
+        raise MeshcastError("--host-speed", f"must be a positive factor, got {speed}")
+    return cal.with_host_speed(speed), note + f"; host {speed:g}x the calibration's (--host-speed)"
 
 
 OUTPUT_OPTIONS = (("output", "output"), ("trace", "trace"), ("write_plan", "write-plan"), ("export_file", "export-file"))

@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from meshcast.commands.common import DEFAULT_FRAMEWORK, FRAMEWORKS, PRECISIONS, RECOMPUTE, SCHEDULES, emit_json, option_strings
+from meshcast.commands.common import (DEFAULT_FRAMEWORK, FRAMEWORKS, PRECISIONS, RECOMPUTE, SCHEDULES, add_host_speed,
+                                      emit_json, option_strings, with_host_speed)
 
 FIXED = (  # (flag, field, help); Megatron-LM spellings from common.MEGATRON_ALIASES
     ("--tp", "tp", "fix the tensor-parallel degree"),
@@ -43,6 +44,7 @@ def add_parser(subparsers) -> None:
                    help="sequence length in tokens (default: the model's)")
     p.add_argument("--top", type=int, default=5, metavar="N", help="how many plans (distinct layouts) to show (default 5)")
     p.add_argument("--calibration", metavar="NAME|PATH", help="calibration profile name or YAML (default: the accelerator's)")
+    add_host_speed(p)
     g = p.add_argument_group("constraints")
     for flag, field, help_ in FIXED:
         choices = (0, 1, 2, 3) if field == "zero_stage" else None
@@ -148,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
     cluster = load_cluster(args.cluster)
     node = load_node(cluster.node)
     hw0 = load_hardware(args.cluster, min(node.gpus_per_node, cluster.num_nodes * node.gpus_per_node))
-    cal, cal_note = calibration_for(hw0.accelerator, args.calibration)
+    cal, cal_note = with_host_speed(*calibration_for(hw0.accelerator, args.calibration), args)
     check_precision(args.precision, hw0.accelerator)
     if args.top < 1:
         raise MeshcastError("top", f"must be at least 1, got {args.top}")

@@ -24,6 +24,10 @@ def add_parser(sub) -> None:
     p.add_argument("--framework", choices=FRAMEWORKS,
                    help="only training steps and published runs that ran on this framework (kernel and collective "
                         "records run on none and are kept); default: every record, each with its own framework")
+    p.add_argument("--host-speed", default="reference", metavar="reference|twins|X",
+                   help="host speed of the machines the files ran on: 'reference' (the calibration's host, the "
+                        "default), 'twins' (each file's own, from its tiny twin steps, which are then left out of "
+                        "the report: validation/host_speed.py), or a factor X (>1: a slower host)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("-o", "--output", help="write an HTML report")
     p.set_defaults(run=run)
@@ -50,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
             raise MeshcastError(f"{path}: records", f"no record of this file ran on {args.framework}")
         hw = hardware_for(mf, args.hardware)
         cal, note = calibration_for(hw.accelerator, args.calibration)
-        results, unsupported = evaluate(mf, hw, cal)
+        cal, indices, host_note = file_host_speed(mf, hw, cal, args.host_speed)
+        results, unsupported = evaluate(mf, hw, cal, indices)
         if not results:
             why = f" (first: #{unsupported[0]['index']} {unsupported[0]['reason']})" if unsupported else ""
             raise MeshcastError(f"{path}: records", f"no record the simulator can predict{why}")
@@ -59,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         all_results += results
         in_fit = Path(path).name in {Path(f).name for f in profile_fitted_on(cal.name)}
         usable = float(mf.info.get("total_memory_bytes") or hw.accelerator.hbm_capacity_bytes)
-        entry = {"path": path, "gpu": mf.gpu, "hardware": hw.cluster.name, "calibration": note,
+        entry = {"path": path, "gpu": mf.gpu, "hardware": hw.cluster.name, "calibration": note + host_note,
                  "records": len(mf.records), "in_profile_fit": in_fit,
                  "kinds": [k.to_dict() for k in kinds], "unsupported": unsupported}
         groups = plan_groups(results, usable)
@@ -88,6 +93,28 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(format_text(out))
     return 0
+
+
+def file_host_speed(mf, hw, cal, how: str):
+    """(calibration, record indices, note) for ``--host-speed``: the reference host (every record),
+    a given factor (every record), or the file's own factor from its twins (the other records)."""
+    from hardware_specs.errors import MeshcastError
+    from validation.host_speed import host_speed_factor, non_twin_indices
+    if how == "reference":
+        return cal, None, ""
+    if how == "twins":
+        factor, n = host_speed_factor(mf, hw, cal)
+        if not n:
+            return cal, None, "; host: reference (no twin steps in this file)"
+        return (cal.with_host_speed(factor), non_twin_indices(mf),
+                f"; host {factor:.2f}x the reference (median of {n} twin steps, left out of this report)")
+    try:
+        factor = float(how)
+    except ValueError:
+        factor = float("nan")
+    if not factor > 0:
+        raise MeshcastError("--host-speed", f"{how!r} is not 'reference', 'twins' or a positive factor")
+    return cal.with_host_speed(factor), None, f"; host {factor:.2f}x the reference (given)"
 
 
 def framework_records(mf, framework: str | None):

@@ -42,6 +42,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -196,6 +197,17 @@ def grid(name: str) -> list[dict]:
             case(T, "llama-1b", 2048, 2, tp=2, sp=True, gbs=8), case(T, "llama-1b", 4096, 2, pp=2, gbs=8),
             case(T, "llama-1b", 4096, 2, pp=2, vp=2, gbs=8), case(T, "llama-1b", 4096, 2, cp=2, zero=3, gbs=4),
             dict(case(T, "llama-1b", 4096, 2, zero=3, gbs=4), fsdp_sync_each=True))]
+    if name == "host-diag":   # is the host's time per step size-dependent? same structure, tiny vs real
+        sync = lambda c: dict(c, fsdp_sync_each=True, host_profile=True)  # noqa: E731
+        hp = lambda c: dict(c, host_profile=True)  # noqa: E731
+        return [sync(case(T, "llama-1b", 4096, 2, cp=2, zero=3, gbs=4)),
+                sync(case(T, "host-llama", 4096, 2, cp=2, zero=3, gbs=4, layers=16)),
+                sync(case(T, "llama-1b", 4096, 2, zero=3, gbs=4)),
+                sync(case(T, "host-llama", 4096, 2, zero=3, gbs=4, layers=16)),
+                hp(case(T, "llama-1b", 2048, 2, tp=2, sp=True, gbs=8)),
+                hp(case(T, "host-llama", 2048, 2, tp=2, sp=True, gbs=8, layers=16)),
+                hp(case(F, "llama-1b", 2048, 2, tp=2, gbs=8)),
+                hp(case(F, "host-llama", 2048, 2, tp=2, gbs=8, layers=16))]
     if name == "cpu-pp":
         return [case(T, "tiny-llama", 64, 2, pp=2, gbs=4), case(T, "tiny-llama", 64, 2, pp=2, vp=2, gbs=4),
                 case(T, "tiny-gpt", 64, 2, pp=2, gbs=8, recompute="full")]
@@ -345,6 +357,30 @@ NAMED_GRIDS = {"host": host_grid, "prereg": prereg_grid, "prereg2": prereg2_grid
                "native3": native3_grid, "native4": native4_grid, "native5": native5_grid}
 
 
+def twin_of(c: dict) -> dict:
+    """The tiny twin of a case: the same framework, plan, sequence and layer count on the host-grid
+    model of its family (host-llama for gated MLPs, host-gpt else), whose kernels take
+    microseconds, so its step time is the host's (validation/host_speed.py)."""
+    family = "host-llama" if c["model"]["activation"] == "swiglu" else "host-gpt"
+    p = c["plan"]
+    twin = case(c["framework"], family, c["model"]["seq"], p["world"], tp=p["tp"], pp=p["pp"], vp=p["vp"],
+                cp=p.get("cp", 1), zero=p["zero_stage"], sp=p["sequence_parallel"], recompute=p["recompute"],
+                mbs=p["mbs"], gbs=p["gbs"], layers=c["model"]["layers"])
+    return {**{k: v for k, v in c.items() if k not in ("model", "plan", "name", "risky", "profile", "host_profile")},
+            **twin}
+
+
+def with_twins(cases: list[dict]) -> list[dict]:
+    """The cases followed by the twin of each (one per distinct twin)."""
+    twins, seen = [], set()
+    for c in cases:
+        t = twin_of(c)
+        if case_label(t) not in seen and not c["name"].startswith("host-"):
+            seen.add(case_label(t))
+            twins.append(t)
+    return cases + twins
+
+
 def case_label(c: dict) -> str:
     p = c["plan"]
     name = c["name"] if c["model"]["layers"] == MODELS[c["name"]]["layers"] else f"{c['name']}-L{c['model']['layers']}"
@@ -491,6 +527,55 @@ def kernel_profile(ctx: Ctx, step) -> dict:
     except Exception as exc:  # noqa: BLE001
         _log(f"  (kernel profile not taken: {type(exc).__name__}: {exc})")
         return {}
+
+
+def host_profile(ctx: Ctx, step) -> dict:
+    """Where the host's time goes in one step (issue #11: torch-native cp and DTensor tp steps are
+    host-bound by more than the tiny host grid shows). Two more steps on this rank:
+
+    * under cProfile, issue only (no synchronize inside the timed part): the issue seconds and the
+      25 Python functions with the most own time ("file:function", seconds, calls). cProfile slows
+      Python-heavy code, so these are shares, not times to compare with the unprofiled step;
+    * under torch.profiler (CPU + CUDA activity): the CUDA runtime/driver calls the host made, by
+      name (seconds, calls): a cudaStreamSynchronize, a blocking cudaMemcpy or cudaFree there means
+      the host waits for the GPU inside the step, so host and GPU time add instead of overlapping.
+    Empty where either fails."""
+    import cProfile
+    import pstats
+    import torch
+    out = {}
+    try:
+        ctx.sync()
+        prof = cProfile.Profile()
+        t = time.perf_counter()
+        prof.enable()
+        step()
+        prof.disable()
+        out["hostprof_issue_s"] = round(time.perf_counter() - t, 6)
+        ctx.sync()
+        stats = pstats.Stats(prof).stats
+        rows = sorted(((f"{Path(k[0]).name}:{k[2]}", v[2], v[1]) for k, v in stats.items()), key=lambda r: -r[1])
+        out["hostprof_python_top"] = [[n[:90], round(tt, 6), calls] for n, tt, calls in rows[:25]]
+        out["hostprof_python_total_s"] = round(sum(r[1] for r in rows), 6)
+    except Exception as exc:  # noqa: BLE001
+        _log(f"  (python host profile not taken: {type(exc).__name__}: {exc})")
+    try:
+        from torch.profiler import ProfilerActivity, profile
+        ctx.sync()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as tp:
+            step()
+            torch.cuda.synchronize()
+        calls = {}
+        for e in tp.events():
+            if getattr(e.device_type, "name", "") == "CUDA" or not e.name.startswith("cu"):
+                continue
+            tot, cnt = calls.get(e.name, (0.0, 0))
+            calls[e.name] = (tot + (e.time_range.end - e.time_range.start) * 1e-6, cnt + 1)
+        top = sorted(calls.items(), key=lambda kv: -kv[1][0])[:15]
+        out["hostprof_runtime_top"] = [[k[:60], round(v[0], 6), v[1]] for k, v in top]
+    except Exception as exc:  # noqa: BLE001
+        _log(f"  (runtime-call profile not taken: {type(exc).__name__}: {exc})")
+    return out
 
 
 def steps_for(c: dict) -> tuple[int, int]:
@@ -1062,6 +1147,8 @@ def child_main(args):
             times, peaks, phases = timed_steps(ctx, step, warm, n)
             if c.get("profile"):
                 phases.update(kernel_profile(ctx, step))
+            if c.get("host_profile"):
+                phases.update(host_profile(ctx, step))
         except Exception as exc:  # noqa: BLE001
             oom = common.is_oom(exc)
             err = common.short_exc(exc)
@@ -1144,6 +1231,8 @@ def launch(args):
     if args.only:
         keep = args.only.split(",")
         cases = [c for c in cases if any(k in case_label(c) for k in keep)]
+    if args.twins:
+        cases = with_twins(cases)
     info = common.device_info(world=args.nproc, suite=f"plan_step:{args.grid}",
                               nccl=common.nccl_version_str() if torch.cuda.is_available() else None)
     info["gpu_clocks_start"] = gpu_clocks()
@@ -1248,6 +1337,9 @@ def main():
     la.add_argument("--budget-s", type=float, default=300)
     la.add_argument("--only", default=None, help="comma-separated substrings of case labels to keep")
     la.add_argument("--cpu", action="store_true")
+    la.add_argument("--twins", action="store_true",
+                    help="after the cases, each one's tiny twin (same plan and op structure, host-grid sizes): "
+                         "the host speed of this machine (meshcast validate --host-speed twins)")
     la.add_argument("--shard", default=None, help="i/n: keep every n-th case from the i-th (parallel 1-GPU runs)")
     la.add_argument("--port-base", type=int, default=29500)
     la.add_argument("--pg-timeout-s", type=float, default=60)

@@ -214,6 +214,25 @@ def grid(name: str) -> list[dict]:
     raise SystemExit(f"unknown grid {name!r}")
 
 
+def native6_grid() -> list[dict]:
+    """A seventh pre-registered two-GPU set (logs/prereg7_h200x2_plan.txt), predicted by the model
+    of the host-speed commit: one Megatron-Core local group (llama-3b s1536: dp + distributed
+    optimizer, tp, tp + sp, pp, interleaved, selective recompute) and one torch-native group
+    (llama-1b s3072: DDP, FSDP2, DTensor TP + SP, pp, interleaved, cp) for rank agreement and
+    picks, every plan followed by its tiny twin: the machine's host speed
+    (validation/host_speed.py), measured in the same run on separate records."""
+    T, F = "torchtitan", "megatron-core-local"
+    sync = lambda c: dict(c, fsdp_sync_each=True)  # noqa: E731
+    cases = [case(F, "llama-3b", 1536, 2, zero=1, gbs=8), case(F, "llama-3b", 1536, 2, tp=2, gbs=8),
+             case(F, "llama-3b", 1536, 2, tp=2, sp=True, gbs=8), case(F, "llama-3b", 1536, 2, pp=2, gbs=8),
+             case(F, "llama-3b", 1536, 2, pp=2, vp=2, gbs=8),
+             case(F, "llama-3b", 1536, 2, zero=1, gbs=8, recompute="selective"),
+             case(T, "llama-1b", 3072, 2, zero=0, gbs=8), sync(case(T, "llama-1b", 3072, 2, zero=3, gbs=8)),
+             case(T, "llama-1b", 3072, 2, tp=2, sp=True, gbs=8), case(T, "llama-1b", 3072, 2, pp=2, gbs=8),
+             case(T, "llama-1b", 3072, 2, pp=2, vp=2, gbs=8), sync(case(T, "llama-1b", 3072, 2, cp=2, zero=3, gbs=8))]
+    return with_twins(cases)
+
+
 def native5_grid() -> list[dict]:
     """A sixth pre-registered two-GPU set (logs/prereg6_h200x2_plan.txt), predicted after GQA's
     repeated K/V were counted for Megatron-Core's local attention (developed on the fifth set) and
@@ -354,7 +373,8 @@ def prereg2_grid() -> list[dict]:
 
 # the grids that are one function each (pre-registered sets, the host grid); looked up by grid()
 NAMED_GRIDS = {"host": host_grid, "prereg": prereg_grid, "prereg2": prereg2_grid, "native2": native2_grid,
-               "native3": native3_grid, "native4": native4_grid, "native5": native5_grid}
+               "native3": native3_grid, "native4": native4_grid, "native5": native5_grid,
+               "native6": native6_grid}
 
 
 def twin_of(c: dict) -> dict:

@@ -31,7 +31,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Iterator, Optional
 
-from hardware_specs.errors import MeshcastError
+from hardware_specs.errors import MeshcastError, PlanError
 from models.schema import ModelSpec
 from simulator.frameworks import framework_violation, get_framework
 from simulator.plan import SCHEDULES, ParallelPlan
@@ -501,11 +501,23 @@ def make_constraints(model: ModelSpec, cluster: str, *, gpus=None, gbs, seq: Opt
     from simulator.frameworks import get_framework
     fw = get_framework((base or ParallelPlan()).framework)
     _check_fixed_against_framework(fw, fixed)
+    _check_grad_sync(fw, base or ParallelPlan())
     if not fw.parallelism.arbitrary_split:
         limits["uneven"] = False      # the framework splits layers itself: only even splits are searched
     return Constraints(gpus=tuple(counts), gbs=(glo, ghi), seq=seq, fixed=fixed,
                        min_headroom_bytes=min_headroom_gb * 1e9, base=base or ParallelPlan(), schedules=sched,
                        **{k: v for k, v in limits.items() if v is not None})
+
+
+def _check_grad_sync(fw, base: ParallelPlan) -> None:
+    """The search keeps the base plan's ``fsdp_grad_sync`` (it never varies it); a policy the
+    framework's launch config cannot say (rules.grad_sync_expressible: torchtitan reduces after
+    every micro-batch) would make every plan it proposes one the team cannot launch: PlanError."""
+    from simulator.frameworks.rules import grad_sync_expressible
+    if not grad_sync_expressible(fw, base.fsdp_grad_sync):
+        raise PlanError("fsdp_grad_sync", f"{fw.name} reduces FSDP2's gradients after every micro-batch (its "
+                                          f"config has no deferred sync): the planner searches only "
+                                          f"every_microbatch, not {base.fsdp_grad_sync}")
 
 
 def _check_fixed_against_framework(fw, fixed: dict) -> None:

@@ -393,16 +393,18 @@ def _mix_key(model: ModelSpec, r: range):
 def _stage_bundle(ctx: Context, hw: Hardware, index: int, r: range, last: bool, lowered, per_layer) -> StageBundle:
     kind_ops, norec_ops, emb, head, _ = lowered
     first = index == 0
-    cost = _stage_cost(ctx, index, r, kind_ops, norec_ops, emb, head, first, last)
+    cost, sync = _stage_cost(ctx, index, r, kind_ops, norec_ops, emb, head, first, last)
     footprint = stage_footprint(ctx, r, first, last, per_layer)
     exposed, total, opt, mb_exposed, mb_total = _stage_data_parallel(ctx, hw, r, first, last, cost)
+    exposed += sync      # FSDP2's deferred gradient sync: the last micro-batch's reduction, once a step
     return StageBundle(cost, footprint, exposed, total, opt, _optimizer_host_seconds(ctx, r, first, last),
                        mb_exposed, mb_total)
 
 
 def _stage_cost(ctx: Context, index: int, layers: range, kind_ops: dict, norec_ops: dict, emb, head,
-                first: bool, last: bool) -> StageCost:
-    """Forward and backward seconds of one micro-batch on one stage, and where they go."""
+                first: bool, last: bool) -> tuple[StageCost, float]:
+    """Forward and backward seconds of one micro-batch on one stage, and where they go; with the
+    exposed seconds FSDP2's deferred gradient sync adds once a step (fsdp_deferred_sync_seconds)."""
     model, plan = ctx.model, ctx.plan
     counts = kinds_in(model, layers.start, layers.stop)
     n_moe = counts.get("moe", 0)
@@ -426,13 +428,16 @@ def _stage_cost(ctx: Context, index: int, layers: range, kind_ops: dict, norec_o
     for o, n in parts:
         for k, v in o.groups.items():
             groups[k] = groups.get(k, 0.0) + v * n
+    sync = 0.0
     if plan.zero_stage == 3:
         f3, b3 = _zero3_gather_exposed(ctx, layers, f, b)
+        if plan.fsdp_defers_sync:
+            sync = fsdp_deferred_sync_seconds(ctx, layers, b)
         f, b = f + f3, b + b3
         groups["dp"] = groups.get("dp", 0.0) + f3 + b3
     flops = sum(o.flops * n for o, n in parts)
     host, host_fwd = _host_seconds(ctx, parts, layers, first, last)
-    return StageCost(index, len(layers), n_moe, f, b, groups, flops, host, host_fwd)
+    return StageCost(index, len(layers), n_moe, f, b, groups, flops, host, host_fwd), sync
 
 
 def _stage_param_tensors(model: ModelSpec, layers: range, first: bool, last: bool) -> int:
@@ -473,13 +478,11 @@ def _optimizer_host_seconds(ctx: Context, layers: range, first: bool, last: bool
     return per * _stage_param_tensors(ctx.model, layers, first, last) if per > 0 else 0.0
 
 
-def _zero3_gather_exposed(ctx: Context, layers: range, f: float, b: float) -> tuple[float, float]:
-    """ZeRO-3 per-layer parameter all-gather (fwd, bwd) and gradient reduce-scatter (bwd),
-    prefetched under the layer's compute: only the excess over compute is exposed, or all of it
-    where the plan turns the overlap off (overlap_param_gather, overlap_grad_reduce). FSDP and
-    Megatron gather a layer in one call; DeepSpeed (recipe ``zero``) gathers module by module,
-    so each layer pays one call's fixed cost and ring latency per module (its gradients go out
-    in reduce_bucket_size buckets)."""
+def _zero3_layer_comm(ctx: Context, layers: range) -> tuple[float, float, float]:
+    """(parameters of one layer, its all-gather seconds, its gradient reduce-scatter seconds) on one
+    device under ZeRO-3. FSDP and Megatron gather a layer in one call; DeepSpeed (recipe ``zero``)
+    gathers module by module, so each layer pays one call's fixed cost and ring latency per module
+    (its gradients go out in reduce_bucket_size buckets). FSDP2 reduces in fp32 (reduce_dtype)."""
     p = ctx.plan
     n_dp = p.dp * p.cp
     dense, expert = stage_params(ctx, layers, False, False)
@@ -493,22 +496,68 @@ def _zero3_gather_exposed(ctx: Context, layers: range, f: float, b: float) -> tu
     if p.offload_params:   # ZeRO-Infinity: each layer's shard comes over the host link first
         ag += block * 2 / n_dp / ctx.host_link_Bps
     rs = rs_calls * collective_time(ctx.fabric, "reduce_scatter", block * grad_bytes / rs_calls, n_dp, p.tp)
+    return block, ag, rs
+
+
+def _zero3_exposed(ctx: Context, ag: float, rs: float, compute: float) -> float:
+    """Exposed seconds of one layer's all-gather ``ag`` and reduce-scatter ``rs`` (0 in forward)
+    beside ``compute`` seconds of its compute: prefetched under it, only the excess is exposed (the
+    hidden part slows by comm_overlap_slowdown), or all of it where the plan turns the overlap off
+    (overlap_param_gather, overlap_grad_reduce)."""
+    p = ctx.plan
+    hideable = (ag if p.overlap_param_gather else 0.0) + (rs if p.overlap_grad_reduce else 0.0)
     slow = ctx.dev.cal.comm_overlap_slowdown
+    return ag + rs - hideable + max(0.0, hideable - compute) + slow * min(hideable, compute)
+
+
+def _zero3_gather_exposed(ctx: Context, layers: range, f: float, b: float) -> tuple[float, float]:
+    """ZeRO-3 per-layer parameter all-gather (fwd, bwd) and gradient reduce-scatter (bwd) of one
+    micro-batch, prefetched under the layer's compute (_zero3_exposed), and FSDP2's copies. Under
+    FSDP2 with a deferred gradient sync the micro-batch reduces nothing and accumulates its
+    gradients instead; the last micro-batch's reduction is fsdp_deferred_sync_seconds, once a step."""
+    p = ctx.plan
+    n_dp = p.dp * p.cp
+    block, ag, rs = _zero3_layer_comm(ctx, layers)
     n = len(layers)
-
-    def exposed(hideable: float, serial: float, compute: float) -> float:
-        return serial + max(0.0, hideable - compute) + slow * min(hideable, compute)
-
-    ag_hidden = ag if p.overlap_param_gather else 0.0
-    rs_hidden = rs if p.overlap_grad_reduce else 0.0
-    f_exp = exposed(ag_hidden, ag - ag_hidden, f / n)
-    b_exp = exposed(ag_hidden + rs_hidden, ag + rs - ag_hidden - rs_hidden, b / n)
+    deferred = p.fsdp_defers_sync
+    f_exp = _zero3_exposed(ctx, ag, 0.0, f / n)
+    b_exp = _zero3_exposed(ctx, ag, 0.0 if deferred else rs, b / n)
     if p.recipe == "torch_fsdp":
         # FSDP2 copies: shard cast fp32->bf16 and all-gather copy-out per pass; in backward the
-        # bf16 gradients cast to fp32 and copied into the reduce-scatter buffer
+        # bf16 gradients cast to fp32 and copied into the reduce-scatter buffer, or, deferred,
+        # added into the fp32 accumulators (fsdp_deferred_sync_seconds)
         f_exp += memory_time(ctx.dev, 6 * block / n_dp + 4 * block, launches=2)
-        b_exp += memory_time(ctx.dev, 6 * block / n_dp + 4 * block + 6 * block + 8 * block, launches=4)
+        if deferred:
+            b_exp += memory_time(ctx.dev, 6 * block / n_dp + 4 * block, launches=2) + _fsdp_accumulate_s(ctx, block)
+        else:
+            b_exp += memory_time(ctx.dev, 6 * block / n_dp + 4 * block + 6 * block + 8 * block, launches=4)
     return n * f_exp, n * b_exp
+
+
+def _fsdp_accumulate_s(ctx: Context, block: float) -> float:
+    """Seconds to add one layer's bf16 unsharded gradient into its fp32 accumulator in place
+    (FSDPParam.accumulate_unsharded_grad_if_needed, torch/distributed/fsdp/_fully_shard/_fsdp_param.py:
+    ``unsharded_accumulated_grad += unsharded_param.grad``): read 4 + 2, write 4 bytes per parameter."""
+    return memory_time(ctx.dev, 10 * block)
+
+
+def fsdp_deferred_sync_seconds(ctx: Context, layers: range, b: float) -> float:
+    """Exposed seconds once per step that FSDP2's deferred gradient sync adds to
+    ``m`` micro-batches costed as _zero3_gather_exposed's deferred ones (``b``: the stage's backward
+    compute seconds of one micro-batch, ZeRO-3 excluded). Per layer: the last micro-batch's fp32
+    reduce-scatter, exposed beyond its all-gather under the layer's backward (_zero3_exposed), and its
+    copy of the fp32 accumulator into the reduce-scatter input (foreach_reduce_scatter_copy_in: read
+    4, write 4 bytes per parameter, no cast: the accumulator is already in reduce_dtype); and the
+    first micro-batch's cast of its bf16 gradient into a new fp32 accumulator
+    (FSDPParam.to_accumulated_grad_if_needed: read 2, write 4) where the m micro-batches were
+    costed with an in-place add each. With one micro-batch this makes the step every_microbatch's
+    (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py FSDPParamGroup.post_backward,
+    _fsdp_collectives.py foreach_reduce). Like ZeRO-3's per-layer traffic, not in dp_comm_total_s."""
+    n = len(layers)
+    block, ag, rs = _zero3_layer_comm(ctx, layers)
+    comm = _zero3_exposed(ctx, ag, rs, b / n) - _zero3_exposed(ctx, ag, 0.0, b / n)
+    copies = memory_time(ctx.dev, 8 * block) + memory_time(ctx.dev, 6 * block) - _fsdp_accumulate_s(ctx, block)
+    return n * (comm + copies)
 
 
 def dp_comm_seconds(ctx: Context, dense: float, expert: float) -> float:

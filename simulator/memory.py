@@ -11,7 +11,9 @@ optimizer state per parameter and N_d data-parallel shards, bytes/param are
   torch_fsdp: 4 + 4 + 8, all sharded (FSDP2 full shard), plus the gathered bf16 parameters of
               the root module (embedding, head) and of two blocks (current + prefetch), and the
               larger of one block's unsharded bf16 + fp32 gradients (with the head's bf16
-              gradient) and the root's, reduced last
+              gradient) and the root's, reduced last; with its gradient sync deferred to the
+              last micro-batch (plan.fsdp_grad_sync), every unit's unsharded fp32 gradient
+              (4 bytes per parameter, not sharded) instead of the shards (fsdp_deferred_peak)
 ZeRO-3 under the zero recipe (DeepSpeed) gathers module by module instead of block by block: it
 holds its live-parameter and prefetch budgets (1e9 + 5e7 parameters by default, at least the
 largest matrix) and one module's gradients plus a 5e8-element reduce bucket.
@@ -284,16 +286,25 @@ class FsdpTransients:
     root_grads: float       # the root's unsharded bf16 + fp32 gradients, reduced last
     root_grad_shard: float  # the root's fp32 gradient shard (exists only after that reduction)
     optimizer_temp: float   # foreach AdamW: one fp32 temporary the size of the shard (sqrt of v)
+    # a deferred gradient sync (fsdp_grad_sync last_microbatch; fsdp_deferred_peak):
+    unsharded_grads: float = 0.0     # every parameter's unsharded fp32 accumulated gradient
+    block_reduce_input: float = 0.0  # one block's fp32 reduce-scatter input (beside its accumulator)
+    root_reduce_input: float = 0.0   # the root's fp32 reduce-scatter input (beside its accumulator)
+    head_grad: float = 0.0           # the output head's bf16 gradient, held until the root reduces
 
 
 def fsdp_transients(ctx: Context, params: float) -> FsdpTransients:
     """FSDP2's gathered weights, unsharded gradients and optimizer temporary for ``params``
-    parameters on one device (torch.distributed.fsdp.fully_shard per block and on the root)."""
+    parameters on one device (torch.distributed.fsdp.fully_shard per block and on the root).
+    Gradients are unsharded in bf16 (MixedPrecisionPolicy param_dtype) and reduced in fp32
+    (reduce_dtype): 2 + 4 bytes per parameter of the unit being reduced; a deferred sync keeps
+    4 bytes per parameter of every unit (fsdp_deferred_peak)."""
     m, p = ctx.model, ctx.plan
     n = p.dp * p.cp
     root, block = _root_and_block(m, params)
-    return FsdpTransients(2 * 2 * block, 2 * root, (2 + 4) * block + 2 * m.vocab * m.hidden, (2 + 4) * root,
-                          4 * root / n, 4 * params / n)
+    head = 2 * m.vocab * m.hidden
+    return FsdpTransients(2 * 2 * block, 2 * root, (2 + 4) * block + head, (2 + 4) * root,
+                          4 * root / n, 4 * params / n, 4 * params, 4 * block, 4 * root, head)
 
 
 def fsdp_peak(weights: float, grads: float, opt: float, activations: float, f: FsdpTransients,
@@ -315,13 +326,42 @@ def fsdp_peak(weights: float, grads: float, opt: float, activations: float, f: F
 
 
 def fsdp_accumulated_bytes(p, grads: float) -> float:
-    """Gradient bytes FSDP2 holds through a later micro-batch's forward and backward: with more
-    than one micro-batch per step and a reduce-scatter after each, every earlier micro-batch's
-    reduced gradient is accumulated into the parameter's fp32 sharded ``.grad`` (torch 2.11-2.13
+    """Gradient bytes FSDP2 holds through a later micro-batch's forward and backward when it
+    reduces after every micro-batch: every earlier micro-batch's reduced gradient is accumulated
+    into the parameter's fp32 sharded ``.grad`` (torch 2.11-2.13
     torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py foreach_reduce: the new shard is
     added to ``sharded_param.grad`` where one exists), so all ``grads`` (the fp32 shards) are
-    live from the second micro-batch on, as DDP's gradients are (peak_live_bytes)."""
+    live from the second micro-batch on, as DDP's gradients are (peak_live_bytes). A deferred
+    sync holds unsharded gradients instead: fsdp_deferred_peak."""
     return grads if p.microbatches() > 1 else 0.0
+
+
+def fsdp_deferred_peak(weights: float, grads: float, opt: float, activations: float, f: FsdpTransients) -> float:
+    """FSDP2's peak live bytes with its gradient sync deferred to the last of several micro-batches
+    (FSDPModule.set_requires_gradient_sync(False) before the others; torch 2.11-2.13
+    torch/distributed/fsdp/_fully_shard/). With ``reduce_grads`` off, FSDPParamGroup.post_backward
+    (_fsdp_param_group.py) reshards the parameters and calls FSDPParam.to_accumulated_grad_if_needed
+    (_fsdp_param.py), which replaces the first micro-batch's bf16 unsharded gradient by its cast to
+    ``reduce_dtype`` (fp32) in ``unsharded_accumulated_grad``; later micro-batches' bf16 gradients are
+    added into it in place and freed (accumulate_unsharded_grad_if_needed). No sharded ``.grad``
+    exists until the last micro-batch, whose post_backward hands each unit's accumulated fp32
+    gradient to foreach_reduce (_fsdp_collectives.py: copied into an fp32 reduce-scatter input, the
+    accumulator then dropped) and creates the fp32 shards. So 4 bytes per parameter of every unit,
+    unsharded (``f.unsharded_grads``), live from the second micro-batch's forward to the last one's
+    reductions. The largest of three moments:
+      start of a later backward  every activation, gathered weights, all accumulators, one block's
+                                 fp32 reduce-scatter input (the last micro-batch's first reduction)
+                                 and the head's bf16 gradient (added to the root's accumulator only
+                                 when the root's post_backward runs, at the end of backward)
+      end of the last backward   blocks resharded and reduced (their shards); the root's accumulator
+                                 and its reduce-scatter input
+      optimizer step             shards, optimizer states and foreach AdamW's temporary
+    (The last block's reduction holds less than the first: the blocks after it are shards by then.)"""
+    gathered = f.block_weights + f.root_weights
+    block_shards = grads - f.root_grad_shard
+    return weights + opt + max(gathered + activations + f.unsharded_grads + f.block_reduce_input + f.head_grad,
+                               f.root_weights + block_shards + 2 * f.root_reduce_input,
+                               grads + f.optimizer_temp)
 
 
 def layer_activation_bytes(ctx: Context, moe: bool | str) -> float:
@@ -616,6 +656,11 @@ def peak_live_bytes(p, fp: StageFootprint, flight: float) -> tuple[float, float,
         accumulated = grads if p.microbatches() > 1 else 0.0
         live = weights + opt + buckets + max(activations + logits + accumulated, grads - 2 * fp.params)
         grads += buckets
+    elif p.recipe == "torch_fsdp" and p.fsdp_defers_sync and p.microbatches() > 1:
+        f = fp.fsdp
+        live = fsdp_deferred_peak(weights, grads, opt, activations + logits, f)
+        weights += f.block_weights + f.root_weights
+        grads = f.unsharded_grads + f.block_reduce_input + f.head_grad     # at the start of a later backward
     elif p.recipe == "torch_fsdp":
         f = fp.fsdp
         live = fsdp_peak(weights, grads, opt, activations + logits, f, fsdp_accumulated_bytes(p, grads))

@@ -24,6 +24,9 @@ RECOMPUTE = ("none", "selective", "full")
 ATTENTION_BACKENDS = ("flash", "cudnn", "fa3", "efficient", "unfused", "math", "unfused_torch")
 RECIPES = ("megatron", "zero", "torch_amp", "torch_fsdp")
 PRECISIONS = ("bf16", "fp16", "fp8", "nvfp4")
+# FSDP2's gradient reduce-scatter: after every micro-batch (torchtitan's train_step) or only after
+# the last, the others accumulating unsharded gradients (FSDPModule.set_requires_gradient_sync)
+FSDP_GRAD_SYNC = ("every_microbatch", "last_microbatch")
 # the tensor-core dtype a plan precision runs its quantized GEMMs in (hardware_specs DTYPES)
 PRECISION_GEMM_DTYPE = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "nvfp4": "fp4"}
 
@@ -60,6 +63,11 @@ class ParallelPlan:
     offload_optimizer  optimizer states and step on the host (ZeRO-Offload, Ren et al. 2021)
     offload_params     parameters on the host too, fetched per layer (ZeRO-Infinity; needs
                        zero_stage 3 and offload_optimizer)
+    fsdp_grad_sync     FSDP2 (recipe torch_fsdp) only: ``every_microbatch`` (torchtitan's loop: a
+                       reduce-scatter after each micro-batch's backward) or ``last_microbatch``
+                       (``set_requires_gradient_sync(False)`` on all but the last: no reduce-scatter
+                       there, fp32 unsharded gradients accumulated instead; simulator.memory
+                       fsdp_deferred_peak, simulator.engine fsdp_deferred_sync_seconds)
     framework          the framework that runs the plan (simulator/frameworks/*.yaml): it decides
                        which plans exist, what each ZeRO stage keeps in memory and which kernels run
     recipe             derived from the framework and ZeRO stage (None until resolved): megatron
@@ -100,6 +108,7 @@ class ParallelPlan:
     overlap_p2p: Optional[bool] = None
     offload_optimizer: bool = False
     offload_params: bool = False
+    fsdp_grad_sync: str = "every_microbatch"
     layers_per_stage: Optional[tuple[int, ...]] = None
     num_gpus: Optional[int] = None
     framework: str = "megatron-core"
@@ -121,6 +130,12 @@ class ParallelPlan:
     def microbatches(self) -> int:
         """Micro-batches per step per pipeline: gbs / (dp x mbs)."""
         return self.gbs // (self.dp * self.mbs)
+
+    @property
+    def fsdp_defers_sync(self) -> bool:
+        """FSDP2 (recipe torch_fsdp) with its gradient reduce-scatter deferred to the last
+        micro-batch (``fsdp_grad_sync`` last_microbatch); with one micro-batch that is every one."""
+        return self.fsdp_grad_sync == "last_microbatch" and self.recipe == "torch_fsdp"
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -182,7 +197,8 @@ def plan_from_dict(data: dict, origin: str = "plan") -> ParallelPlan:
         raise SpecError(field, f"{err['msg'][0].lower()}{err['msg'][1:]}, got {err.get('input')!r}") from None
     values = {k: getattr(checked, k) for k in data}
     for name, allowed in (("schedule", SCHEDULES), ("recompute", RECOMPUTE), ("recipe", RECIPES),
-                          ("precision", PRECISIONS), ("attention", ATTENTIONS)):
+                          ("precision", PRECISIONS), ("attention", ATTENTIONS),
+                          ("fsdp_grad_sync", FSDP_GRAD_SYNC)):
         if values.get(name) is not None and values[name] not in allowed:
             field = f"{origin}: {name}" if origin else name
             raise SpecError(field, f"must be one of {', '.join(allowed)}; got {values[name]!r}")
@@ -222,6 +238,7 @@ def resolve_plan(model: ModelSpec, plan: ParallelPlan, num_gpus: int) -> Paralle
     _choice("recipe", plan.recipe, RECIPES, allow_none=True)
     _choice("precision", plan.precision, PRECISIONS)
     _choice("attention", plan.attention, ATTENTION_BACKENDS, allow_none=True)
+    _choice("fsdp_grad_sync", plan.fsdp_grad_sync, FSDP_GRAD_SYNC)
     fw = get_framework(plan.framework)
     if plan.zero_stage is None:
         plan = _with_derived(plan, zero_stage=fw.default_zero)

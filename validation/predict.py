@@ -153,11 +153,32 @@ def plan_model(rec: dict) -> ModelSpec:
                      linear_bias=bool(rec.get("linear_bias", False)), position=rec.get("position", "rope"))
 
 
+# validation/harness/plan_step.py deferred FSDP2's gradient sync to the last micro-batch for every
+# torch-native ZeRO-3 case (``model.set_requires_gradient_sync(last)``) from its first commit
+# (6d3a387) until commit 99036ac, which added the every-micro-batch option and the record field
+# ``fsdp_grad_sync``; every torchtitan ZeRO-3 record it has written since carries the field.
+HARNESS_FSDP_GRAD_SYNC = "last_microbatch"
+
+
+def record_grad_sync(rec: dict) -> str:
+    """FSDP2's gradient sync policy a plan_step record ran (ParallelPlan.fsdp_grad_sync): the
+    record's ``fsdp_grad_sync``; absent, for a torchtitan ZeRO-3 record (FSDP2), the policy the
+    harness always ran before it wrote the field (HARNESS_FSDP_GRAD_SYNC: the files
+    h200x2_plan_torchtitan.json, h200x2_plan_prereg.json, h200x2_plan_prereg_rest.json,
+    h200x2_plan_prereg2.json, h200x2_plan_host.json and repeat/h200x2_plan_smoke.json); else
+    every_microbatch (no FSDP2: the field means nothing)."""
+    if "fsdp_grad_sync" in rec:
+        return rec["fsdp_grad_sync"]
+    if rec.get("framework") == "torchtitan" and int(rec.get("zero_stage", 0)) == 3:
+        return HARNESS_FSDP_GRAD_SYNC
+    return "every_microbatch"
+
+
 def record_plan(rec: dict) -> ParallelPlan:
     """The plan a plan_step record ran, every field from the record; the framework from ``framework``.
     The harness runs Megatron-Core with overlap_grad_reduce on and overlap_param_gather off, and
     ModelParallelConfig's pipeline defaults (overlap_p2p_comm off: batch_isend_irecv, then a device
-    synchronize), unless the record says ``overlap_p2p``."""
+    synchronize), unless the record says ``overlap_p2p``; FSDP2's gradient sync: record_grad_sync."""
     framework = rec.get("framework")
     if framework not in PLAN_STEP_FRAMEWORKS:
         raise Unsupported(f"unknown framework {framework!r}")
@@ -169,7 +190,7 @@ def record_plan(rec: dict) -> ParallelPlan:
                         schedule=rec.get("schedule") if int(rec["pp"]) > 1 else None,
                         overlap_grad_reduce=bool(rec.get("overlap_grad_reduce", True)),
                         overlap_param_gather=bool(rec.get("overlap_param_gather", False)),
-                        overlap_p2p=bool(rec.get("overlap_p2p", False)),
+                        overlap_p2p=bool(rec.get("overlap_p2p", False)), fsdp_grad_sync=record_grad_sync(rec),
                         attention=rec.get("attention"), framework=framework, num_gpus=world)
 
 

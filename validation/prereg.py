@@ -35,10 +35,11 @@ def skeleton(h, c: dict, attention: dict | None = None) -> dict:
     """The plan_step record the harness writes for case ``c``, without measured fields. The
     attention kernel is the one the harness records: torch-native runs SDPA flash; Megatron-Core's
     depends on whether apex/TE import on the machine, so it comes from ``attention`` (framework ->
-    backend, read from earlier records of that machine type), else the profile's default."""
+    backend, read from earlier records of that machine type), else the profile's default. FSDP2's
+    gradient sync as the harness records it (plan_step.fsdp_grad_sync)."""
     backend = h.NativeRunner.attention_backend() if c["framework"] == "torchtitan" else (attention or {}).get(c["framework"])
     return dict(kind="plan_step", framework=c["framework"], name=c["name"], **c["model"], **c["plan"],
-                dtype="bfloat16", attention=backend)
+                dtype="bfloat16", attention=backend, fsdp_grad_sync=h.fsdp_grad_sync(c))
 
 
 def recorded_attention(files) -> dict:

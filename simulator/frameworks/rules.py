@@ -18,7 +18,7 @@ Violation = Optional[tuple[str, str]]
 def framework_violation(fw: FrameworkProfile, model: ModelSpec, plan) -> Violation:
     """The first rule of ``fw`` that a plan (degrees resolved) breaks, as (field, reason)."""
     for check in (_zero_rule, _degree_rule, _schedule_rule, _precision_rule, _feature_rule, _kernel_rule,
-                  _recompute_rule, _SPECIFIC.get(fw.name, _no_rule)):
+                  _recompute_rule, _grad_sync_rule, _SPECIFIC.get(fw.name, _no_rule)):
         found = check(fw, model, plan)
         if found:
             return found
@@ -90,6 +90,26 @@ def _kernel_rule(fw: FrameworkProfile, model: ModelSpec, plan) -> Violation:
     if plan.attention is not None and plan.attention not in fw.kernels.attention:
         return _say(fw, "attention", f"runs {', '.join(fw.kernels.attention)} attention, not {plan.attention}")
     return None
+
+
+def _grad_sync_rule(fw: FrameworkProfile, model: ModelSpec, plan) -> Violation:
+    """A deferred gradient sync (``fsdp_grad_sync`` last_microbatch) is FSDP2's
+    ``set_requires_gradient_sync(False)``: meshcast models it for FSDP2 only (recipe torch_fsdp)."""
+    if plan.fsdp_grad_sync == "every_microbatch" or fw.recipe(plan.zero_stage) == "torch_fsdp":
+        return None
+    return _say(fw, "fsdp_grad_sync", f"{plan.fsdp_grad_sync} is FSDP2's deferred gradient sync; "
+                                      f"ZeRO-{plan.zero_stage} here is not FSDP2 (recipe "
+                                      f"{fw.recipe(plan.zero_stage)!r}): leave it every_microbatch")
+
+
+def grad_sync_expressible(fw: FrameworkProfile, policy: str, microbatches: Optional[int] = None) -> bool:
+    """Whether ``fw``'s launch config can say the FSDP2 gradient sync ``policy`` of a plan with
+    ``microbatches`` micro-batches (None: any count, as the planner searches). torchtitan's
+    Trainer.train_step runs forward_backward_step for each micro-batch with no
+    set_requires_gradient_sync call and its job config has no field for one (torchtitan/train.py,
+    torchtitan/config/job_config.py), so its FSDP2 reduces after every micro-batch; a deferred sync
+    over one micro-batch is that same step. Plain PyTorch (no export) can call it itself."""
+    return fw.export != "torchtitan" or policy == "every_microbatch" or microbatches == 1
 
 
 def _recompute_rule(fw: FrameworkProfile, model: ModelSpec, plan) -> Violation:

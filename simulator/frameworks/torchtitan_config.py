@@ -11,9 +11,11 @@ import json
 import tomllib
 from typing import Optional
 
-from hardware_specs.errors import SpecError
+from hardware_specs.errors import PlanError, SpecError
 from models.schema import ModelSpec
+from simulator.frameworks import get_framework
 from simulator.frameworks.launch import ALLOC_CONF, ALLOC_WHY, ImportedConfig, LaunchConfig, read_guarded
+from simulator.frameworks.rules import grad_sync_expressible
 from simulator.plan import ParallelPlan
 
 SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B"}
@@ -23,7 +25,14 @@ _SCHEDULE_BACK = {v.lower(): k for k, v in SCHEDULES.items()} | {"loopedbfs": "i
 
 # ---- writer ------------------------------------------------------------------------------------
 def write_config(model: ModelSpec, plan: ParallelPlan) -> LaunchConfig:
-    """The TOML job config of a resolved torchtitan plan, with notes."""
+    """The TOML job config of a resolved torchtitan plan, with notes; PlanError on
+    ``fsdp_grad_sync`` where the plan defers FSDP2's gradient sync over several micro-batches,
+    which torchtitan cannot say (simulator.frameworks.rules.grad_sync_expressible)."""
+    if not grad_sync_expressible(get_framework(plan.framework), plan.fsdp_grad_sync, plan.microbatches()):
+        raise PlanError("fsdp_grad_sync", f"torchtitan reduces FSDP2's gradients after every micro-batch "
+                                          f"(train_step has no set_requires_gradient_sync, its config no field "
+                                          f"for it): {plan.fsdp_grad_sync} over {plan.microbatches()} micro-batches "
+                                          f"cannot be exported; simulate every_microbatch to export")
     notes: list[str] = []
     sections = [("job", {"description": f"meshcast plan for {model.name}"}),
                 ("model", _model(model, notes)), ("training", _training(plan)),

@@ -401,6 +401,17 @@ def with_twins(cases: list[dict]) -> list[dict]:
     return cases + twins
 
 
+def fsdp_grad_sync(c: dict) -> str | None:
+    """The record's ``fsdp_grad_sync`` for case ``c`` (torchtitan ZeRO-3, i.e. FSDP2, only; None
+    otherwise): ``every_microbatch`` under ``fsdp_sync_each`` (torchtitan's loop: a reduce-scatter after
+    each micro-batch), else ``last_microbatch`` (set_requires_gradient_sync(last): the others accumulate
+    unsharded gradients, in fp32 under reduce_dtype fp32). Records written before this field existed
+    (commit 99036ac) ran last_microbatch (validation/predict.py record_grad_sync)."""
+    if c["framework"] != "torchtitan" or c["plan"]["zero_stage"] != 3:
+        return None
+    return "every_microbatch" if c.get("fsdp_sync_each") else "last_microbatch"
+
+
 def case_label(c: dict) -> str:
     p = c["plan"]
     name = c["name"] if c["model"]["layers"] == MODELS[c["name"]]["layers"] else f"{c['name']}-L{c['model']['layers']}"
@@ -1188,10 +1199,8 @@ def child_main(args):
         rec["attention"] = runner.attention_backend()
         if getattr(runner, "norm_impl", None):
             rec["norm_impl"] = runner.norm_impl
-        if fw == "torchtitan" and c["plan"]["zero_stage"] == 3:
-            # FSDP2's gradient reduce-scatter: after every micro-batch (torchtitan's loop) or only after
-            # the last, the others accumulating unsharded gradients (in fp32 under reduce_dtype fp32)
-            rec["fsdp_grad_sync"] = "every_microbatch" if c.get("fsdp_sync_each") else "last_microbatch"
+        if fsdp_grad_sync(c):
+            rec["fsdp_grad_sync"] = fsdp_grad_sync(c)
         if st == 0:
             rec.update(time_s=float(statistics.median(times)), time_min_s=float(min(times)),
                        time_max_s=float(max(times)), reps=len(times), step_times_s=[round(x, 6) for x in times],

@@ -96,12 +96,12 @@ class Oracle:
 
     # ---- time ------------------------------------------------------------------------------
     def layer_times(self, plan: ParallelPlan) -> LayerTimes:
-        key = (plan.num_gpus,) + tuple(getattr(plan, k) for k in _LOWERING)
+        key = (plan.num_gpus, plan.microbatches()) + tuple(getattr(plan, k) for k in _LOWERING)
         hit = self._layers.get(key)
         if hit is None:
             # Pieces are shared between plans: dense layers, the embedding and the head do not
             # depend on expert parallelism, and the no-recompute ops not on the recompute mode.
-            base = (plan.num_gpus,) + tuple(getattr(plan, k) for k in _LOWERING
+            base = (plan.num_gpus, plan.microbatches()) + tuple(getattr(plan, k) for k in _LOWERING
                                             if k not in ("ep", "etp", "recompute"))
             experts = (plan.ep, plan.expert_tp)
             moe = self.model.moe is not None

@@ -57,8 +57,9 @@ def _fabric(hw: Hardware, cal: Calibration) -> Fabric:
 
 
 _LOWERED = IdentityCache(limit=4096)
-# Plan fields that change the per-micro-batch ops of a layer (dp, pp, vp, zero, gbs do not);
-# planners.bounds keys its layer costs on the same list.
+# Plan fields that change the per-micro-batch ops of a layer (dp, pp, vp, zero, gbs do not, but
+# the number of micro-batches does: autograd's gradient accumulation runs on all but the first,
+# lowering._autograd_accumulation); planners.bounds keys its layer costs on the same list.
 LOWERING_FIELDS = ("tp", "cp", "ep", "etp", "mbs", "seq", "sequence_parallel", "recompute",
                    "recompute_layers", "precision", "attention", "dropout", "tp_comm_overlap", "recipe",
                    "ep_comm_overlap", "framework")
@@ -70,7 +71,8 @@ def _lowered(ctx: Context):
     differ only in fields the per-layer ops do not depend on (a planner sweeps many such).
     dp joins the key only for the pipeline send, whose group stride it sets."""
     p = ctx.plan
-    return _LOWERED.get((ctx.model, ctx.dev, ctx.fabric), _LAYER_KEY(p) + (p.dp,), lambda: _lower(ctx))
+    return _LOWERED.get((ctx.model, ctx.dev, ctx.fabric), _LAYER_KEY(p) + (p.dp, p.microbatches()),
+                        lambda: _lower(ctx))
 
 
 def _lower(ctx: Context) -> tuple:
@@ -377,6 +379,7 @@ def _stage_bundles(ctx: Context, hw: Hardware, ranges: list[range], lowered) -> 
         return _stage_bundle(ctx, hw, i, r, i == last, lowered, per_layer[0])
 
     owners = (model, ctx.dev, ctx.fabric, hw.node)
+    base += (p.microbatches(),)     # gbs is pipeline-level, but per-micro-batch accumulation is not
     return [_BUNDLES.get(owners, base + (len(r), _mix_key(model, r), i == 0, i == last),
                          lambda i=i, r=r: build(i, r))
             for i, r in enumerate(ranges)]

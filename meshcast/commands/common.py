@@ -213,7 +213,12 @@ def load_inputs(args: argparse.Namespace, plan=None):
 
 def with_host_speed(cal, note: str, args: argparse.Namespace):
     """(calibration, note) with ``--host-speed`` applied where given."""
-    speed = getattr(args, "host_speed", None)
+    return apply_host_speed(cal, note, getattr(args, "host_speed", None))
+
+
+def apply_host_speed(cal, note: str, speed: float | None):
+    """(calibration, note) on a host ``speed`` times the calibration's (None: unchanged); one clear
+    error naming --host-speed unless it is a positive factor."""
     if speed is None:
         return cal, note
     if not speed > 0:

@@ -108,13 +108,13 @@ def file_host_speed(mf, hw, cal, how: str):
             return cal, None, "; host: reference (no twin steps in this file)"
         return (cal.with_host_speed(factor), non_twin_indices(mf),
                 f"; host {factor:.2f}x the reference (median of {n} twin steps, left out of this report)")
+    from meshcast.commands.common import apply_host_speed
     try:
         factor = float(how)
     except ValueError:
-        factor = float("nan")
-    if not factor > 0:
-        raise MeshcastError("--host-speed", f"{how!r} is not 'reference', 'twins' or a positive factor")
-    return cal.with_host_speed(factor), None, f"; host {factor:.2f}x the reference (given)"
+        raise MeshcastError("--host-speed", f"{how!r} is not 'reference', 'twins' or a positive factor") from None
+    cal, note = apply_host_speed(cal, "", factor)
+    return cal, None, note
 
 
 def framework_records(mf, framework: str | None):

@@ -62,7 +62,7 @@ _LOWERED = IdentityCache(limit=4096)
 # lowering._autograd_accumulation); planners.bounds keys its layer costs on the same list.
 LOWERING_FIELDS = ("tp", "cp", "ep", "etp", "mbs", "seq", "sequence_parallel", "recompute",
                    "recompute_layers", "precision", "attention", "dropout", "tp_comm_overlap", "recipe",
-                   "ep_comm_overlap", "framework")
+                   "ep_comm_overlap", "framework", "bf16_layers", "gemm_precision")
 _LAYER_KEY = operator.attrgetter(*LOWERING_FIELDS)
 
 
@@ -77,12 +77,48 @@ def _lowered(ctx: Context):
 
 def _lower(ctx: Context) -> tuple:
     """(ops of each layer kind, the same without recompute where the plan recomputes only some
-    layers, embedding, head with any MTP depths (lowering.last_stage_ops), pipeline send seconds)."""
+    layers, embedding, head with any MTP depths (lowering.last_stage_ops), pipeline send seconds,
+    and where the plan keeps layers in bf16 (``bf16_layers``) the (ops, ops without recompute) of
+    each kind lowered in bf16)."""
     p, model = ctx.plan, ctx.model
     kinds = list(layer_kind_params(model))
-    ops = {k: summarize_ops(layer_ops(ctx, k)) for k in kinds}
-    norec = {k: summarize_ops(layer_ops(ctx, k, recompute=False)) for k in kinds} if p.recompute_layers else {}
-    return ops, norec, summarize_ops(embedding_ops(ctx)), summarize_ops(last_stage_ops(ctx)), p2p_time(ctx)
+
+    def lower_kinds(c: Context) -> tuple[dict, dict]:
+        ops = {k: summarize_ops(layer_ops(c, k)) for k in kinds}
+        norec = {k: summarize_ops(layer_ops(c, k, recompute=False)) for k in kinds} if p.recompute_layers else {}
+        return ops, norec
+
+    ops, norec = lower_kinds(ctx)
+    bf16 = {}
+    if bf16_layer_range(model, p):
+        b_ops, b_norec = lower_kinds(replace(ctx, plan=replace(p, precision="bf16", bf16_layers=None,
+                                                                gemm_precision=None)))
+        bf16 = {k: (b_ops[k], b_norec.get(k)) for k in kinds}
+    return (ops, norec, summarize_ops(embedding_ops(ctx)), summarize_ops(last_stage_ops(ctx)), p2p_time(ctx),
+            bf16)
+
+
+def bf16_layer_range(model: ModelSpec, plan: ParallelPlan) -> tuple[range, ...]:
+    """The decoder layers a quantized plan keeps in bf16 (``plan.bf16_layers`` = (first, last)):
+    Megatron-Core's get_fp8_context / get_fp4_context (fp8_utils.py, fp4_utils.py) leave layer_no
+    < first and layer_no >= num_layers - last outside the quantized autocast. Empty where the
+    plan is not quantized or keeps no layer in bf16."""
+    if not plan.bf16_layers or plan.precision not in ("fp8", "nvfp4"):
+        return ()
+    first, last = plan.bf16_layers
+    n = model.num_layers
+    tail = max(min(first, n), n - last)
+    return tuple(r for r in (range(0, min(first, n)), range(tail, n)) if len(r))
+
+
+def bf16_kinds_in(model: ModelSpec, plan: ParallelPlan, layers: range) -> dict[str, int]:
+    """How many of ``layers`` of each kind run in bf16 (bf16_layer_range)."""
+    out: dict[str, int] = {}
+    for r in bf16_layer_range(model, plan):
+        lo, hi = max(r.start, layers.start), min(r.stop, layers.stop)
+        for kind, n in (kinds_in(model, lo, hi) if hi > lo else {}).items():
+            out[kind] = out.get(kind, 0) + n
+    return out
 
 
 @dataclass(frozen=True)
@@ -157,6 +193,8 @@ class _Step:
 def _step(model: ModelSpec, hardware: Hardware, plan: ParallelPlan, calibration: Calibration) -> _Step:
     plan = resolve_plan(model, plan, hardware.num_gpus)
     check_precision(plan.precision, hardware.accelerator)
+    for _, want in plan.gemm_precision or ():
+        check_precision(want, hardware.accelerator)
     dev = device_model(hardware.accelerator, calibration)
     ctx = Context(model, plan, dev, _fabric(hardware, calibration), hardware.node.host_link.bandwidth_per_direction_Bps)
     lowered = _lowered(ctx)
@@ -299,7 +337,7 @@ def simulate(model: ModelSpec, hardware: Hardware, plan: ParallelPlan,
                           plan.vp, plan.pipeline_schedule, _max_p2p(st.p2p))
     result = _result(model, hardware, plan, calibration, stages, mems, st, events)
     if with_ops:
-        kinds, _, emb, head, _ = st.lowered
+        kinds, _, emb, head, _, _ = st.lowered
         ops = {f"{k}_layer": list(v.ops) for k, v in kinds.items()}
         ops.update({"embedding": list(emb.ops), "head": [op for op in head.ops if not op.name.startswith("mtp")]})
         mtp = [op for op in head.ops if op.name.startswith("mtp")]
@@ -380,7 +418,8 @@ def _stage_bundles(ctx: Context, hw: Hardware, ranges: list[range], lowered) -> 
 
     owners = (model, ctx.dev, ctx.fabric, hw.node)
     base += (p.microbatches(),)     # gbs is pipeline-level, but per-micro-batch accumulation is not
-    return [_BUNDLES.get(owners, base + (len(r), _mix_key(model, r), i == 0, i == last),
+    return [_BUNDLES.get(owners, base + (len(r), _mix_key(model, r), i == 0, i == last,
+                                         tuple(sorted(bf16_kinds_in(model, p, r).items()))),
                          lambda i=i, r=r: build(i, r))
             for i, r in enumerate(ranges)]
 
@@ -394,9 +433,9 @@ def _mix_key(model: ModelSpec, r: range):
 
 
 def _stage_bundle(ctx: Context, hw: Hardware, index: int, r: range, last: bool, lowered, per_layer) -> StageBundle:
-    kind_ops, norec_ops, emb, head, _ = lowered
+    kind_ops, norec_ops, emb, head, _, bf16_ops = lowered
     first = index == 0
-    cost, sync = _stage_cost(ctx, index, r, kind_ops, norec_ops, emb, head, first, last)
+    cost, sync = _stage_cost(ctx, index, r, kind_ops, norec_ops, emb, head, first, last, bf16_ops)
     footprint = stage_footprint(ctx, r, first, last, per_layer)
     exposed, total, opt, mb_exposed, mb_total = _stage_data_parallel(ctx, hw, r, first, last, cost)
     exposed += sync      # FSDP2's deferred gradient sync: the last micro-batch's reduction, once a step
@@ -405,22 +444,28 @@ def _stage_bundle(ctx: Context, hw: Hardware, index: int, r: range, last: bool, 
 
 
 def _stage_cost(ctx: Context, index: int, layers: range, kind_ops: dict, norec_ops: dict, emb, head,
-                first: bool, last: bool) -> tuple[StageCost, float]:
+                first: bool, last: bool, bf16_ops: dict | None = None) -> tuple[StageCost, float]:
     """Forward and backward seconds of one micro-batch on one stage, and where they go; with the
-    exposed seconds FSDP2's deferred gradient sync adds once a step (fsdp_deferred_sync_seconds)."""
+    exposed seconds FSDP2's deferred gradient sync adds once a step (fsdp_deferred_sync_seconds).
+    The stage's layers that the plan keeps in bf16 (bf16_kinds_in) are costed with ``bf16_ops``."""
     model, plan = ctx.model, ctx.plan
     counts = kinds_in(model, layers.start, layers.stop)
     n_moe = counts.get("moe", 0)
     n_rec = len(layers) if plan.recompute_layers is None else min(plan.recompute_layers, len(layers))
+    in_bf16 = bf16_kinds_in(model, plan, layers) if bf16_ops else {}
     parts: list[tuple[list[Op], float]] = []
     for kind in sorted(counts, key=lambda k: k != "dense"):   # dense first, as before kinds were named
-        ops, count = kind_ops[kind], counts[kind]
-        if plan.recompute_layers is not None:
-            share = n_rec / len(layers)
-            parts += [(ops, count * share), (norec_ops[kind], count * (1 - share))]
-            parts = [(o, n) for o, n in parts if n > 0]
-        else:
-            parts.append((ops, count))
+        n16 = in_bf16.get(kind, 0)
+        for ops, norec, count in ((kind_ops[kind], norec_ops.get(kind), counts[kind] - n16),
+                                  (*(bf16_ops or {}).get(kind, (None, None)), n16)):
+            if count <= 0:
+                continue
+            if plan.recompute_layers is not None:
+                share = n_rec / len(layers)
+                parts += [(ops, count * share), (norec, count * (1 - share))]
+                parts = [(o, n) for o, n in parts if n > 0]
+            else:
+                parts.append((ops, count))
     if first:
         parts.append((emb, 1))
     if last:

@@ -25,7 +25,7 @@ from simulator.compute import (DTYPE_BYTES, DeviceModel, attention_flops, attent
                                flash_attention_bytes, gemm_bytes, gemm_flops, gemm_time, memory_time,
                                nvfp4_quantize_time)
 from simulator.ops import Op
-from simulator.plan import PRECISION_GEMM_DTYPE, ParallelPlan
+from simulator.plan import PRECISION_GEMM_DTYPE, ParallelPlan, gemm_precision_override
 from simulator.ssm import ssd_cost, ssd_time
 
 ACT_BYTES = 2  # bf16 activations
@@ -75,8 +75,9 @@ def _gemm(ctx: Context, name: str, m: int, n: int, k: int, phase: str, batch: in
     dY, each once for both uses (compute.nvfp4_quantize_time); the wgrad GEMM (``quantize``
     False) takes the column-wise copies those made; weights are quantized once per step (the
     recipe's fp4 parameters), not per micro-batch.
-    ``bias``: the linear layer has a bias (its gradient is reduced in backward)."""
-    dtype = dtype or ctx.gemm_dtype
+    ``bias``: the linear layer has a bias (its gradient is reduced in backward). The plan's
+    ``gemm_precision`` may set another dtype for this GEMM (plan.gemm_precision_override)."""
+    dtype = dtype or gemm_precision_override(ctx.plan, name) or ctx.gemm_dtype
     t = gemm_time(ctx.dev, m, n, k, dtype, batch)
     if dtype == "fp8":
         t += memory_time(ctx.dev, 3.0 * m * k * batch)

@@ -76,6 +76,16 @@ class ParallelPlan:
                        when dp > 1), torch_fsdp (FSDP2 full shard: fp32 sharded params, bf16 compute,
                        fp32 gradient reduction)
     attention          attention kernel (None: the framework's default backend)
+    bf16_layers        (first, last): decoder layers kept in bf16 at the start and the end of the
+                       model under an fp8 or nvfp4 precision (Megatron-Core --first-last-layers-bf16
+                       with --num-layers-at-start-in-bf16 / --num-layers-at-end-in-bf16: fp8_utils and
+                       fp4_utils get_fp*_context run layer_no < first or >= num_layers - last outside
+                       the quantized autocast); None: every layer quantized
+    gemm_precision     per-GEMM precision overrides, ((op name, precision), ...) with the forward
+                       GEMM's lowering name (attention.qkv, mamba.out_proj, ...): Megatron-Core's
+                       --te-precision-config-file matchers (extensions/TransformerEngineMixedPrecision.md);
+                       applied only in quantized layers, as Megatron-Core skips an override where the
+                       layer itself runs unquantized
     stage_clusters     heterogeneous pipelines: the catalog cluster of each stage (None: every stage
                        on the simulated hardware); each stage is costed on its cluster's accelerator,
                        calibration, fabric and HBM, and sends between stages on different clusters
@@ -113,6 +123,8 @@ class ParallelPlan:
     num_gpus: Optional[int] = None
     framework: str = "megatron-core"
     stage_clusters: Optional[tuple[str, ...]] = None
+    bf16_layers: Optional[tuple[int, int]] = None
+    gemm_precision: Optional[tuple[tuple[str, str], ...]] = None
 
     # ---- derived -------------------------------------------------------------------------
     @property
@@ -143,6 +155,10 @@ class ParallelPlan:
             d["layers_per_stage"] = list(d["layers_per_stage"])
         if d["stage_clusters"] is not None:
             d["stage_clusters"] = list(d["stage_clusters"])
+        if d["bf16_layers"] is not None:
+            d["bf16_layers"] = list(d["bf16_layers"])
+        if d["gemm_precision"] is not None:
+            d["gemm_precision"] = dict(d["gemm_precision"])
         return d
 
 
@@ -171,6 +187,11 @@ def _plan_schema() -> type:
             typ = Optional[Annotated[int, pydantic.Field(ge=0, le=3)]]
         if f.name == "stage_clusters":
             typ = Optional[list[str]]
+        if f.name == "bf16_layers":
+            typ = Optional[Annotated[list[Annotated[int, pydantic.Field(ge=0)]],
+                                     pydantic.Field(min_length=2, max_length=2)]]
+        if f.name == "gemm_precision":
+            typ = Optional[dict[str, str]]
         spec[f.name] = (typ, f.default)
     config = pydantic.ConfigDict(strict=True, extra="forbid")
     return pydantic.create_model("PlanMapping", __config__=config, **spec)
@@ -187,7 +208,8 @@ def plan_from_dict(data: dict, origin: str = "plan") -> ParallelPlan:
     if unknown:
         name = sorted(map(str, unknown))[0]
         raise SpecError(f"{origin}: {name}" if origin else name, "unknown plan field")
-    data = {k: (list(v) if k == "layers_per_stage" and isinstance(v, tuple) else v) for k, v in data.items()}
+    data = {k: (list(v) if k in ("layers_per_stage", "bf16_layers") and isinstance(v, tuple) else
+                dict(v) if k == "gemm_precision" and isinstance(v, tuple) else v) for k, v in data.items()}
     try:
         checked = _plan_schema().model_validate(data)
     except pydantic.ValidationError as exc:
@@ -202,9 +224,15 @@ def plan_from_dict(data: dict, origin: str = "plan") -> ParallelPlan:
         if values.get(name) is not None and values[name] not in allowed:
             field = f"{origin}: {name}" if origin else name
             raise SpecError(field, f"must be one of {', '.join(allowed)}; got {values[name]!r}")
-    for name in ("layers_per_stage", "stage_clusters"):
+    for name in ("layers_per_stage", "stage_clusters", "bf16_layers"):
         if values.get(name) is not None:
             values[name] = tuple(values[name])
+    if values.get("gemm_precision") is not None:
+        values["gemm_precision"] = tuple(sorted(values["gemm_precision"].items()))
+    for name, want in (values.get("gemm_precision") or ()):
+        if want not in PRECISIONS:
+            field = f"{origin}: gemm_precision.{name}" if origin else f"gemm_precision.{name}"
+            raise SpecError(field, f"must be one of {', '.join(PRECISIONS)}; got {want!r}")
     return ParallelPlan(**values)
 
 
@@ -239,6 +267,7 @@ def resolve_plan(model: ModelSpec, plan: ParallelPlan, num_gpus: int) -> Paralle
     _choice("precision", plan.precision, PRECISIONS)
     _choice("attention", plan.attention, ATTENTION_BACKENDS, allow_none=True)
     _choice("fsdp_grad_sync", plan.fsdp_grad_sync, FSDP_GRAD_SYNC)
+    _check_mixed_precision(plan)
     fw = get_framework(plan.framework)
     if plan.zero_stage is None:
         plan = _with_derived(plan, zero_stage=fw.default_zero)
@@ -298,6 +327,26 @@ def _with_derived(plan: ParallelPlan, **values) -> ParallelPlan:
     for k, v in values.items():
         object.__setattr__(out, k, v)
     return out
+
+
+def _check_mixed_precision(plan: ParallelPlan) -> None:
+    """``bf16_layers`` is two counts of layers (>= 0); each ``gemm_precision`` override names a
+    plan precision (:data:`PRECISIONS`)."""
+    if plan.bf16_layers is not None:
+        if len(plan.bf16_layers) != 2 or any(n.__class__ is not int or n < 0 for n in plan.bf16_layers):
+            raise PlanError("bf16_layers", f"must be (first, last) counts >= 0, got {plan.bf16_layers!r}")
+    for name, want in plan.gemm_precision or ():
+        _choice(f"gemm_precision.{name}", want, PRECISIONS)
+
+
+def gemm_precision_override(plan: ParallelPlan, name: str) -> Optional[str]:
+    """The GEMM dtype ``plan.gemm_precision`` sets for the forward GEMM ``name`` (None: the
+    plan's), only where the plan itself quantizes (fp8, nvfp4): Megatron-Core applies its
+    --te-precision-config-file overrides to quantized layers only (TransformerEngineMixedPrecision.md)."""
+    if not plan.gemm_precision or plan.precision not in ("fp8", "nvfp4"):
+        return None
+    want = dict(plan.gemm_precision).get(name)
+    return PRECISION_GEMM_DTYPE[want] if want else None
 
 
 def _choice(name: str, value, allowed, allow_none: bool = False) -> None:

@@ -118,7 +118,7 @@ def modelled_families(rec: dict, hw: Hardware, cal) -> dict[str, float]:
     st = _step(model, replace(hw, num_gpus=rec["world"]), plan, cal)
     p, ctx = st.plan, st.ctx
     m = p.microbatches()
-    kinds, _norec, emb, head, _ = st.lowered
+    kinds, _norec, emb, head, _, _ = st.lowered
     dense = kinds["dense"]
     torch_native = rec.get("framework") == "torchtitan"
     out = dict.fromkeys(_tables(rec)[1], 0.0)

@@ -264,9 +264,18 @@ def _precision_args(m: ModelSpec, p: ParallelPlan, a: list, notes: list) -> None
         _add(a, "--fp4-format", "e2m1")
         _add(a, "--fp4-recipe", "nvfp4")
         _add(a, "--fp4-param-gather")
-        notes.append("nvfp4: every transformer layer's linear GEMMs in NVFP4 (Megatron-Bridge's bf16_with_nvfp4_mixed; "
-                     "add --first-last-layers-bf16 --num-layers-at-end-in-bf16 N to keep layers in bf16, "
-                     "which meshcast does not model yet)")
+        notes.append("nvfp4: the transformer layers' linear GEMMs in NVFP4 (Megatron-Bridge's bf16_with_nvfp4_mixed)"
+                     + ("" if p.bf16_layers else "; the plan's bf16_layers keeps layers in bf16"))
+    if p.bf16_layers and p.precision in ("fp8", "nvfp4"):
+        # Megatron-LM arguments.py: --first-last-layers-bf16, --num-layers-at-start-in-bf16 and
+        # --num-layers-at-end-in-bf16 (both default 1); fp8_utils / fp4_utils get_fp*_context
+        _add(a, "--first-last-layers-bf16")
+        _add(a, "--num-layers-at-start-in-bf16", p.bf16_layers[0])
+        _add(a, "--num-layers-at-end-in-bf16", p.bf16_layers[1])
+    if p.gemm_precision and p.precision in ("fp8", "nvfp4"):
+        notes.append("gemm_precision " + ", ".join(f"{k}={v}" for k, v in p.gemm_precision) + ": give Megatron-LM a "
+                     "--te-precision-config-file with these matchers (extensions/TransformerEngineMixedPrecision.md); "
+                     "not written here")
 
 
 def _training_args(m: ModelSpec, p: ParallelPlan, a: list, notes: list) -> None:
@@ -387,7 +396,8 @@ _PLAN_FLAGS = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size",
                "--use-torch-fsdp2", "--overlap-grad-reduce", "--overlap-param-gather", "--tp-comm-overlap",
                "--overlap-moe-expert-parallel-comm", "--optimizer-cpu-offload", "--optimizer-offload-fraction", "--use-precision-aware-optimizer",
                "--recompute-granularity", "--recompute-method", "--recompute-num-layers", "--bf16", "--fp16",
-               "--fp8-format", "--fp4-format", "--fp4-recipe", "--fp4-param-gather", "--transformer-impl", "--attention-backend", "--attention-dropout", "--hidden-dropout",
+               "--fp8-format", "--fp4-format", "--fp4-recipe", "--fp4-param-gather", "--first-last-layers-bf16",
+               "--num-layers-at-start-in-bf16", "--num-layers-at-end-in-bf16", "--transformer-impl", "--attention-backend", "--attention-dropout", "--hidden-dropout",
                "--no-overlap-p2p-communication", "--group-query-attention", "--num-query-groups",
                "--position-embedding-type", "--normalization", "--swiglu", "--squared-relu",
                "--untie-embeddings-and-output-weights", "--disable-bias-linear", "--add-qkv-bias",
@@ -459,6 +469,14 @@ def _eval_const(node):
     raise SpecError("megatron args: --moe-layer-freq", "expected integers")
 
 
+def _bf16_layers(vals: dict) -> Optional[tuple[int, int]]:
+    """(first, last) layers kept in bf16 where --first-last-layers-bf16 is given (Megatron-LM's
+    --num-layers-at-start-in-bf16 / --num-layers-at-end-in-bf16 default to 1), else None."""
+    if "--first-last-layers-bf16" not in vals:
+        return None
+    return _int(vals, "--num-layers-at-start-in-bf16", 1), _int(vals, "--num-layers-at-end-in-bf16", 1)
+
+
 def _fp4_precision(vals: dict) -> Optional[str]:
     """'nvfp4' where the arguments ask for FP4 (--fp4-format e2m1 with the default or 'nvfp4'
     --fp4-recipe); a custom recipe has no cost model."""
@@ -497,7 +515,7 @@ def _plan(vals: dict, L: Optional[int], model: Optional[ModelSpec]) -> tuple[Par
         overlap_param_gather="--overlap-param-gather" in vals or zero == 0,
         tp_comm_overlap="--tp-comm-overlap" in vals, ep_comm_overlap="--overlap-moe-expert-parallel-comm" in vals,
         overlap_p2p=False if "--no-overlap-p2p-communication" in vals else None,
-        offload_optimizer="--optimizer-cpu-offload" in vals, layers_per_stage=lps,
+        offload_optimizer="--optimizer-cpu-offload" in vals, layers_per_stage=lps, bf16_layers=_bf16_layers(vals),
         framework="megatron-core-local" if local else "megatron-core")
     if "--use-torch-fsdp2" in vals:
         notes.append("--use-torch-fsdp2 read as ZeRO-3 (parameters, gradients and optimizer states sharded)")

@@ -242,7 +242,7 @@ def test_published_runs_more():
     them. Ratchets on today's figures (docs/validation.md); every skip names an actionable reason."""
     from validation.published import compare_published, per_source
     done, skipped = compare_published(PUBLISHED_MORE)
-    assert len(done) >= 234 and len(done) + len(skipped) == 244
+    assert len(done) >= 233 and len(done) + len(skipped) == 244
     before = [c for c in done if not c.model.startswith("Nemotron_3")]
     src = per_source(before)
     assert src["dgxc-benchmarking"]["mape"] <= 0.11
@@ -251,12 +251,15 @@ def test_published_runs_more():
     # NVLink domain the Megatron-Bridge harness places them on); GPT-OSS BF16 +47% to +81% dominate now;
     # 76 with the 10 NVFP4 Llama rows (nvfp4 plan precision, 8.4% on them): 15.9% -> 14.9%;
     # MTP in the step model (DeepSeek-V3 rows): 14.9% -> 14.6%, the file without Nemotron 3 13.2 -> 13.1%
-    assert src["megatron-bridge"]["mape"] <= 0.146
-    assert sum(abs(c.error) for c in before) / len(before) <= 0.1293
+    # without the 26.06.01 GPT-OSS row its source footnotes as a regression (+74.8%): 13.7%
+    assert src["megatron-bridge"]["mape"] <= 0.137
+    assert sum(abs(c.error) for c in before) / len(before) <= 0.1263
     # with the 24 Nemotron 3 rows (hybrid Mamba-2 blocks; 58.7%, every one predicted too fast): 17.9%;
-    # with MTP (Super: two repeated depths, bf16) 16.4%; with issue #12's GEMM structure 16.1%
-    assert sum(abs(c.error) for c in done) / len(done) <= 0.162
-    allowed = ("zero_stage: Megatron-Bridge's Nemotron 3 Ultra", "framework: MaxText", "precision: pytorch: fp8")
+    # with MTP (Super: two repeated depths, bf16) 16.4%; with issue #12's GEMM structure 16.1%; with
+    # Super NVFP4's bf16 layers and modules read and the footnoted regression row skipped 15.6%
+    assert sum(abs(c.error) for c in done) / len(done) <= 0.156
+    allowed = ("zero_stage: Megatron-Bridge's Nemotron 3 Ultra", "framework: MaxText", "precision: pytorch: fp8",
+               "measured: Megatron-Bridge docs/performance-summary-archive.md")
     assert all(s.reason.startswith(allowed) for s in skipped), {s.reason for s in skipped}
     assert not [s for s in skipped if s.reason.startswith("gpu:")]     # every B300 / GB300 row has hardware
 
@@ -279,7 +282,7 @@ def _published_both() -> tuple:
 # gemm_peak_fraction.bf16, the attention rate); korthikanti 2.9 -> 2.4%, llm-foundry 13.3 -> 12.9%,
 # narayanan 37.9 -> 37.3%, megatron-bridge 14.6 -> 14.5%, overall (260 rows) 14.9 -> 14.7%
 PUBLISHED_SOURCE_RATCHETS = {"dgxc-benchmarking": 0.104, "flashattention2": 0.13, "korthikanti2022": 0.025,
-                             "llm-foundry": 0.129, "megatron-bridge": 0.145, "megatron-llama": 0.145,
+                             "llm-foundry": 0.129, "megatron-bridge": 0.137, "megatron-llama": 0.145,
                              "narayanan2021": 0.373, "nemo": 0.138}
 
 
@@ -289,33 +292,34 @@ def test_published_coverage_and_figures_ratchet():
     then (Nano and Super, MXFP8) have theirs, and the totals hold both."""
     from validation.published import per_regime, per_source
     done, skipped = _published_both()
-    assert len(done) + len(skipped) == 314 and len(done) >= 284
+    assert len(done) + len(skipped) == 314 and len(done) >= 283
     nemotron3 = [c for c in done if c.model.startswith("Nemotron_3")]
     before = [c for c in done if not c.model.startswith("Nemotron_3")]
     # 58.7% -> 45.1% with MTP in the step model (Super 67.4 -> 48.1%; Nano has no MTP: 37.7%); 44.3% with
-    # issue #12's GEMM structure
-    assert len(nemotron3) == 24 and sum(abs(c.error) for c in nemotron3) / len(nemotron3) <= 0.443
+    # issue #12's GEMM structure; 41.3% with Super NVFP4's bf16 layers and modules (te_quant.cfg)
+    assert len(nemotron3) == 24 and sum(abs(c.error) for c in nemotron3) / len(nemotron3) <= 0.4134
     assert all(c.error > 0 for c in nemotron3)                                  # every one predicted too fast
-    assert sum(abs(c.error) for c in done) / len(done) <= 0.172                 # 18.7% -> 17.4% (MTP) -> 17.2% (GEMM)
-    assert len(before) == 260 and sum(abs(c.error) for c in before) / len(before) <= 0.147
+    # 18.7% -> 17.4% (MTP) -> 17.2% (GEMM) -> 16.7% (Super NVFP4 read as run, regression row skipped)
+    assert sum(abs(c.error) for c in done) / len(done) <= 0.1673
+    assert len(before) == 259 and sum(abs(c.error) for c in before) / len(before) <= 0.1445
     src = per_source(before)
     for name, ratchet in PUBLISHED_SOURCE_RATCHETS.items():
         assert src[name]["mape"] <= ratchet + 5e-4, name
     regime = per_regime(before)
-    assert regime["moe"]["count"] >= 52 and regime["moe"]["mape"] <= 0.192
-    assert regime["blackwell"]["count"] >= 76 and regime["blackwell"]["mape"] <= 0.145
+    assert regime["moe"]["count"] >= 51 and regime["moe"]["mape"] <= 0.1805
+    assert regime["blackwell"]["count"] >= 75 and regime["blackwell"]["mape"] <= 0.1368
 
 
 def test_published_uses_90_percent_of_rows():
-    """284 of 314 rows (90.4%) since the NVFP4 precision and the Mamba-2 blocks; the other 30 are
-    skipped with the reason (micro-batch or tp not stated, MaxText, FlashAttention-1, ...)."""
+    """283 of 314 rows (90.1%); the other 31 are skipped with the reason (micro-batch or tp not
+    stated, MaxText, FlashAttention-1, a figure its source footnotes as a regression, ...)."""
     done, skipped = _published_both()
     assert len(done) >= 0.9 * (len(done) + len(skipped))
 
 
-@pytest.mark.xfail(strict=True, reason="overall 17.2%, Narayanan 37.3% (DeepSpeed ZeRO-3 rows), Megatron-Bridge 21.6%, "
-                                       "MoE 27.1%, Blackwell 21.6% (Nemotron 3 +24% to +98%, GPT-OSS BF16 +47% to "
-                                       "+81%); without Nemotron 3: 14.7%, MoE 19.1%, Blackwell 14.5% (docs/validation.md)")
+@pytest.mark.xfail(strict=True, reason="overall 16.7%, Narayanan 37.3% (DeepSpeed ZeRO-3 rows), Megatron-Bridge 20.4%, "
+                                       "MoE 25.5%, Blackwell 20.4% (Nemotron 3 41.3%, GPT-OSS BF16 +47% to "
+                                       "+81%); without Nemotron 3: 14.5%, MoE 18.1%, Blackwell 13.7% (docs/validation.md)")
 def test_published_targets_overall_source_moe_blackwell():
     from validation.published import per_regime, per_source
     done, _ = _published_both()

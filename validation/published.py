@@ -304,7 +304,8 @@ def row_precision(row: dict, fills: list[str]) -> str:
                              "(fprop, dgrad, wgrad) in NVFP4 at the fp4 peak with the profile's fp4 GEMM fraction "
                              "(never measured), input and gradient quantization with the Hadamard transform as "
                              "memory-bound passes; attention, router and output head bf16; no layers kept in "
-                             "bf16 (the recipe's default); fp4 parameter gather not modelled (bf16 bytes)")
+                             "bf16 (the generic recipe's default; a recipe that keeps some says so below); fp4 "
+                             "parameter gather not modelled (bf16 bytes)")
             if word in ("mxfp8", "fp8-mx"):
                 fills.append("MXFP8 costed as FP8 (same tensor-core peak; block-scale overhead not modelled)")
             if word == "16-bit":
@@ -339,11 +340,55 @@ def _degree(row: dict, col: str, fills: list[str], label: str) -> int:
     return v
 
 
+# Narayanan et al. 2021 Sec. 5.2 (Table 2, Figure 10): "We integrated ZeRO into our codebase using the
+# DeepSpeed Python library"; that integration is not among the paper's published scripts (Megatron-LM
+# examples/academic_paper_scripts/sc21 at commit 6985e58938: Table 1 and Figures 11-18 only).
+NARAYANAN_ZERO3 = (
+    "Narayanan et al. 2021 Sec. 5.2 ran ZeRO-3 through DeepSpeed integrated into their Megatron-LM code, which "
+    "is not published (examples/academic_paper_scripts/sc21 covers Table 1 and Figures 11-18, not Table 2 or "
+    "Figure 10); the DeepSpeed release, its ZeRO-3 settings (overlap_comm, prefetch bucket, max live parameters, "
+    "reuse distance, persistence threshold) and the activation checkpointing are not stated, and ZeRO-3 as "
+    "released then (DeepSpeed v0.3.13-v0.4, 2021: stage3.py gathers each parameter in its own list all_gather "
+    "after torch.cuda.synchronize(), prefetching only with nothing in flight) is not the coalesced, prefetched "
+    "ZeRO-3 meshcast's deepspeed profile models: read with that profile all the same, so this row's error "
+    "includes the difference")
+
+# Rows whose figure the source itself marks as a regression (a footnote of its table): the step the
+# simulator costs is the recipe's, not the bug's. Keyed by (model, release) as the row notes print them.
+SOURCE_REGRESSIONS = {
+    ("GPT OSS 120B", "26.06.01"): (
+        "Megatron-Bridge docs/performance-summary-archive.md (commit 067f987df0), 26.06.01 table, footnote "
+        "[^gpt-oss-note]: 'Performance regression in GPT-OSS 120B pre-training is a known issue' "
+        "(NVIDIA/cudnn-frontend#256: grouped_gemm_dglu_wrapper_sm100, the MoE grouped GEMM's dGLU backward, "
+        "10x slower from cudnn-frontend 1.24); the figure measures that bug, which the step model does not cost"),
+}
+
+
+def row_release(row: dict) -> str:
+    """The NeMo container release a Megatron-Bridge row's notes name (``release 26.04.01 NeMo
+    container``), or ''."""
+    m = re.search(r"release ([\d.]+) NeMo container", row.get("notes") or "")
+    return m.group(1) if m else ""
+
+
+def check_readable(row: dict, family: str, fills: list[str]) -> None:
+    """Raise MeshcastError where a row measures something the source itself marks as a regression
+    (SOURCE_REGRESSIONS). Narayanan et al.'s DeepSpeed ZeRO-3 rows stay in, with NARAYANAN_ZERO3
+    appended to ``fills``: a known mismatch is reported, not removed from the figures."""
+    if family == "narayanan2021" and (row.get("zero_stage") or "").strip().startswith("3"):
+        fills.append(NARAYANAN_ZERO3)
+    why = SOURCE_REGRESSIONS.get((row["model"], row_release(row))) if family == "megatron-bridge" else None
+    if why:
+        raise MeshcastError("measured", why)
+
+
 def plan_from_row(row: dict, model: ModelSpec, fills: list[str] | None = None) -> ParallelPlan:
     """The row's parallel plan; raises MeshcastError naming what the row does not state and what
-    cannot be filled. Every value filled in is appended to ``fills``."""
+    cannot be filled, or that the source marks the figure as a regression (check_readable). Every
+    value filled in is appended to ``fills``."""
     fills = fills if fills is not None else []
     fam = source_family(row["source"])
+    check_readable(row, fam, fills)
     gpus = _int(row, "num_gpus")
     tp, pp, gbs, mbs = _int(row, "tp"), _int(row, "pp"), _int(row, "global_batch"), _int(row, "micro_batch")
     fa = flashattention_plan_fields(row, model, fills) if fam == "flashattention2" else {}
@@ -368,12 +413,66 @@ def plan_from_row(row: dict, model: ModelSpec, fills: list[str] | None = None) -
     etp = recipe_expert_tp(row, model, fam, tp, fills)
     sp = ("sequence parallel" in rec and "no sequence" not in rec
           or fam not in ("narayanan2021", "korthikanti2022") and framework.startswith("megatron") and tp > 1)
+    precision = row_precision(row, fills)
+    mixed = recipe_mixed_precision(model, fam, precision, fills)
     return ParallelPlan(tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, mbs=mbs, gbs=gbs, seq=model.seq_len,
                         zero_stage=zero, recompute=recompute, sequence_parallel=sp, layers_per_stage=split, etp=etp,
-                        precision=row_precision(row, fills), dropout=fam in ("narayanan2021", "korthikanti2022"),
+                        precision=precision, dropout=fam in ("narayanan2021", "korthikanti2022"),
                         num_gpus=gpus, overlap_grad_reduce="no grad-allreduce overlap" not in row.get("notes", ""),
-                        framework=framework,
-                        attention="unfused" if fam in ("narayanan2021", "korthikanti2022") else fa.get("attention"))
+                        framework=framework, attention=row_attention(fam, fa, fills), **mixed)
+
+
+# MosaicML llm-foundry's benchmark tables (scripts/train/benchmarking/README.md, added at commit
+# b2a43a147, Oct 2023) were run by submit_benchmarks.py: git_branch v0.3.0, pip install .[gpu], --attn_impl
+# default 'triton' (sweep.sh never overrides it); llm-foundry v0.3.0's triton_flash_attn_fn is
+# llmfoundry/models/layers/flash_attn_triton.py (Tri Dao's Triton FlashAttention, attention bias = ALiBi)
+# compiled by triton-pre-mlir (setup.py: triton_pre_mlir_sm90), the pre-MLIR backend: sm80 mma.sync, no
+# Hopper wgmma or TMA.
+LLM_FOUNDRY_ATTENTION = ("attention: llm-foundry v0.3.0 attn_impl triton (Tri Dao's Triton FlashAttention with the "
+                         "ALiBi bias, compiled by triton-pre-mlir: sm80 mma.sync code) costed as meshcast's sm80-class "
+                         "FlashAttention-2 kernel (flash); the Triton kernel's own speed is not modelled")
+
+
+def row_attention(family: str, fa: dict, fills: list[str]) -> str | None:
+    """The attention kernel a row ran: unfused for the 2021-22 Megatron papers (Megatron-LM's
+    local layers), FlashAttention-2 for Dao 2023 and for llm-foundry's Triton FlashAttention
+    (LLM_FOUNDRY_ATTENTION, said in the note), else the framework's default (None)."""
+    if family in ("narayanan2021", "korthikanti2022"):
+        return "unfused"
+    if family == "llm-foundry":
+        fills.append(LLM_FOUNDRY_ATTENTION)
+        return "flash"
+    return fa.get("attention")
+
+
+# Megatron-Bridge's Nemotron 3 Super NVFP4 performance runs (every release with Super rows, 26.04 to
+# 26.08: v0.4.0 to v0.6.0 and commit 067f987df0): mixed precision nemotron_3_super_bf16_with_nvfp4_mixed
+# (training/mixed_precision.py: first_last_layers_bf16 True, num_layers_at_end_in_bf16 14, start left at
+# MixedPrecisionConfig's 0, copied onto the model config by update_config_with_precision_overrides) and
+# quant_recipe te_quant.cfg (scripts/performance/configs/nemotronh/te_quant.cfg, later
+# perf_recipes/nemotronh/te_quant.cfg, identical in every release): linear_qkv, linear_proj,
+# fc1/fc2_latent_proj and mtp.* in bf16, the Mamba mixer's out_proj in MXFP8. Megatron-Core's hybrid stack
+# runs layer_no >= num_layers - 14 outside the fp4 autocast (ssm/mamba_block.py, models/hybrid/
+# hybrid_block.py get_fp4_context(config, layer.layer_number - 1)) and applies the matchers only in
+# quantized layers (extensions/TransformerEngineMixedPrecision.md).
+SUPER_NVFP4 = {"bf16_layers": (0, 14),
+               "gemm_precision": (("attention.out", "bf16"), ("attention.qkv", "bf16"), ("mamba.out_proj", "fp8"),
+                                  ("moe.latent_down", "bf16"), ("moe.latent_up", "bf16"))}
+SUPER_NVFP4_SOURCE = ("Nemotron 3 Super NVFP4 as Megatron-Bridge runs it (nemotron_3_super_bf16_with_nvfp4_mixed + "
+                      "te_quant.cfg): the last 14 of the 88 hybrid layers in bf16; in the others linear_qkv, "
+                      "linear_proj and the LatentMoE fc1/fc2_latent_proj in bf16, the Mamba out_proj in MXFP8 "
+                      "(costed as FP8), the rest NVFP4")
+
+
+def recipe_mixed_precision(model: ModelSpec, family: str, precision: str, fills: list[str]) -> dict:
+    """The plan's ``bf16_layers`` and ``gemm_precision`` where a recipe keeps layers or modules out
+    of its quantized precision: Megatron-Bridge's Nemotron 3 Super NVFP4 runs (SUPER_NVFP4); else
+    none (the other NVFP4 recipes, bf16_with_nvfp4_mixed, quantize every transformer layer)."""
+    if family == "megatron-bridge" and precision == "nvfp4" and model.name and catalog_name(model.name) == \
+            "nemotron-3-super-120b-a12b":
+        fills.append(SUPER_NVFP4_SOURCE)
+        return dict(SUPER_NVFP4)
+    return {}
 
 
 # sources whose runs are NeMo / Megatron-Bridge recipes (their defaults fill what a row leaves out)

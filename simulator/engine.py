@@ -499,22 +499,38 @@ def _host_seconds(ctx: Context, parts, layers: range, first: bool, last: bool) -
     ``host_op_s`` per op plain eager PyTorch dispatches, times the framework's ``host.op_scale``
     (and ``host.tp_op_scale`` under tensor parallelism: DTensor's dispatch, Megatron's
     communicating autograd functions; ``host.cp_op_scale`` under context parallelism: torch's
-    context_parallel dispatches the attention through DTensor and re-shards its buffers), plus ``host.microbatch_ops`` op-equivalents of schedule and
-    loss code per micro-batch (simulator/frameworks/profile.py HostCosts, measured by
-    validation/host_fit.py); under FSDP2, ``fsdp_unit_host_s`` per unit (one per block, and the
-    root module of embedding and head), whose hooks gather, copy and reshard in Python; under DDP,
+    context_parallel dispatches the attention through DTensor and re-shards its buffers), plus
+    op-equivalents of schedule and loss code per micro-batch and model chunk (``host.microbatch_ops``,
+    and ``host.pp_microbatch_ops`` more under pipelining: a virtual pipeline runs its per-chunk
+    step code ``vp`` times a micro-batch) and per checkpointed region (``host.recompute_call_ops``:
+    the checkpoint function's RNG-state save and restore and its nested backward), from
+    simulator/frameworks/profile.py HostCosts, measured by validation/host_fit.py; under FSDP2,
+    ``fsdp_unit_host_s`` per unit (one per block, and the root module of
+    embedding and head), whose hooks gather, copy and reshard in Python; under DDP,
     ``ddp_tensor_host_s`` per parameter tensor (the reducer's autograd hook marks each ready)."""
     cal, p = ctx.dev.cal, ctx.plan
     host = get_framework(p.framework).host
     scale = host.op_scale * (host.tp_op_scale if p.tp > 1 else 1.0) * (host.cp_op_scale if p.cp > 1 else 1.0)
     ops = sum(o.count * n for o, n in parts)
     fwd_share = sum(o.count_forward * n for o, n in parts) / ops if ops else 0.5
-    t = cal.host_op_s * (scale * ops + host.microbatch_ops)
+    per_chunk = host.microbatch_ops + (host.pp_microbatch_ops if p.pp > 1 else 0.0)
+    t = cal.host_op_s * (scale * ops + per_chunk * p.vp + host.recompute_call_ops * _checkpointed_regions(p, layers))
     if p.recipe == "torch_fsdp":
         t += cal.fsdp_unit_host_s * (len(layers) + (1 if first or last else 0))
     if p.recipe == "torch_amp" and p.zero_stage == 0 and p.dp * p.cp > 1:
         t += cal.ddp_tensor_host_s * _stage_param_tensors(ctx.model, layers, first, last)
     return t, t * fwd_share
+
+
+def _checkpointed_regions(p: ParallelPlan, layers: range) -> int:
+    """Checkpointed regions a stage's micro-batch passes through: one per layer under selective
+    (the attention core) or full recompute (Megatron-Core's uniform method, one layer per call),
+    at most ``recompute_layers`` under full; none without recompute."""
+    if p.recompute == "none":
+        return 0
+    if p.recompute == "full" and p.recompute_layers is not None:
+        return min(p.recompute_layers, len(layers))
+    return len(layers)
 
 
 def _optimizer_host_seconds(ctx: Context, layers: range, first: bool, last: bool) -> float:

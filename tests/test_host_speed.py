@@ -43,19 +43,22 @@ def test_a_twin_takes_the_time_of_its_real_size_plan_on_the_same_machine():
 def test_this_machine_is_slower_than_the_reference_host():
     mf, hw, cal = _diag()
     factor, n = host_speed_factor(mf, hw, cal)
-    assert n == 4 and 1.5 <= factor <= 1.9          # 1.69
+    # 1.44 by the step-based twin rule since session 7 (1.69 by the host-pass rule before; the
+    # reference host costs changed with the joint host fit, which also gives this file 1.445)
+    assert n == 4 and 1.35 <= factor <= 1.55
 
 
 def test_twins_bring_the_host_bound_plans_within_10_percent():
-    """Reference host: every plan 24-45% under; with the factor from the twins (which are left
-    out): 9.9% (separate records of the same run; the factor is a median over the four twins)."""
+    """Reference host: every plan 24-45% under (29.8% MAPE with the session-7 host costs); with the
+    factor from the twins (which are left out): 4.5% (9.9% before session 7's joint host fit, which
+    took these twins as fit data: developed on, not held out)."""
     mf, hw, cal = _diag()
     ref = {s.kind: s for s in summarize(evaluate(mf, hw, cal, non_twin_indices(mf))[0])}["plan_step"]
     factor, _ = host_speed_factor(mf, hw, cal)
     res, _ = evaluate(mf, hw, cal.with_host_speed(factor), non_twin_indices(mf))
     fixed = {s.kind: s for s in summarize(res)}["plan_step"]
-    assert ref.mape >= 0.30
-    assert fixed.count == 4 and fixed.mape <= 0.10         # 9.9%
+    assert ref.mape >= 0.29
+    assert fixed.count == 4 and fixed.mape <= 0.046
 
 
 def test_host_speed_scales_every_host_cost_and_the_host_bound_step():
@@ -108,29 +111,32 @@ def _set7(host: str):
 
 
 def test_set7_as_pre_registered_with_the_reference_host():
-    """12 plans never run before, predicted before the run: 17.1% time (host-bound plans 29-37%
-    fast on a host 1.54x the reference), 2.5% peak memory, every fit verdict and pick right."""
+    """12 plans never run before, predicted before the run: 17.1% time as pre-registered (host-bound
+    plans 29-37% fast on a host 1.54x the reference), 13.8% with the session-7 host costs (fitted
+    on this file's twins among others), 2.5% peak memory, every fit verdict and pick right."""
     s, groups = _set7("reference")
-    assert s.count == 12 and s.mape <= 0.172 and s.memory_mape <= 0.026
+    assert s.count == 12 and s.mape <= 0.138 and s.memory_mape <= 0.026
     assert (s.fit_correct, s.fit_total) == (12, 12)
     assert all(g.pick_ok for g in groups) and len(groups) == 2
 
 
 def test_set7_with_the_registered_twin_rule():
     """The rule registered with the predictions (every host cost x the median twin ratio, 1.54):
-    8.3% time; Kendall tau 0.60 (Megatron-Core llama-3b) and 0.87 (torch-native llama-1b)."""
+    8.3% time; Kendall tau 0.60 (Megatron-Core llama-3b) and 0.87 (torch-native llama-1b). Since
+    session 7 (step-based twin ratio, host costs refitted on five machines' twins, this file's
+    among them: developed on): factor 1.25, 7.1%, tau 0.73 and 0.87."""
     mf = load_measurements(SET7)
     hw = hardware_for(mf)
     factor, n = host_speed_factor(mf, hw, calibration_for(hw.accelerator)[0])
-    assert n == 12 and 1.45 <= factor <= 1.65
+    assert n == 12 and 1.2 <= factor <= 1.3
     s, groups = _set7("twins")
-    assert s.mape <= 0.084 and s.memory_mape <= 0.026
+    assert s.mape <= 0.071 and s.memory_mape <= 0.026
     assert all(g.pick_ok for g in groups)
-    assert sorted(round(g.kendall_tau, 2) for g in groups) >= [0.6, 0.86]
+    assert sorted(round(g.kendall_tau, 2) for g in groups) >= [0.73, 0.86]
 
 
-@pytest.mark.xfail(strict=True, reason="set 7 with twins: torch-native FSDP2 +33% (its host structure costs less than "
-                                       "the twins' median), Megatron selective recompute -16%; tau 0.60 on Megatron")
+@pytest.mark.xfail(strict=True, reason="set 7 with twins (session 7): 7.1%, but Megatron selective recompute -15.6% "
+                                       "and interleaved -15.8% (host and GPU time equal), tp -12.1%; tau 0.73 and 0.87")
 def test_set7_meets_the_issue_targets():
     s, groups = _set7("twins")
     assert s.mape <= 0.10 and all(g.kendall_tau >= 0.9 for g in groups)

@@ -4,8 +4,8 @@ Residuals are log(predicted step time / measured step time) of whole training st
   (a) every train_step and plan_step record of validation/measurements/*.json, predicted with
       the GPU's own profile (regime ``calibrated``) and with the other Hopper profile
       (``transfer``: H100 <-> H200). Host-bound tiny-model steps fitted the host parameters, and
-      the plan_step host grid (validation/host_fit.py) fitted the frameworks' host costs: they are
-      kept, labelled ``in_fit``, and left out of every band;
+      the plan_step host grid and the twins of later sets (validation/host_fit.py) fitted the
+      frameworks' host costs: they are kept, labelled ``in_fit``, and left out of every band;
   (b) every published run validation/published.py can model (the committed copies of
       published_runs.csv and published_runs_more.csv), with the calibration simulate() would pick:
       A100 rows are the residuals of a GPU never measured here (``datasheet``).
@@ -74,6 +74,7 @@ def measurement_residuals(pattern: str = "validation/measurements/*.json") -> li
     from validation.accuracy import evaluate
     from validation.fit import host_bound
     from validation.host_fit import HOST_FILES
+    from validation.host_speed import is_twin
     from validation.hardware import hardware_for
     from validation.records import load_measurements
 
@@ -90,7 +91,8 @@ def measurement_residuals(pattern: str = "validation/measurements/*.json") -> li
         for cal in (own, other):
             regime, _ = gpu_regime(hw.accelerator, cal.name)
             for res in evaluate(mf, hw, cal, idx)[0]:
-                fitted = host_bound(res.record) or Path(path).name in HOST_FILES
+                # the host fit takes only twins (host-* models) from its files; their real-size plans stay held out
+                fitted = host_bound(res.record) or is_twin(res.record) and Path(path).name in HOST_FILES
                 out.append(_measured(res, regime, Path(path).name, not fitted))
     return out
 

@@ -2,23 +2,25 @@
 
 The host grid of validation/harness/plan_step.py (``--grid host``) runs the real models' op
 structure at sizes whose kernels take microseconds (host-llama, host-gpt: hidden 256), so a step
-lasts as long as its host takes to issue it. Megatron-Core (local spec) and torch-native steps ran
-on the same machine in the same call. Plain eager PyTorch is meshcast's reference
-(``host_op_s`` per modelled op, fitted in the calibration profile on other machines), so:
+lasts as long as its host takes to issue it; the "twins" that later plan sets carry (``--twins``:
+the same plan on a host-grid model) are such steps too, on other machines. Plain eager PyTorch is
+meshcast's reference (``host_op_s`` per modelled op, fitted in the calibration profile), so one
+joint least-squares fit over every host-bound step of HOST_FILES finds:
 
-  machine factor  k = median over the torch-native steps without tensor parallelism of
-                      measured / predicted step seconds (how much slower this host CPU is than
-                      the one the profile was fitted on);
-  framework costs   the HostCosts (simulator/frameworks/profile.py) that minimise the squared
-                      log error of predicted against measured / k over the framework's steps,
-                      each predicted through simulate() itself.
+  machine factors   one per file (one machine each) but the anchor (ANCHOR, the one-GPU host grid,
+                    whose factor is the median measured/predicted of its plain torch-native steps):
+                    how much slower that machine's host is than the profile's;
+  framework costs   the HostCosts (simulator/frameworks/profile.py) of each framework in FITTED,
 
-Megatron-Core fits ``op_scale``, ``tp_op_scale`` and ``microbatch_ops`` (``p2p_sync`` is not
-fitted: Megatron-Core's p2p_communication.py synchronizes the device after batch_isend_irecv);
-torch-native is the reference (op_scale 1, no per-micro-batch extra) and fits ``tp_op_scale``
-(DTensor's dispatch) and ``cp_op_scale`` (context parallel's, on the host-cp grid). Each file is one
-machine and has its own machine factor. The fitted values are written into the framework YAMLs by hand and
-tests/test_host_fit.py checks that they are what this fit gives on the committed files.
+minimising the squared log error of predicted x factor against measured step seconds, each
+predicted through simulate() itself. Megatron-Core fits ``op_scale``, ``tp_op_scale``,
+``microbatch_ops`` (per micro-batch and model chunk) and ``recompute_call_ops`` (per checkpointed
+region: CheckpointFunction's RNG-state save/restore and nested backward); ``p2p_sync`` is not
+fitted (p2p_communication.py synchronizes after batch_isend_irecv). Torch-native is the reference
+(op_scale 1) and fits ``tp_op_scale`` (DTensor's dispatch), ``cp_op_scale`` (context parallel's)
+and ``pp_microbatch_ops`` (torch.distributed.pipelining's per-micro-batch, per-chunk schedule code).
+Only twins (``host-*`` models) enter; the fitted values are written into the framework YAMLs by
+hand and tests/test_host_fit.py checks that they are what this fit gives on the committed files.
 
     PYTHONPATH=. python -m validation.host_fit          # print the fit
 """
@@ -39,23 +41,28 @@ from validation.predict import predict_record
 from validation.records import load_measurements
 
 MEAS = Path(__file__).resolve().parent / "measurements"
-HOST_FILES = ("h200_plan_host.json", "h200x2_plan_host.json", "h200x2_plan_host_cp.json")
-FITTED = {"megatron-core-local": ("op_scale", "tp_op_scale", "microbatch_ops"),
-          "torchtitan": ("tp_op_scale", "cp_op_scale")}
-START = {"op_scale": 1.0, "tp_op_scale": 1.0, "cp_op_scale": 1.0, "microbatch_ops": 50.0}
+HOST_FILES = ("h200_plan_host.json", "h200x2_plan_host.json", "h200x2_plan_host_cp.json",
+              "h200x2_plan_hostdiag.json", "h200x2_plan_native6.json")
+ANCHOR = "h200_plan_host.json"
+FITTED = {"megatron-core-local": ("op_scale", "tp_op_scale", "microbatch_ops", "recompute_call_ops"),
+          "torchtitan": ("tp_op_scale", "cp_op_scale", "pp_microbatch_ops")}
+START = {"op_scale": 1.0, "tp_op_scale": 1.0, "cp_op_scale": 1.0, "microbatch_ops": 50.0, "recompute_call_ops": 10.0,
+         "pp_microbatch_ops": 10.0}
 BOUNDS = {"op_scale": (0.2, 10.0), "tp_op_scale": (0.2, 20.0), "cp_op_scale": (0.2, 20.0),
-          "microbatch_ops": (0.0, 2000.0)}
+          "microbatch_ops": (0.0, 2000.0), "recompute_call_ops": (0.0, 2000.0),
+          "pp_microbatch_ops": (0.0, 2000.0)}
 
 
 def _timed(files=HOST_FILES) -> list[tuple[dict, object, object]]:
-    """(record, hardware, calibration) of every timed record of the host files; each record
-    carries its file's name as ``_file`` (one file, one machine)."""
+    """(record, hardware, calibration) of every timed host-bound twin (``host-*`` model) of the
+    host files; each record carries its file's name as ``_file`` (one file, one machine)."""
     out = []
     for name in files:
         mf = load_measurements(MEAS / name)
         hw = hardware_for(mf)
         cal = calibration_for(hw.accelerator)[0]
-        out += [(dict(r, _file=name), hw, cal) for r in mf.records if r.get("time_s")]
+        out += [(dict(r, _file=name), hw, cal) for r in mf.records
+                if r.get("time_s") and str(r.get("name", "")).startswith("host-")]
     return out
 
 
@@ -69,53 +76,62 @@ def _predict(rec, hw, cal, framework: str, host: HostCosts) -> float:
         _LOADED[framework] = base
 
 
-def machine_factors(rows) -> dict[str, float]:
-    """Per file (one machine each): median measured/predicted over torch-native steps without
-    tensor or context parallelism or sharding, predicted with the plain eager reference."""
-    by_file: dict[str, list[float]] = {}
-    for rec, hw, cal in rows:
-        if rec["framework"] == "torchtitan" and rec["tp"] == 1 and rec["cp"] == 1 and rec["zero_stage"] == 0:
-            pred = _predict(rec, hw, cal, "torchtitan", HostCosts())
-            by_file.setdefault(rec["_file"], []).append(rec["time_s"] / pred)
-    return {f: statistics.median(v) for f, v in by_file.items()}
+def anchor_factor(rows) -> float:
+    """The anchor file's machine factor: median measured/predicted over its plain torch-native
+    steps (no tensor, context or pipeline parallelism, no sharding), with the eager reference."""
+    ratios = [rec["time_s"] / _predict(rec, hw, cal, "torchtitan", HostCosts()) for rec, hw, cal in rows
+              if rec["_file"] == ANCHOR and rec["framework"] == "torchtitan" and rec["tp"] == rec["cp"] == rec["pp"] == 1
+              and rec["zero_stage"] == 0]
+    return statistics.median(ratios)
 
 
-def fit_framework(framework: str, rows, factors: dict[str, float]) -> tuple[HostCosts, float]:
-    """The HostCosts of ``framework`` that best predict its host-bound steps (measured seconds
-    divided by the machine factor), and the root-mean-square log error of the fit."""
-    names = FITTED[framework]
-    mine = [(r, hw, cal) for r, hw, cal in rows if r["framework"] == framework]
-    base = get_framework(framework).host
+def _unpack(x, files: list[str]) -> tuple[dict[str, HostCosts], dict[str, float]]:
+    """Parameter vector -> (HostCosts per framework, log machine factor per non-anchor file)."""
+    costs, i = {}, 0
+    for fw, names in FITTED.items():
+        costs[fw] = get_framework(fw).host.model_copy(update=dict(zip(names, (float(v) for v in x[i:i + len(names)]))))
+        i += len(names)
+    return costs, dict(zip(files, (float(v) for v in x[i:])))
 
-    def costs(x) -> HostCosts:
-        return base.model_copy(update=dict(zip(names, (float(v) for v in x))))
+
+def fit_joint(rows) -> tuple[dict[str, HostCosts], dict[str, float], dict[str, float]]:
+    """(HostCosts per framework, machine factor per file, RMS log error per framework) that best
+    predict every host-bound step of ``rows``: one least-squares fit of log(predicted x factor /
+    measured) over all of them (module docstring)."""
+    files = sorted({r["_file"] for r, _, _ in rows} - {ANCHOR})
+    log_anchor = math.log(anchor_factor(rows))
 
     def residuals(x):
-        h = costs(x)
-        return [math.log(_predict(r, hw, cal, framework, h) / (r["time_s"] / factors[r["_file"]]))
-                for r, hw, cal in mine]
+        costs, logf = _unpack(x, files)
+        return [math.log(_predict(r, hw, cal, r["framework"], costs[r["framework"]]) / r["time_s"])
+                + logf.get(r["_file"], log_anchor) for r, hw, cal in rows if r["framework"] in FITTED]
 
-    lo, hi = zip(*(BOUNDS[n] for n in names))
-    res = least_squares(residuals, [START[n] for n in names], bounds=(lo, hi), x_scale="jac")
-    return costs(res.x), float(np.sqrt(np.mean(np.square(res.fun))))
+    names = [n for fw in FITTED for n in FITTED[fw]]
+    lo = [BOUNDS[n][0] for n in names] + [-1.0] * len(files)
+    hi = [BOUNDS[n][1] for n in names] + [1.0] * len(files)
+    res = least_squares(residuals, [START[n] for n in names] + [0.0] * len(files), bounds=(lo, hi), x_scale="jac")
+    costs, logf = _unpack(res.x, files)
+    rms, k = {}, 0
+    fws = [r["framework"] for r, _, _ in rows if r["framework"] in FITTED]
+    for fw in FITTED:
+        mine = [e for e, f in zip(res.fun, fws) if f == fw]
+        rms[fw] = float(np.sqrt(np.mean(np.square(mine))))
+    factors = {f: math.exp(v) for f, v in logf.items()} | {ANCHOR: math.exp(log_anchor)}
+    return costs, factors, rms
 
 
 def fit_all(files=HOST_FILES) -> dict[str, tuple[HostCosts, float]]:
     """Fitted host costs (and RMS log error) of every framework with host-grid records."""
-    rows = _timed(files)
-    factors = machine_factors(rows)
-    return {fw: fit_framework(fw, rows, factors) for fw in FITTED}
+    costs, _, rms = fit_joint(_timed(files))
+    return {fw: (costs[fw], rms[fw]) for fw in FITTED}
 
 
 def main() -> None:
-    rows = _timed()
-    factors = machine_factors(rows)
-    print("machine factor (measured / predicted, torch-native without TP, CP or sharding), per file:",
-          {f: round(v, 3) for f, v in factors.items()})
+    costs, factors, rms = fit_joint(_timed())
+    print("machine factor (this file's host / the profile's), per file:", {f: round(v, 3) for f, v in factors.items()})
     for fw in FITTED:
-        host, rms = fit_framework(fw, rows, factors)
-        vals = ", ".join(f"{n} {getattr(host, n):.3g}" for n in FITTED[fw])
-        print(f"{fw}: {vals}  (RMS log error {rms:.3f} over its host-grid steps)")
+        vals = ", ".join(f"{n} {getattr(costs[fw], n):.3g}" for n in FITTED[fw])
+        print(f"{fw}: {vals}  (RMS log error {rms[fw]:.3f} over its host-bound steps)")
 
 
 if __name__ == "__main__":

@@ -13,9 +13,12 @@ activation, positions, GQA) at a size whose kernels take microseconds (the harne
 models, names ``host-*``): its step time is the host's time alone, and it is the same at real
 size on the same machine (validation/measurements/h200x2_plan_hostdiag.json: four structures,
 tiny and real, within 6%). The **host-speed factor** of a measurement file is the median over
-its twins of measured / predicted host seconds to issue forward and backward
-(``host_fwd_bwd_s`` against the simulator's ``host_issue_s``); ``Calibration.with_host_speed``
-scales every host cost by it. A user measures it the same way on their own machine (a minute of
+its twins of measured / predicted step seconds (a twin's predicted step is its host's time);
+``Calibration.with_host_speed`` scales every host cost by it. (Until session 7 the factor was the
+median of measured / predicted host seconds to issue forward and backward, ``host_fwd_bwd_s``
+against ``host_issue_s``; that separate, unsynchronised pass is one sample and ran up to 20%
+longer than the median timed step of the same twin, so the timed step is used: the step that
+validation/host_fit.py fits machine factors on.) A user measures it the same way on their own machine (a minute of
 tiny steps: ``plan_step.py launch --grid host-twins``) and passes it as ``--host-speed``.
 
 Twins are calibration data: validate reports the other records of the file, never the twins,
@@ -39,19 +42,18 @@ def is_twin(rec: dict) -> bool:
 
 
 def twin_ratios(mf: MeasurementFile, hw: Hardware, cal: Calibration) -> list[float]:
-    """Measured / predicted host seconds to issue forward and backward, per twin of ``mf`` that
-    ran and recorded its host phase (``host_fwd_bwd_s``)."""
+    """Measured / predicted step seconds per twin of ``mf`` that ran (not out of memory)."""
     from validation.predict import Unsupported, predict_record
     out = []
     for rec in mf.records:
-        if not is_twin(rec) or rec.get("oom") or not rec.get("host_fwd_bwd_s"):
+        if not is_twin(rec) or rec.get("oom") or not rec.get("time_s"):
             continue
         try:
             pred = predict_record(rec, hw, cal)
         except Unsupported:
             continue
-        if pred.host_issue_s:
-            out.append(float(rec["host_fwd_bwd_s"]) / pred.host_issue_s)
+        if pred.time_s:
+            out.append(float(rec["time_s"]) / pred.time_s)
     return out
 
 

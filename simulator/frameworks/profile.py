@@ -95,7 +95,9 @@ class HostCosts(_Strict):
     op_scale: float = Field(1.0, gt=0)        # host seconds per modelled op, relative to plain eager
     tp_op_scale: float = Field(1.0, gt=0)     # further factor on a layer's ops when tp > 1
     cp_op_scale: float = Field(1.0, gt=0)     # further factor on a layer's ops when cp > 1 (context parallel's dispatch)
-    microbatch_ops: float = Field(0.0, ge=0)  # op-equivalents per micro-batch and stage (schedule, loss)
+    microbatch_ops: float = Field(0.0, ge=0)  # op-equivalents per micro-batch and model chunk (schedule, loss)
+    pp_microbatch_ops: float = Field(0.0, ge=0)  # further op-equivalents per micro-batch and chunk under pp > 1
+    recompute_call_ops: float = Field(0.0, ge=0)  # op-equivalents per checkpointed region per micro-batch
     p2p_sync: bool = False                    # pipeline exchanges synchronize the device (no overlap_p2p)
     measured_on: str = "not measured: plain PyTorch eager assumed"
 

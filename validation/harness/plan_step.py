@@ -214,6 +214,25 @@ def grid(name: str) -> list[dict]:
     raise SystemExit(f"unknown grid {name!r}")
 
 
+def native7_grid() -> list[dict]:
+    """An eighth pre-registered two-GPU set (logs/prereg8_h200x2_plan.txt), predicted by the model
+    of session 7 (host/GPU tandem, host costs per checkpointed region, per pipeline chunk and per
+    FSDP2 unit refitted over five machines' twins) and the step-based twin rule: a GPT-style
+    Megatron-Core local group (gpt-1.3b s2560: dp + distributed optimizer, tp + sp, pp,
+    interleaved, full recompute, tp with selective recompute) and a torch-native group (llama-3b
+    s2048: DDP, FSDP2, DTensor TP + SP, pp, interleaved, cp), every plan followed by its twin."""
+    T, F = "torchtitan", "megatron-core-local"
+    sync = lambda c: dict(c, fsdp_sync_each=True)  # noqa: E731
+    cases = [case(F, "gpt-1.3b", 2560, 2, zero=1, gbs=8), case(F, "gpt-1.3b", 2560, 2, tp=2, sp=True, gbs=8),
+             case(F, "gpt-1.3b", 2560, 2, pp=2, gbs=8), case(F, "gpt-1.3b", 2560, 2, pp=2, vp=2, gbs=8),
+             case(F, "gpt-1.3b", 2560, 2, zero=1, gbs=8, recompute="full"),
+             case(F, "gpt-1.3b", 2560, 2, tp=2, gbs=8, recompute="selective"),
+             case(T, "llama-3b", 2048, 2, zero=0, gbs=8), sync(case(T, "llama-3b", 2048, 2, zero=3, gbs=8)),
+             case(T, "llama-3b", 2048, 2, tp=2, sp=True, gbs=8), case(T, "llama-3b", 2048, 2, pp=2, gbs=8),
+             case(T, "llama-3b", 2048, 2, pp=2, vp=2, gbs=8), sync(case(T, "llama-3b", 2048, 2, cp=2, zero=3, gbs=8))]
+    return with_twins(cases)
+
+
 def native6_grid() -> list[dict]:
     """A seventh pre-registered two-GPU set (logs/prereg7_h200x2_plan.txt), predicted by the model
     of the host-speed commit: one Megatron-Core local group (llama-3b s1536: dp + distributed
@@ -374,7 +393,7 @@ def prereg2_grid() -> list[dict]:
 # the grids that are one function each (pre-registered sets, the host grid); looked up by grid()
 NAMED_GRIDS = {"host": host_grid, "prereg": prereg_grid, "prereg2": prereg2_grid, "native2": native2_grid,
                "native3": native3_grid, "native4": native4_grid, "native5": native5_grid,
-               "native6": native6_grid}
+               "native6": native6_grid, "native7": native7_grid}
 
 
 def twin_of(c: dict) -> dict:

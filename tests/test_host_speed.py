@@ -97,17 +97,22 @@ def test_the_harness_twin_keeps_plan_and_structure():
 SET7 = ROOT / "validation" / "measurements" / "h200x2_plan_native6.json"
 
 
-def _set7(host: str):
+def _plan_set(path: Path, host: str):
+    """(plan_step stats, plan groups) of a pre-registered set's real-size plans (twins left out),
+    with the reference host or the file's twin factor."""
     from validation.accuracy import plan_groups
-    mf = load_measurements(SET7)
+    mf = load_measurements(path)
     hw = hardware_for(mf)
     cal = calibration_for(hw.accelerator)[0]
     if host == "twins":
         cal = cal.with_host_speed(host_speed_factor(mf, hw, cal)[0])
     res, unsupported = evaluate(mf, hw, cal, non_twin_indices(mf))
     assert not unsupported
-    stats = {s.kind: s for s in summarize(res)}["plan_step"]
-    return stats, plan_groups(res, float(mf.info["total_memory_bytes"]))
+    return {s.kind: s for s in summarize(res)}["plan_step"], plan_groups(res, float(mf.info["total_memory_bytes"]))
+
+
+def _set7(host: str):
+    return _plan_set(SET7, host)
 
 
 def test_set7_as_pre_registered_with_the_reference_host():
@@ -147,15 +152,7 @@ SET8 = ROOT / "validation" / "measurements" / "h200x2_plan_native7.json"
 
 
 def _set8(host: str):
-    from validation.accuracy import plan_groups
-    mf = load_measurements(SET8)
-    hw = hardware_for(mf)
-    cal = calibration_for(hw.accelerator)[0]
-    if host == "twins":
-        cal = cal.with_host_speed(host_speed_factor(mf, hw, cal)[0])
-    res, unsupported = evaluate(mf, hw, cal, non_twin_indices(mf))
-    assert not unsupported
-    return {s.kind: s for s in summarize(res)}["plan_step"], plan_groups(res, float(mf.info["total_memory_bytes"]))
+    return _plan_set(SET8, host)
 
 
 @pytest.mark.parametrize("host, ratchet", [("reference", 0.0728), ("twins", 0.0719)])

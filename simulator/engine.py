@@ -417,7 +417,9 @@ def _stage_bundles(ctx: Context, hw: Hardware, ranges: list[range], lowered) -> 
         return _stage_bundle(ctx, hw, i, r, i == last, lowered, per_layer[0])
 
     owners = (model, ctx.dev, ctx.fabric, hw.node)
-    base += (p.microbatches(),)     # gbs is pipeline-level, but per-micro-batch accumulation is not
+    # gbs is pipeline-level, but per-micro-batch accumulation is not; nor is the host's per-chunk
+    # schedule code (vp chunks, more under pipelining: _host_seconds)
+    base += (p.microbatches(), p.vp, p.pp > 1)
     return [_BUNDLES.get(owners, base + (len(r), _mix_key(model, r), i == 0, i == last,
                                          tuple(sorted(bf16_kinds_in(model, p, r).items()))),
                          lambda i=i, r=r: build(i, r))

@@ -187,9 +187,9 @@ def grid(name: str) -> list[dict]:
         out = []
         for n in (2, 8):
             out += [case(T, "host-llama", S, 2, zero=0, gbs=16, layers=n),
-                    sync(case(T, "host-llama", S, 2, zero=3, gbs=16, layers=n)),
-                    sync(case(T, "host-llama", S, 2, cp=2, zero=3, gbs=8, layers=n)),
-                    sync(case(T, "host-llama", S, 2, cp=2, zero=3, gbs=2, layers=n))]
+                    sync_each(case(T, "host-llama", S, 2, zero=3, gbs=16, layers=n)),
+                    sync_each(case(T, "host-llama", S, 2, cp=2, zero=3, gbs=8, layers=n)),
+                    sync_each(case(T, "host-llama", S, 2, cp=2, zero=3, gbs=2, layers=n))]
         return out
     if name == "native-profile":   # where torch-native steps spend their GPU time (one profiled step each)
         return [dict(c, profile=True) for c in (
@@ -200,10 +200,10 @@ def grid(name: str) -> list[dict]:
     if name == "host-diag":   # is the host's time per step size-dependent? same structure, tiny vs real
         sync = lambda c: dict(c, fsdp_sync_each=True, host_profile=True)  # noqa: E731
         hp = lambda c: dict(c, host_profile=True)  # noqa: E731
-        return [sync(case(T, "llama-1b", 4096, 2, cp=2, zero=3, gbs=4)),
-                sync(case(T, "host-llama", 4096, 2, cp=2, zero=3, gbs=4, layers=16)),
-                sync(case(T, "llama-1b", 4096, 2, zero=3, gbs=4)),
-                sync(case(T, "host-llama", 4096, 2, zero=3, gbs=4, layers=16)),
+        return [sync_each(case(T, "llama-1b", 4096, 2, cp=2, zero=3, gbs=4)),
+                sync_each(case(T, "host-llama", 4096, 2, cp=2, zero=3, gbs=4, layers=16)),
+                sync_each(case(T, "llama-1b", 4096, 2, zero=3, gbs=4)),
+                sync_each(case(T, "host-llama", 4096, 2, zero=3, gbs=4, layers=16)),
                 hp(case(T, "llama-1b", 2048, 2, tp=2, sp=True, gbs=8)),
                 hp(case(T, "host-llama", 2048, 2, tp=2, sp=True, gbs=8, layers=16)),
                 hp(case(F, "llama-1b", 2048, 2, tp=2, gbs=8)),
@@ -214,6 +214,11 @@ def grid(name: str) -> list[dict]:
     raise SystemExit(f"unknown grid {name!r}")
 
 
+def sync_each(c: dict) -> dict:
+    """Case ``c`` with FSDP2 reducing gradients after every micro-batch (torchtitan's loop)."""
+    return dict(c, fsdp_sync_each=True)
+
+
 def native7_grid() -> list[dict]:
     """An eighth pre-registered two-GPU set (logs/prereg8_h200x2_plan.txt), predicted by the model
     of session 7 (host/GPU tandem, host costs per checkpointed region, per pipeline chunk and per
@@ -222,14 +227,13 @@ def native7_grid() -> list[dict]:
     interleaved, full recompute, tp with selective recompute) and a torch-native group (llama-3b
     s2048: DDP, FSDP2, DTensor TP + SP, pp, interleaved, cp), every plan followed by its twin."""
     T, F = "torchtitan", "megatron-core-local"
-    sync = lambda c: dict(c, fsdp_sync_each=True)  # noqa: E731
     cases = [case(F, "gpt-1.3b", 2560, 2, zero=1, gbs=8), case(F, "gpt-1.3b", 2560, 2, tp=2, sp=True, gbs=8),
              case(F, "gpt-1.3b", 2560, 2, pp=2, gbs=8), case(F, "gpt-1.3b", 2560, 2, pp=2, vp=2, gbs=8),
              case(F, "gpt-1.3b", 2560, 2, zero=1, gbs=8, recompute="full"),
              case(F, "gpt-1.3b", 2560, 2, tp=2, gbs=8, recompute="selective"),
-             case(T, "llama-3b", 2048, 2, zero=0, gbs=8), sync(case(T, "llama-3b", 2048, 2, zero=3, gbs=8)),
+             case(T, "llama-3b", 2048, 2, zero=0, gbs=8), sync_each(case(T, "llama-3b", 2048, 2, zero=3, gbs=8)),
              case(T, "llama-3b", 2048, 2, tp=2, sp=True, gbs=8), case(T, "llama-3b", 2048, 2, pp=2, gbs=8),
-             case(T, "llama-3b", 2048, 2, pp=2, vp=2, gbs=8), sync(case(T, "llama-3b", 2048, 2, cp=2, zero=3, gbs=8))]
+             case(T, "llama-3b", 2048, 2, pp=2, vp=2, gbs=8), sync_each(case(T, "llama-3b", 2048, 2, cp=2, zero=3, gbs=8))]
     return with_twins(cases)
 
 
@@ -241,14 +245,13 @@ def native6_grid() -> list[dict]:
     picks, every plan followed by its tiny twin: the machine's host speed
     (validation/host_speed.py), measured in the same run on separate records."""
     T, F = "torchtitan", "megatron-core-local"
-    sync = lambda c: dict(c, fsdp_sync_each=True)  # noqa: E731
     cases = [case(F, "llama-3b", 1536, 2, zero=1, gbs=8), case(F, "llama-3b", 1536, 2, tp=2, gbs=8),
              case(F, "llama-3b", 1536, 2, tp=2, sp=True, gbs=8), case(F, "llama-3b", 1536, 2, pp=2, gbs=8),
              case(F, "llama-3b", 1536, 2, pp=2, vp=2, gbs=8),
              case(F, "llama-3b", 1536, 2, zero=1, gbs=8, recompute="selective"),
-             case(T, "llama-1b", 3072, 2, zero=0, gbs=8), sync(case(T, "llama-1b", 3072, 2, zero=3, gbs=8)),
+             case(T, "llama-1b", 3072, 2, zero=0, gbs=8), sync_each(case(T, "llama-1b", 3072, 2, zero=3, gbs=8)),
              case(T, "llama-1b", 3072, 2, tp=2, sp=True, gbs=8), case(T, "llama-1b", 3072, 2, pp=2, gbs=8),
-             case(T, "llama-1b", 3072, 2, pp=2, vp=2, gbs=8), sync(case(T, "llama-1b", 3072, 2, cp=2, zero=3, gbs=8))]
+             case(T, "llama-1b", 3072, 2, pp=2, vp=2, gbs=8), sync_each(case(T, "llama-1b", 3072, 2, cp=2, zero=3, gbs=8))]
     return with_twins(cases)
 
 
@@ -258,12 +261,11 @@ def native5_grid() -> list[dict]:
     the grouped-GEMM set-up: GQA models at sequences never run under every Megatron family, and
     torch-native plans at new sizes."""
     T, F = "torchtitan", "megatron-core-local"
-    sync = lambda c: dict(c, fsdp_sync_each=True)  # noqa: E731
     return [case(F, "llama-1b", 5120, 2, zero=1, gbs=4), case(F, "llama-1b", 5120, 2, tp=2, sp=True, gbs=4),
             case(F, "llama-1b", 5120, 2, pp=2, gbs=4), case(F, "llama-7b", 2048, 2, tp=2, sp=True, gbs=4, recompute="full"),
             case(F, "llama-3b", 2560, 2, pp=2, vp=2, gbs=8),
-            case(T, "llama-1b", 5120, 2, zero=0, gbs=4), sync(case(T, "llama-1b", 5120, 2, zero=3, gbs=4)),
-            case(T, "llama-1b", 5120, 2, pp=2, gbs=8), sync(case(T, "llama-3b", 6144, 2, cp=2, zero=3, gbs=2))]
+            case(T, "llama-1b", 5120, 2, zero=0, gbs=4), sync_each(case(T, "llama-1b", 5120, 2, zero=3, gbs=4)),
+            case(T, "llama-1b", 5120, 2, pp=2, gbs=8), sync_each(case(T, "llama-3b", 6144, 2, cp=2, zero=3, gbs=2))]
 
 
 def native4_grid() -> list[dict]:
@@ -272,12 +274,11 @@ def native4_grid() -> list[dict]:
     and Megatron-Core local plans at combinations never run (llama-3b at seq 3072 under Megatron,
     selective recompute, GPT-style pipelines at seq 2048, llama-1b cp at seq 16384, DTensor TP at 3B)."""
     T, F = "torchtitan", "megatron-core-local"
-    sync = lambda c: dict(c, fsdp_sync_each=True)  # noqa: E731
     return [case(T, "llama-1b", 4096, 2, zero=0, gbs=8), case(T, "gpt-1.3b", 2048, 2, zero=0, gbs=16),
-            sync(case(T, "llama-3b", 4096, 2, zero=3, gbs=8)), sync(case(T, "llama-7b", 2048, 2, zero=3, gbs=8)),
+            sync_each(case(T, "llama-3b", 4096, 2, zero=3, gbs=8)), sync_each(case(T, "llama-7b", 2048, 2, zero=3, gbs=8)),
             case(T, "gpt-1.3b", 2048, 2, pp=2, gbs=16), case(T, "llama-1b", 2048, 2, pp=2, vp=2, gbs=16),
             case(T, "llama-3b", 8192, 2, pp=2, gbs=8, recompute="full"),
-            sync(case(T, "llama-1b", 16384, 2, cp=2, zero=3, gbs=2)), case(T, "llama-3b", 2048, 2, tp=2, sp=True, gbs=8),
+            sync_each(case(T, "llama-1b", 16384, 2, cp=2, zero=3, gbs=2)), case(T, "llama-3b", 2048, 2, tp=2, sp=True, gbs=8),
             case(F, "llama-3b", 3072, 2, zero=1, gbs=8), case(F, "llama-3b", 3072, 2, tp=2, sp=True, gbs=8),
             case(F, "llama-3b", 3072, 2, pp=2, gbs=8), case(F, "llama-3b", 3072, 2, pp=2, vp=2, gbs=8),
             case(F, "llama-3b", 3072, 2, tp=2, sp=True, gbs=8, recompute="selective"),
@@ -292,13 +293,12 @@ def native3_grid() -> list[dict]:
     context parallel with FSDP2 reducing every micro-batch as torchtitan does), plus Megatron-Core
     local plans of gpt-1.3b at sequence 3072."""
     T, F = "torchtitan", "megatron-core-local"
-    sync = lambda c: dict(c, fsdp_sync_each=True)  # noqa: E731
-    return [sync(case(T, "llama-1b", 8192, 2, cp=2, zero=3, gbs=2)), sync(case(T, "llama-3b", 4096, 2, cp=2, zero=3, gbs=4)),
-            sync(case(T, "gpt-1.3b", 4096, 2, cp=2, zero=3, gbs=4)),
+    return [sync_each(case(T, "llama-1b", 8192, 2, cp=2, zero=3, gbs=2)), sync_each(case(T, "llama-3b", 4096, 2, cp=2, zero=3, gbs=4)),
+            sync_each(case(T, "gpt-1.3b", 4096, 2, cp=2, zero=3, gbs=4)),
             case(T, "gpt-1.3b", 4096, 2, pp=2, gbs=8), case(T, "gpt-1.3b", 4096, 2, pp=2, vp=2, gbs=8),
             case(T, "llama-3b", 2048, 2, pp=2, gbs=16), case(T, "llama-7b", 4096, 2, pp=2, vp=2, gbs=8),
-            sync(case(T, "llama-7b", 4096, 2, zero=3, gbs=4)), sync(case(T, "gpt-1.3b", 4096, 2, zero=3, gbs=4)),
-            sync(case(T, "llama-3b", 2048, 2, zero=3, gbs=8)),
+            sync_each(case(T, "llama-7b", 4096, 2, zero=3, gbs=4)), sync_each(case(T, "gpt-1.3b", 4096, 2, zero=3, gbs=4)),
+            sync_each(case(T, "llama-3b", 2048, 2, zero=3, gbs=8)),
             case(T, "gpt-1.3b", 4096, 2, zero=0, gbs=8), case(T, "llama-1b", 8192, 2, zero=0, gbs=4),
             case(F, "gpt-1.3b", 3072, 2, zero=1, gbs=8), case(F, "gpt-1.3b", 3072, 2, tp=2, sp=True, gbs=8),
             case(F, "gpt-1.3b", 3072, 2, pp=2, gbs=8), case(F, "gpt-1.3b", 3072, 2, pp=2, vp=2, gbs=8),

@@ -24,6 +24,14 @@ tiny steps: ``plan_step.py launch --grid host-twins``) and passes it as ``--host
 Twins are calibration data: validate reports the other records of the file, never the twins,
 under the factor; and only files that carry twins get one (every other file: factor 1, the
 reference host).
+
+**Per-plan twins** (session 8, ``plan_host_speeds``): one factor per machine hides that a CPU
+favours one framework's code over another's and one plan structure over another (set 8, one
+machine: Megatron-Core's tensor-parallel twins 0.79-0.83x the reference, torch-native's DDP and
+pipeline twins 1.28-1.49x). Where a plan's own twin ran (same framework, plan, sequence, layer
+count and MLP family), that twin's ratio is the plan's factor; other plans keep the file's
+median. Developed on sets 6-8 (mean error 7.2 -> 5.2% on set 8, 7.1 -> 6.8% on set 7, 4.5 ->
+3.8% on the host diagnostic); registered for set 9 before it ran.
 """
 from __future__ import annotations
 
@@ -61,6 +69,45 @@ def host_speed_factor(mf: MeasurementFile, hw: Hardware, cal: Calibration) -> tu
     """(factor, twins used): the median twin ratio, or (1.0, 0) where the file has no twin."""
     ratios = twin_ratios(mf, hw, cal)
     return (statistics.median(ratios), len(ratios)) if ratios else (1.0, 0)
+
+
+TWIN_KEY_FIELDS = ("framework", "seq", "layers", "world", "tp", "pp", "vp", "cp", "dp", "sequence_parallel",
+                   "zero_stage", "recompute", "mbs", "gbs", "schedule", "fsdp_grad_sync")
+
+
+def twin_key(rec: dict) -> tuple:
+    """What a plan and its twin share: MLP family (gated or not), framework, plan, sequence, layers."""
+    return (rec.get("activation") == "swiglu",) + tuple(rec.get(k) for k in TWIN_KEY_FIELDS)
+
+
+def plan_host_speeds(mf: MeasurementFile, hw: Hardware, cal: Calibration) -> tuple[dict[int, float], float, int]:
+    """({index: factor} for every non-twin record, the file's median factor, plans with their own
+    twin): a plan's factor is its own twin's measured / predicted step where that twin ran, else
+    the median over the file's twins (1.0 without any)."""
+    from validation.predict import Unsupported, predict_record
+    own = {}
+    for rec in mf.records:
+        if is_twin(rec) and not rec.get("oom") and rec.get("time_s"):
+            try:
+                own[twin_key(rec)] = float(rec["time_s"]) / predict_record(rec, hw, cal).time_s
+            except Unsupported:
+                continue
+    median = statistics.median(own.values()) if own else 1.0
+    factors = {i: own.get(twin_key(mf.records[i]), median) for i in non_twin_indices(mf)}
+    return factors, median, sum(twin_key(mf.records[i]) in own for i in factors)
+
+
+def evaluate_per_plan_twins(mf: MeasurementFile, hw: Hardware, cal: Calibration):
+    """``accuracy.evaluate`` of the non-twin records, each under its own host factor
+    (``plan_host_speeds``); results in record order, and the unsupported records."""
+    from validation.accuracy import evaluate
+    factors, _, _ = plan_host_speeds(mf, hw, cal)
+    results, unsupported = [], []
+    for factor in sorted(set(factors.values())):
+        r, u = evaluate(mf, hw, cal.with_host_speed(factor), [i for i, f in factors.items() if f == factor])
+        results += r
+        unsupported += u
+    return sorted(results, key=lambda r: r.index), sorted(unsupported, key=lambda u: u["index"])
 
 
 def non_twin_indices(mf: MeasurementFile) -> list[int]:

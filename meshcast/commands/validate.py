@@ -26,8 +26,9 @@ def add_parser(sub) -> None:
                         "records run on none and are kept); default: every record, each with its own framework")
     p.add_argument("--host-speed", default="reference", metavar="reference|twins|X",
                    help="host speed of the machines the files ran on: 'reference' (the calibration's host, the "
-                        "default), 'twins' (each file's own, from its tiny twin steps, which are then left out of "
-                        "the report: validation/host_speed.py), or a factor X (>1: a slower host)")
+                        "default), 'twins' (from each file's tiny twin steps, left out of the report: a "
+                        "plan under its own twin's factor where that ran, else the file's median; "
+                        "validation/host_speed.py), or a factor X (>1: a slower host)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("-o", "--output", help="write an HTML report")
     p.set_defaults(run=run)
@@ -54,8 +55,11 @@ def run(args: argparse.Namespace) -> int:
             raise MeshcastError(f"{path}: records", f"no record of this file ran on {args.framework}")
         hw = hardware_for(mf, args.hardware)
         cal, note = calibration_for(hw.accelerator, args.calibration)
-        cal, indices, host_note = file_host_speed(mf, hw, cal, args.host_speed)
-        results, unsupported = evaluate(mf, hw, cal, indices)
+        results, unsupported, host_note = file_results(mf, hw, cal, args.host_speed)
+        if not results and host_note == ONLY_TWINS:
+            out["files"].append({"path": path, "gpu": mf.gpu, "hardware": hw.cluster.name, "records": len(mf.records),
+                                 "calibration": note + host_note, "kinds": [], "unsupported": []})
+            continue
         if not results:
             why = f" (first: #{unsupported[0]['index']} {unsupported[0]['reason']})" if unsupported else ""
             raise MeshcastError(f"{path}: records", f"no record the simulator can predict{why}")
@@ -95,26 +99,40 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def file_host_speed(mf, hw, cal, how: str):
-    """(calibration, record indices, note) for ``--host-speed``: the reference host (every record),
-    a given factor (every record), or the file's own factor from its twins (the other records)."""
-    from hardware_specs.errors import MeshcastError
-    from validation.host_speed import host_speed_factor, non_twin_indices
-    if how == "reference":
-        return cal, None, ""
+ONLY_TWINS = "; only twin steps (host calibration data), nothing left to report under --host-speed twins"
+
+
+def file_results(mf, hw, cal, how: str):
+    """(results, unsupported, note) of one file under ``--host-speed``: the reference host (every
+    record), a given factor (every record), or per plan from the file's twins (the other records,
+    each under its own twin's factor where that ran, else the file's median: validation/host_speed.py)."""
+    from validation.accuracy import evaluate
     if how == "twins":
-        factor, n = host_speed_factor(mf, hw, cal)
+        from validation.host_speed import evaluate_per_plan_twins, plan_host_speeds, twin_ratios
+        n = len(twin_ratios(mf, hw, cal))
         if not n:
-            return cal, None, "; host: reference (no twin steps in this file)"
-        return (cal.with_host_speed(factor), non_twin_indices(mf),
-                f"; host {factor:.2f}x the reference (median of {n} twin steps, left out of this report)")
+            return (*evaluate(mf, hw, cal), "; host: reference (no twin steps in this file)")
+        factors, median, own = plan_host_speeds(mf, hw, cal)
+        if not factors:
+            return [], [], ONLY_TWINS
+        results, unsupported = evaluate_per_plan_twins(mf, hw, cal)
+        return results, unsupported, (f"; host per plan: its own twin's factor ({own} of {len(factors)} records), "
+                                      f"else {median:.2f}x the reference (median of {n} twin steps); twins left out")
+    if how == "reference":
+        return (*evaluate(mf, hw, cal), "")
+    cal, note = fixed_host_speed(cal, how)
+    return (*evaluate(mf, hw, cal), note)
+
+
+def fixed_host_speed(cal, how: str):
+    """(calibration, note) for ``--host-speed X``: every host cost scaled by the factor X."""
+    from hardware_specs.errors import MeshcastError
     from meshcast.commands.common import apply_host_speed
     try:
         factor = float(how)
     except ValueError:
         raise MeshcastError("--host-speed", f"{how!r} is not 'reference', 'twins' or a positive factor") from None
-    cal, note = apply_host_speed(cal, "", factor)
-    return cal, None, note
+    return apply_host_speed(cal, "", factor)
 
 
 def framework_records(mf, framework: str | None):
@@ -192,7 +210,8 @@ def format_text(out: dict) -> str:
         if f.get("in_profile_fit"):
             lines.append("  (this file is among the profile's fit data: 4 in 5 of its kernel and collective records "
                          "and all its host-bound tiny training steps were fitted; the rest are held out)")
-        lines.append(f"  {'kind':<20}{'n':>5}{'MAPE':>8}{'median':>8}{'worst':>8}{'roofline':>10}  memory / fits")
+        if f["kinds"]:
+            lines.append(f"  {'kind':<20}{'n':>5}{'MAPE':>8}{'median':>8}{'worst':>8}{'roofline':>10}  memory / fits")
         for k in f["kinds"]:
             extra = ""
             if k["kind"] in ("train_step", "plan_step"):

@@ -60,6 +60,10 @@ MODELS = {
                      norm="rmsnorm", activation="swiglu", position="rope", linear_bias=False),
     "llama-7b": dict(layers=32, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336, vocab=32768,
                      norm="rmsnorm", activation="swiglu", position="rope", linear_bias=False),
+    "llama-2b": dict(layers=20, hidden=2560, heads=20, kv_heads=4, ffn_hidden=6912, vocab=32768,
+                     norm="rmsnorm", activation="swiglu", position="rope", linear_bias=False),
+    "gpt-2.7b": dict(layers=32, hidden=2560, heads=32, kv_heads=32, ffn_hidden=10240, vocab=50304,
+                     norm="layernorm", activation="gelu", position="learned", linear_bias=True),
     "gpt-1.3b": dict(layers=24, hidden=2048, heads=16, kv_heads=16, ffn_hidden=8192, vocab=50304,
                      norm="layernorm", activation="gelu", position="learned", linear_bias=True),
     "tiny-llama": dict(layers=4, hidden=128, heads=4, kv_heads=2, ffn_hidden=256, vocab=512,
@@ -217,6 +221,23 @@ def grid(name: str) -> list[dict]:
 def sync_each(c: dict) -> dict:
     """Case ``c`` with FSDP2 reducing gradients after every micro-batch (torchtitan's loop)."""
     return dict(c, fsdp_sync_each=True)
+
+
+def native8_grid() -> list[dict]:
+    """A ninth pre-registered two-GPU set (logs/prereg9_h200x2_plan.txt) on two model shapes no
+    earlier run had: a GPT-style Megatron-Core local group (gpt-2.7b s2048: dp + distributed
+    optimizer, tp, tp + sp, pp, interleaved, selective recompute) and a torch-native group
+    (llama-2b s4096, GQA 5:1: DDP, FSDP2, DTensor TP + SP, pp, interleaved, cp), every plan
+    followed by its twin; registered rule: each plan under its own twin's host factor."""
+    T, F = "torchtitan", "megatron-core-local"
+    cases = [case(F, "gpt-2.7b", 2048, 2, zero=1, gbs=8), case(F, "gpt-2.7b", 2048, 2, tp=2, gbs=8),
+             case(F, "gpt-2.7b", 2048, 2, tp=2, sp=True, gbs=8), case(F, "gpt-2.7b", 2048, 2, pp=2, gbs=8),
+             case(F, "gpt-2.7b", 2048, 2, pp=2, vp=2, gbs=8),
+             case(F, "gpt-2.7b", 2048, 2, zero=1, gbs=8, recompute="selective"),
+             case(T, "llama-2b", 4096, 2, zero=0, gbs=8), sync_each(case(T, "llama-2b", 4096, 2, zero=3, gbs=8)),
+             case(T, "llama-2b", 4096, 2, tp=2, sp=True, gbs=8), case(T, "llama-2b", 4096, 2, pp=2, gbs=8),
+             case(T, "llama-2b", 4096, 2, pp=2, vp=2, gbs=8), sync_each(case(T, "llama-2b", 4096, 2, cp=2, zero=3, gbs=8))]
+    return with_twins(cases)
 
 
 def native7_grid() -> list[dict]:
@@ -393,7 +414,7 @@ def prereg2_grid() -> list[dict]:
 # the grids that are one function each (pre-registered sets, the host grid); looked up by grid()
 NAMED_GRIDS = {"host": host_grid, "prereg": prereg_grid, "prereg2": prereg2_grid, "native2": native2_grid,
                "native3": native3_grid, "native4": native4_grid, "native5": native5_grid,
-               "native6": native6_grid, "native7": native7_grid}
+               "native6": native6_grid, "native7": native7_grid, "native8": native8_grid}
 
 
 def twin_of(c: dict) -> dict:

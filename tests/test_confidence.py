@@ -136,6 +136,10 @@ def test_no_tie_outside_band():
     assert r.ties == 1 and rank_labels(r) == ["1", "2"] and tie_sentence(r) is None
 
 
+@pytest.mark.xfail(strict=True, reason="the scenario no longer shows it: the Megatron-Bridge LLAMA3_70B FP8 rows "
+                                       "(Megatron-FSDP optim_grads_params, read as ZeRO-3 in megatron-core since their "
+                                       "recipes were read) now validate megatron-core ZeRO-3 at scale, so its plans are "
+                                       "no longer set aside; a new scenario is needed (the tie rules are unit-tested above)")
 def test_a_validated_plan_tied_with_faster_extrapolated_ones_leads_and_they_are_named(capsys):
     """llama3-70b on 1,024 H100s: Megatron FSDP (ZeRO-3 in megatron-core) plans are predicted a few
     percent faster but no real run validates them; inside the band the validated plan leads and

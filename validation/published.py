@@ -22,6 +22,7 @@ from simulator.engine import simulate
 from simulator.flops import step_model_flops
 from simulator.plan import ParallelPlan
 from simulator.regimes import model_tags
+from validation.bridge_recipes import recipe_fields
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN_FILES = ("published_runs.csv", "published_runs_more.csv")
@@ -404,8 +405,14 @@ def plan_from_row(row: dict, model: ModelSpec, fills: list[str] | None = None) -
             raise MeshcastError(name, "not stated in the source")
     rec = (row.get("recompute") or "").lower()
     recompute = "full" if rec.startswith("full") else "selective" if "selective" in rec else "none"
-    zero = row_zero_stage(row, fam, fills)
-    vp = _degree(row, "vp", fills, "vp") if pp > 1 else (_int(row, "vp") or 1)
+    bridge = (recipe_fields(row, model.name or "", tp, _int(row, "ep") or 1, row_precision(row, []), fills)
+              if fam == "megatron-bridge" else {})
+    zero = bridge["zero_stage"] if "zero_stage" in bridge and not (row.get("zero_stage") or "").strip() \
+        else row_zero_stage(row, fam, fills)
+    if not rec and bridge:
+        recompute = bridge["recompute"]
+    vp = (bridge["vp"] if pp > 1 and _int(row, "vp") is None and bridge.get("vp")
+          else _degree(row, "vp", fills, "vp") if pp > 1 else (_int(row, "vp") or 1))
     cp = _degree(row, "cp", fills, "cp") if fam in RECIPE_FAMILIES else (_int(row, "cp") or 1)
     ep = _degree(row, "ep", fills, "ep") if model.moe else (_int(row, "ep") or 1)
     framework = source_framework(row, fam)
@@ -419,7 +426,10 @@ def plan_from_row(row: dict, model: ModelSpec, fills: list[str] | None = None) -
                         zero_stage=zero, recompute=recompute, sequence_parallel=sp, layers_per_stage=split, etp=etp,
                         precision=precision, dropout=fam in ("narayanan2021", "korthikanti2022"),
                         num_gpus=gpus, overlap_grad_reduce="no grad-allreduce overlap" not in row.get("notes", ""),
-                        framework=framework, attention=row_attention(fam, fa, fills), **mixed)
+                        framework=framework, attention=row_attention(fam, fa, fills),
+                        tp_comm_overlap=bridge.get("tp_comm_overlap", False),
+                        ep_comm_overlap=bridge.get("ep_comm_overlap", False),
+                        recompute_layers=bridge.get("recompute_layers"), **mixed)
 
 
 # MosaicML llm-foundry's benchmark tables (scripts/train/benchmarking/README.md, added at commit

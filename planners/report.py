@@ -10,7 +10,7 @@ import yaml
 
 from hardware_specs.fileio import write_text_atomic
 from planners.search import Candidate, SearchResult
-from planners.ties import rank_labels, tie_sentence
+from planners.ties import set_aside_reason, rank_labels, tie_sentence
 
 GB = 1e9
 
@@ -125,7 +125,9 @@ def result_dict(r: SearchResult, request: Optional[dict] = None) -> dict:
                   for i, (c, label) in enumerate(zip(r.candidates, rank_labels(r)))],
         "ties": r.ties,
         "set_aside": [{"layout": c.shape.describe(), "zero_stage": c.shape.zero, "step_time_s": c.result.step_time_s,
-                       "extrapolated": list(c.result.confidence.extrapolated)} for c in r.passed_over],
+                       "extrapolated": list(c.result.confidence.extrapolated),
+                       "band_factor": c.result.confidence.factor, "why": set_aside_reason(c, r.candidates[0])}
+                      for c in r.passed_over],
         "notes": list(r.notes),
     }
 

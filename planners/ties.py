@@ -56,13 +56,22 @@ def tie_sentence(result) -> str | None:
     return text + _passed_over(result)
 
 
+def set_aside_reason(cand, leader) -> str:
+    """Why a tied, faster plan was listed after ``leader``: its first extrapolation, else that its
+    80% band is wider (its regime's validation data pin it down less tightly)."""
+    conf = cand.result.confidence
+    if conf.extrapolated:
+        return f"extrapolated: {conf.extrapolated[0]}"
+    return f"a wider 80% band ({conf.short()} against {leader.result.confidence.short()}): less validated"
+
+
 def _passed_over(result) -> str:
-    """'; set aside: N tied plans predicted faster that extrapolate (fastest: ...)' or ''."""
+    """'; set aside: N tied plans predicted faster on less validated ground (fastest: ...)' or ''."""
     passed = getattr(result, "passed_over", None) or []
     if not passed:
         return ""
     fast = min(passed, key=lambda c: c.score)
     gain = result.candidates[0].result.step_time_s / fast.result.step_time_s - 1
-    why = fast.result.confidence.extrapolated[0] if fast.result.confidence.extrapolated else "less validated"
-    return (f"; set aside: {len(passed)} tied plan(s) predicted up to {gain:.1%} faster that rest on "
-            f"extrapolation (fastest: {fast.shape.describe()} ZeRO-{fast.shape.zero}, {fast.result.step_time_s:.3f} s: {why})")
+    return (f"; set aside: {len(passed)} tied plan(s) predicted up to {gain:.1%} faster on less validated ground "
+            f"(fastest: {fast.shape.describe()} ZeRO-{fast.shape.zero}, {fast.result.step_time_s:.3f} s: "
+            f"{set_aside_reason(fast, result.candidates[0])})")

@@ -97,6 +97,21 @@ def small_shapes():
             dict(set="random", seq=96, head_dim=128, causal=False, batch=1, heads=2, kv_heads=2)]
 
 
+def fresh_cases(seed: int, n: int = 28):
+    """A fresh-run protocol (issue #12: a separate, later run of never-seen shapes): ``n`` random
+    shapes of draw ``seed`` on every backend, forward and forward+backward; Megatron's local
+    pattern at head_dim 128 only (as in the sweep). Records keep ``set: random`` and carry the seed."""
+    out = []
+    for shp in random_shapes(n, seed):
+        shp = dict(shp, seed=seed)
+        for be in BACKENDS:
+            if be == "unfused_torch" and shp["head_dim"] != 128:
+                continue
+            layout = "sbhd" if be == "unfused_torch" else "bshd"
+            out += [dict(shp, backend=be, direction=d, layout=layout) for d in ("fwd", "fwd_bwd")]
+    return out
+
+
 def cases(small: bool = False):
     """Every (shape, backend, direction) as a dict; run order: the sweep on the fused backends,
     then the random set on the four SDPA backends, then flash and cuDNN on the head_dim-128 MHA
@@ -347,12 +362,15 @@ def main():
     ap.add_argument("--dry-run", action="store_true", help="list the cases and the time estimate; no torch")
     ap.add_argument("--backends", default=",".join(BACKENDS),
                     help="comma-separated subset of " + ",".join(BACKENDS) + " (e.g. cuDNN in its own process)")
+    ap.add_argument("--fresh-seed", type=int, default=None,
+                    help="fresh-run protocol: only a random draw of this seed, on every backend (fresh_cases)")
     args = ap.parse_args()
     chosen = args.backends.split(",")
     bad = [b for b in chosen if b not in BACKENDS]
     if bad:
         raise SystemExit(f"unknown backend(s) {bad}; choose from {BACKENDS}")
-    cs = [c for c in cases(args.small) if c["backend"] in chosen]
+    every = fresh_cases(args.fresh_seed) if args.fresh_seed is not None else cases(args.small)
+    cs = [c for c in every if c["backend"] in chosen]
     if args.dry_run:
         for c in cs:
             print(f"{label(c)}  est {estimate_case_s(c):6.3f} s")
@@ -377,7 +395,8 @@ def main():
         torch.cuda.init()
     import torch.backends.cudnn as cudnn
     from torch.nn.attention import SDPBackend
-    info = common.device_info(suite="attention_backends", random_seed=RANDOM_SEED, backends=chosen,
+    info = common.device_info(suite="attention_backends",
+                              random_seed=RANDOM_SEED if args.fresh_seed is None else args.fresh_seed, backends=chosen,
                               cudnn=cudnn.version() if cudnn.is_available() else None,
                               sdpa_backends=sorted(SDPBackend.__members__),
                               timing="common.time_fn: L2 flush before each call, 2 warm-ups, median of 5..50 calls",

@@ -1,0 +1,98 @@
+"""Issue #12 on a fresh run: kernels measured again in a separate, later run on a fresh H200
+machine (session 8, 2026-11-23), after every fit the profile holds, and never fitted since:
+
+- attention on a new random draw (``attention_backends.py --fresh-seed 13``: 28 shapes, every
+  backend, forward and forward+backward; repeat/h200_attention_fresh13.json);
+- memory-bound ops, the same sections as the fit run (``kernels.py --sections copy,elementwise``;
+  repeat/h200_memory_fresh.json).
+
+The issue's targets: attention <= 8% per backend, memory-bound ops <= 8%. Met ones are asserted;
+unmet ones carry a ratchet at today's figure and a strict xfail. Figures: docs/validation.md,
+"A fresh kernel run (session 8)"."""
+from __future__ import annotations
+
+from collections import defaultdict
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+from simulator.calibration import calibration_for, profile_fitted_on
+from validation.accuracy import evaluate
+from validation.hardware import hardware_for
+from validation.records import load_measurements
+
+ROOT = Path(__file__).resolve().parent.parent
+REPEAT = ROOT / "validation" / "measurements" / "repeat"
+ATTENTION = REPEAT / "h200_attention_fresh13.json"
+MEMORY = REPEAT / "h200_memory_fresh.json"
+TARGET = 0.08
+
+
+def test_fresh_files_are_not_fit_data_and_ran_after_it():
+    fitted = {Path(f).name for f in profile_fitted_on("h200-sxm")}
+    assert ATTENTION.name not in fitted and MEMORY.name not in fitted
+    assert load_measurements(ATTENTION).info["random_seed"] == 13       # the fit files' draw is 12
+    assert all(load_measurements(p).info["date"] >= "2026-11-23" for p in (ATTENTION, MEMORY))
+
+
+@lru_cache(maxsize=None)
+def _errors(path: Path, key: str) -> dict:
+    """{group: [|error|]} over the file's predicted records, grouped by record field ``key``."""
+    mf = load_measurements(path)
+    hw = hardware_for(mf)
+    res, _ = evaluate(mf, hw, calibration_for(hw.accelerator)[0])
+    out = defaultdict(list)
+    for r in res:
+        if r.time_error is not None:
+            out[r.record[key]].append(abs(r.time_error))
+    return dict(out)
+
+
+def _mape(errs: list) -> float:
+    return sum(errs) / len(errs)
+
+
+# ---- attention, per backend (forward and forward+backward pooled) ----------------------------------
+ATTENTION_FRESH = {"cudnn": 0.044, "flash": 0.063, "math": 0.066, "efficient": 0.092, "unfused_torch": 0.255}
+
+
+@pytest.mark.parametrize("backend", sorted(ATTENTION_FRESH))
+def test_fresh_attention_ratchet(backend):
+    errs = _errors(ATTENTION, "backend")[backend]
+    assert len(errs) >= 20 and _mape(errs) <= ATTENTION_FRESH[backend] + 5e-4
+
+
+@pytest.mark.parametrize("backend", [b for b, v in ATTENTION_FRESH.items() if v <= TARGET])
+def test_fresh_attention_target_met(backend):
+    assert _mape(_errors(ATTENTION, "backend")[backend]) <= TARGET
+
+
+@pytest.mark.parametrize("backend", [b for b, v in ATTENTION_FRESH.items() if v > TARGET])
+@pytest.mark.xfail(strict=True, reason="fresh run: memory-efficient 9.2% (10 shapes it accepts; it refused 18 GQA "
+                                       "ones), Megatron's local pattern 25.5% (forward 31.0%: predicted slow)")
+def test_fresh_attention_target_unmet(backend):
+    assert _mape(_errors(ATTENTION, "backend")[backend]) <= TARGET
+
+
+# ---- memory-bound ops ----------------------------------------------------------------------------
+MEMORY_FRESH = {"add": 0.027, "copy": 0.113, "gelu": 0.062, "layernorm": 0.090, "rmsnorm": 0.124,
+                "silu_mul": 0.029, "softmax": 0.106}
+
+
+def test_fresh_memory_bound_pooled_within_8_percent():
+    """157 records, 7.6% pooled (the fit run, 4 in 5 of its records fitted: 6.4%)."""
+    errs = _errors(MEMORY, "kind")
+    pooled = [e for k in MEMORY_FRESH for e in errs[k]]
+    assert len(pooled) == 157 and _mape(pooled) <= 0.0765
+
+
+@pytest.mark.parametrize("kind", sorted(MEMORY_FRESH))
+def test_fresh_memory_bound_ratchet(kind):
+    assert _mape(_errors(MEMORY, "kind")[kind]) <= MEMORY_FRESH[kind] + 5e-4
+
+
+@pytest.mark.xfail(strict=True, reason="fresh run per kind: rmsnorm 12.4% (large rows predicted up to 30% slow), copy "
+                                       "11.3% (copies of ~5 us, launch-bound, 18-44% slow), softmax 10.6%, layernorm 9.0%")
+def test_fresh_memory_bound_each_kind_within_8_percent():
+    assert all(_mape(_errors(MEMORY, "kind")[k]) <= TARGET for k in MEMORY_FRESH)

@@ -54,6 +54,13 @@ GEMM_INPUT_SAVED_BYTES = {"fp8": 1.0, "nvfp4": 0.5 + 1.0 / 16}
 # log-softmax, the NLL gradient and its own gradient (12, measured); Megatron's vocab-parallel
 # cross-entropy works in place on one fp32 copy beside the bf16 logits (8).
 LOSS_BYTES_PER_LOGIT = {"megatron": 8, "zero": 8, "torch_amp": 12, "torch_fsdp": 12}
+# torch's loss_parallel (DTensor, vocabulary-sharded logits) decomposes the loss into eager ops
+# (torch/distributed/tensor/parallel/loss.py): forward keeps the fp32 log-softmax (4); its fused
+# NLL + log-softmax backward builds grad_input = zeros_like(x) (4), exp(x) (4) and their sum (4)
+# before the product replaces them: 16 at the start of backward, against 12 measured for the
+# fused cross-entropy counted the same way (the bf16 logits not counted in either). Read from the
+# source, not fitted.
+LOSS_PARALLEL_BYTES_PER_LOGIT = 16
 
 STATE_BYTES = {  # (weights, gradients, optimizer) bytes per parameter
     "megatron": (2, 4, 12),
@@ -417,7 +424,7 @@ def _attention_activation_bytes(ctx: Context) -> float:
     qk, vd = _attention_dims(m)
     drop = 1 if p.dropout else 0
     g_in = GEMM_INPUT_SAVED_BYTES.get(p.precision, 2)        # GEMM inputs are saved quantized (TE)
-    attn = resid * Tsp * h + g_in * Tsp * h                   # norm input, QKV-GEMM input
+    attn = resid * Tsp * h + g_in * _tp_input_tokens(ctx) * h     # norm input, QKV-GEMM input
     attn += 2 * T * (heads * qk + _saved_kv_heads(p, heads, kv) * (qk + vd))   # Q, K, V
     attn += 2 * T * heads * vd                                # attention output = out-proj input
     if p.attention in FUSED_ATTENTION:                        # FlashAttention-style kernels
@@ -443,10 +450,29 @@ def _ffn_activation_bytes(ctx: Context, moe: bool) -> float:
         mlp += _moe_activation_bytes(ctx)
     else:
         f = m.ffn_hidden // tp
-        mlp += g_in * Tsp * h + 2 * T * f * (2 if m.gated_mlp else 1) + g_in * T * f
+        mlp += g_in * _tp_input_tokens(ctx) * h + 2 * T * f * (2 if m.gated_mlp else 1) + g_in * T * f
         if m.gated_mlp:
             mlp += _separate_projection_bytes(ctx, 1) + _eager_swiglu_bytes(ctx, f)
     return mlp
+
+
+def loss_bytes_per_logit(p) -> float:
+    """Peak bytes per logit of the loss (LOSS_BYTES_PER_LOGIT by recipe; torch's loss_parallel
+    under tp where the framework runs it: LOSS_PARALLEL_BYTES_PER_LOGIT)."""
+    if p.tp > 1 and get_framework(p.framework).kernels.tp_loss == "dtensor_loss_parallel":
+        return LOSS_PARALLEL_BYTES_PER_LOGIT
+    return LOSS_BYTES_PER_LOGIT[p.recipe]
+
+
+def _tp_input_tokens(ctx: Context) -> int:
+    """Tokens of a column-parallel linear's saved input on one device: the sequence shard under
+    Megatron-style sequence parallelism (and without tp, where the shard is the whole sequence),
+    the whole all-gathered sequence where the framework's sequence parallelism saves the gathered
+    tensor (Kernels.sequence_parallel_saves: DTensor's PrepareModuleInput, torchtitan)."""
+    p = ctx.plan
+    if p.sequence_parallel and p.tp > 1 and get_framework(p.framework).kernels.sequence_parallel_saves == "gathered":
+        return ctx.tokens
+    return ctx.sp_tokens
 
 
 def _separates(ctx: Context) -> bool:
@@ -465,7 +491,7 @@ def _separate_projection_bytes(ctx: Context, extra: int) -> float:
     p = ctx.plan
     if p.recipe != "torch_amp" or not _separates(ctx):
         return 0.0
-    return extra * GEMM_INPUT_SAVED_BYTES.get(p.precision, 2) * ctx.sp_tokens * ctx.model.hidden
+    return extra * GEMM_INPUT_SAVED_BYTES.get(p.precision, 2) * _tp_input_tokens(ctx) * ctx.model.hidden
 
 
 def _eager_swiglu_bytes(ctx: Context, f: int) -> float:
@@ -591,7 +617,7 @@ def stage_footprint(ctx: Context, layers: range, first: bool, last: bool,
     # the main head's logits, and as many again for each MTP depth (each keeps its loss's buffer
     # until backward: multi_token_prediction.py process_mtp_loss runs the shared head per depth)
     heads = 1 + m.mtp_forward_depths
-    logits = heads * ctx.tokens * math.ceil(m.vocab / p.tp) * LOSS_BYTES_PER_LOGIT[p.recipe] if last else 0.0
+    logits = heads * ctx.tokens * math.ceil(m.vocab / p.tp) * loss_bytes_per_logit(p) if last else 0.0
     fsdp = fsdp_transients(ctx, dense + expert) if p.recipe == "torch_fsdp" else None
     temp = get_framework(p.framework).kernels.optimizer_temp_bytes * (dense + expert) / _optimizer_shards(p)
     return StageFootprint(dense + expert, weights, grads, opt, stored, logits, rebuild, fsdp, transient, temp,

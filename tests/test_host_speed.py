@@ -120,7 +120,7 @@ def test_set7_as_pre_registered_with_the_reference_host():
     plans 29-37% fast on a host 1.54x the reference), 13.8% with the session-7 host costs (fitted
     on this file's twins among others), 2.5% peak memory, every fit verdict and pick right."""
     s, groups = _set7("reference")
-    assert s.count == 12 and s.mape <= 0.138 and s.memory_mape <= 0.026
+    assert s.count == 12 and s.mape <= 0.138 and s.memory_mape <= 0.022
     assert (s.fit_correct, s.fit_total) == (12, 12)
     assert all(g.pick_ok for g in groups) and len(groups) == 2
 
@@ -135,7 +135,7 @@ def test_set7_with_the_registered_twin_rule():
     factor, n = host_speed_factor(mf, hw, calibration_for(hw.accelerator)[0])
     assert n == 12 and 1.2 <= factor <= 1.3
     s, groups = _set7("twins")
-    assert s.mape <= 0.071 and s.memory_mape <= 0.026
+    assert s.mape <= 0.071 and s.memory_mape <= 0.022
     assert all(g.pick_ok for g in groups)
     assert sorted(round(g.kendall_tau, 2) for g in groups) >= [0.73, 0.86]
 
@@ -162,7 +162,7 @@ def test_set8_as_pre_registered(host, ratchet):
     reference host, 7.2% by the registered twin rule (this host measured 0.98x the reference),
     1.3% peak memory, 12/12 verdicts, both picks right, tau 0.87 in both groups."""
     s, groups = _set8(host)
-    assert s.count == 12 and s.mape <= ratchet and s.memory_mape <= 0.013
+    assert s.count == 12 and s.mape <= ratchet and s.memory_mape <= 0.011
     assert (s.fit_correct, s.fit_total) == (12, 12)
     assert len(groups) == 2 and all(g.pick_ok for g in groups)
     assert all(round(g.kendall_tau, 2) >= 0.86 for g in groups)
@@ -239,10 +239,11 @@ def test_set9_as_pre_registered_with_per_plan_twins():
     """12 plans on two model shapes never run before (gpt-2.7b s2048 under Megatron-Core local,
     llama-2b s4096 torch-native), predicted before the run; the registered rule (each plan under
     its own twin's factor): 4.8% time (worst torch-native TP + SP +13.9%, whose twin ran 14% slower
-    than the plan itself), 1.5% peak memory, 12/12 verdicts, both picks right, tau 1.0 (Megatron)
+    than the plan itself), 1.5% peak memory as registered (1.0% since session 8 read
+    torch's DTensor sequence-parallel memory from its source, developed on it), 12/12 verdicts, both picks right, tau 1.0 (Megatron)
     and 0.73 (torch-native: DDP, FSDP2, pp and interleaved within 9% of each other)."""
     s, groups = _per_plan(SET9)
-    assert s.count == 12 and s.mape <= 0.048 and s.worst_abs_error <= 0.139 and s.memory_mape <= 0.0152
+    assert s.count == 12 and s.mape <= 0.048 and s.worst_abs_error <= 0.139 and s.memory_mape <= 0.011
     assert (s.fit_correct, s.fit_total) == (12, 12)
     assert len(groups) == 2 and all(g.pick_ok for g in groups)
     assert sorted(round(g.kendall_tau, 2) for g in groups) >= [0.73, 1.0]
@@ -258,7 +259,8 @@ def test_set9_by_the_other_rules(host, ratchet):
 
 
 @pytest.mark.xfail(strict=True, reason="set 9: torch-native TP + SP +13.9% time (twin noise: its twin's steps spread "
-                                       "2.4-3.4 s), -9.0% peak memory; torch-native tau 0.73")
+                                       "2.4-3.4 s); torch-native tau 0.73 (its -9.0% peak memory as registered is -2.8% "
+                                       "since session 8's DTensor sequence-parallel memory, developed on it)")
 def test_set9_meets_the_issue_targets():
     s, groups = _per_plan(SET9)
     res_ok = s.worst_abs_error <= 0.10

@@ -72,8 +72,9 @@ def test_torchtitan_time_target():
 
 # ---- memory and fit verdicts ----------------------------------------------------------------------
 MEMORY = {"h200_plan_megatron.json": (0.025, 8, 8), "h200x2_plan_megatron.json": (0.032, 34, 37),
-          "h200x2_plan_torchtitan.json": (0.029, 4, 4)}   # torchtitan 15.5% -> 8.3% (session 5 memory fixes)
+          "h200x2_plan_torchtitan.json": (0.014, 4, 4)}   # torchtitan 15.5% -> 8.3% (session 5 memory fixes)
 # -> 2.8% (session 6: FSDP2's deferred gradient sync, which its two FSDP2 records ran, modelled; developed on them)
+# -> 1.3% (session 8: DTensor sequence parallel saves the all-gathered linear inputs; loss_parallel's buffers)
 
 
 @pytest.mark.parametrize("name", FILES)
@@ -301,7 +302,7 @@ def test_preregistered_set_figures():
         assert not unsupported
         res += r
     s = {k.kind: k for k in summarize(res)}["plan_step"]
-    assert s.mape <= 0.075 and s.memory_mape <= 0.024
+    assert s.mape <= 0.075 and s.memory_mape <= 0.021
     assert s.fit_correct >= 21 and s.fit_total == 22
     groups = plan_groups(res, 150109880320.0)
     assert len(groups) == 7 and all(g.pick_ok for g in groups)
@@ -360,8 +361,8 @@ def test_second_preregistered_set():
     assert all(g.pick_ok for g in groups) and len(groups) == 5
 
 
-@pytest.mark.xfail(strict=True, reason="torch-native (second pre-registered set): DTensor TP+SP -24% time, -7.3% peak "
-                                       "memory (FSDP2's -12.5% is +0.8% with its deferred gradient sync modelled)")
+@pytest.mark.xfail(strict=True, reason="torch-native (second pre-registered set): DTensor TP+SP -15.2% time (peak memory "
+                                       "-7.3% -> -3.7% since session 8; FSDP2 +0.8% with its deferred sync modelled)")
 def test_second_preregistered_set_torch_native_target():
     res = evaluated("h200x2_plan_prereg2.json")[0]
     tt = [r for r in res if r.record["framework"] == "torchtitan"]
@@ -386,7 +387,7 @@ def test_readme_framework_rows():
     assert t <= 0.046 and m <= 0.025                                          # 4.5%, 2.4% (today's model; 2.8% before GQA K/V copies)
     for files in ((PREREG, PREREG_REST), ("h200x2_plan_prereg2.json",)):
         t, m, right, total = _framework_figures(files, "torchtitan")
-        assert t <= 0.109 and m <= 0.032 and right == total                   # 7.7-10.9% (17.1-19.3% before the torch-native kernel reconciliation); 1.9-3.1% (6.2-7.0% before FSDP2's deferred sync, 14.8-14.9% before session 5)
+        assert t <= 0.080 and m <= 0.020 and right == total                   # 6.0-8.0% (17.1-19.3% before the torch-native kernel reconciliation); 0.9-1.9% (1.9-3.1% before session 8's DTensor-SP memory, 6.2-7.0% before FSDP2's deferred sync, 14.8-14.9% before session 5)
 
 
 # ---- the allocator: the same out-of-memory plans with expandable segments -----------------------------

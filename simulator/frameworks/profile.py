@@ -63,6 +63,17 @@ class Kernels(_Strict):
     # input) or "separate" (torchtitan's llama3 model: wq, wk, wv and w1, w3 separate nn.Linear
     # modules, SwiGLU as the eager F.silu(w1(x)) * w3(x))
     projections: Literal["fused", "separate"] = "fused"
+    # what a column-parallel linear saves of its input under sequence parallelism: "shard" (Megatron-
+    # Core: its sequence shard, all-gathered again for the weight gradient in backward; Korthikanti et
+    # al. 2022 section 4.2.2) or "gathered" (DTensor's PrepareModuleInput Shard(1) -> Replicate, as
+    # torchtitan's TP plan uses it: the linear's input is the all-gathered full-sequence tensor, which
+    # autograd saves as is)
+    sequence_parallel_saves: Literal["shard", "gathered"] = "shard"
+    # the loss over vocabulary-parallel logits under tp: "vocab_parallel" (Megatron-Core's fused
+    # vocab-parallel cross-entropy, or the recipe's own loss) or "dtensor_loss_parallel" (torch's
+    # loss_parallel, which torchtitan turns on with tp: log-softmax and NLL decomposed into eager ops,
+    # torch/distributed/tensor/parallel/loss.py; simulator.memory.LOSS_PARALLEL_BYTES_PER_LOGIT)
+    tp_loss: Literal["vocab_parallel", "dtensor_loss_parallel"] = "vocab_parallel"
     # the same choices for a build without its fused extensions (apex, Transformer Engine),
     # which a plan marks by running the attention backend ``unfused_torch``; None: as above
     without_extensions: "KernelChoices | None" = None

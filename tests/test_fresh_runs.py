@@ -96,3 +96,37 @@ def test_fresh_memory_bound_ratchet(kind):
                                        "11.3% (copies of ~5 us, launch-bound, 18-44% slow), softmax 10.6%, layernorm 9.0%")
 def test_fresh_memory_bound_each_kind_within_8_percent():
     assert all(_mape(_errors(MEMORY, "kind")[k]) <= TARGET for k in MEMORY_FRESH)
+
+
+# ---- GEMMs: a new random draw (seed 25, two passes) and grouped GEMMs (seed 34) ---------------------
+GEMM25 = REPEAT / "h200_gemm_random25.json"
+GROUPED34 = REPEAT / "h200_grouped_gemm34.json"
+GEMM25_TODAY = {"all": 0.148, "small_mn_large_k": 0.110, "fp8_small": 0.173, "misaligned": 0.313, "large": 0.076,
+                "other": 0.121}
+
+
+def test_fresh_gemm_draw_is_new():
+    from validation.gemm_regimes import random_set_pairs
+    fitted = {Path(f).name for f in profile_fitted_on("h200-sxm")}
+    assert GEMM25.name not in fitted and GROUPED34.name not in fitted
+    assert len(random_set_pairs(GEMM25, seed=25)) == 156
+
+
+@pytest.mark.parametrize("regime", sorted(GEMM25_TODAY))
+def test_fresh_gemm_ratchet(regime):
+    from validation.gemm_regimes import mape_by_regime, random_set_pairs
+    n, mape = mape_by_regime(random_set_pairs(GEMM25, seed=25))[regime][:2]
+    assert n >= 9 and mape <= GEMM25_TODAY[regime] + 5e-4
+
+
+@pytest.mark.xfail(strict=True, reason="fresh H200 draw (seed 25): 14.8% (misaligned 31.3%, fp8 small 17.3%); target 7%")
+def test_fresh_gemm_target():
+    from validation.gemm_regimes import mape_by_regime, random_set_pairs
+    assert mape_by_regime(random_set_pairs(GEMM25, seed=25))["all"][1] <= 0.07
+
+
+def test_fresh_grouped_gemm_ratchet():
+    """150 grouped GEMM calls of a new draw (grouped_mm, bmm, a loop of GEMMs): 14.2% (the H200 file
+    of session 7, also never fitted: 13.2%)."""
+    errs = _errors(GROUPED34, "kind")["grouped_gemm"]
+    assert len(errs) == 150 and _mape(errs) <= 0.1425

@@ -435,6 +435,36 @@ def test_collectives_separate_run_ratchet():
     assert max(_run4_by_kind(4 << 20).values()) <= 0.155
 
 
+# two later separate runs (session 7: run6, run7 on fresh 2xH200 machines; never fitted), all sizes and
+# >= 4 MiB per kind, today's profile: the small-message latency moves between machines (33-67 us) and
+# the profile sits in the slow mode (its fit run's); at >= 4 MiB all-to-all is predicted 17-20% slow
+# at 1-4 GiB in every run, the fit run included (docs/validation.md, "Collectives on 2xH200")
+LATER_RUNS_TODAY = {
+    "run6": ({"all_gather": 0.196, "all_reduce": 0.171, "all_to_all": 0.309, "broadcast": 0.21,
+              "reduce_scatter": 0.267, "send_recv": 0.144},
+             {"all_gather": 0.161, "all_reduce": 0.164, "all_to_all": 0.361, "broadcast": 0.05,
+              "reduce_scatter": 0.15, "send_recv": 0.11}),
+    "run7": ({"all_gather": 0.20, "all_reduce": 0.13, "all_to_all": 0.64, "broadcast": 0.183,
+              "reduce_scatter": 0.438, "send_recv": 0.209},
+             {"all_gather": 0.095, "all_reduce": 0.159, "all_to_all": 0.137, "broadcast": 0.045,
+              "reduce_scatter": 0.18, "send_recv": 0.228}),
+}
+
+
+@pytest.mark.parametrize("run", sorted(LATER_RUNS_TODAY))
+def test_collectives_later_runs_ratchet(run):
+    every, large = LATER_RUNS_TODAY[run]
+    got, got_large = _separate_run_by_kind(run), _separate_run_by_kind(run, 4 << 20)
+    assert all(got[k] <= v + 5e-4 for k, v in every.items()) and set(got) == set(every)
+    assert all(got_large[k] <= v + 5e-4 for k, v in large.items())
+
+
+@pytest.mark.xfail(strict=True, reason="later 2-GPU runs: every kind <= 10% is below the machines' reproducibility "
+                                       "(run7's floor averages 19.9%); all-to-all 1-4 GiB predicted 17-20% slow")
+def test_collectives_later_runs_target():
+    assert all(max(_separate_run_by_kind(run).values()) <= 0.10 for run in LATER_RUNS_TODAY)
+
+
 # meshcast's per-kind MAPE on a held-out run over the reproducibility floor of that run (the MAPE
 # of the median of the other runs), today's values (docs/measurements.md)
 FLOOR_RATIO_TODAY = {

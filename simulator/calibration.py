@@ -84,6 +84,15 @@ class Calibration:
                                  1: fully overlapped, as FlashAttention-3's ping-pong schedule); a
                                  ``backend`` key without direction stands for both
       attention_kernel_overhead[backend_direction]  fixed work per thread block, in tiles (likewise)
+      ssd_fraction[direction]    the Mamba-2 SSD scan's Triton kernels (simulator/ssm.py, mamba_ssm
+                                 ssd_combined): their tensor-core work's rate as a fraction of the
+                                 achievable bf16 GEMM rate (``fwd``, ``bwd``); unset: 1, the cuBLAS rate
+      ssd_hbm_fraction           their HBM traffic's rate as a fraction of the streaming rate
+                                 (datasheet x hbm_fraction); 1 = streaming
+      ssd_kernel_fixed_s         extra fixed seconds per SSD kernel beyond kernel_launch_s (a small
+                                 grid's ramp and tail, a kernel's set-up); 0 = none
+                                 (the three: 1 / 1 / 0 until fitted on ssd_scan records:
+                                 ``meshcast calibrate --only ssd``)
       comm_overlap_slowdown      compute time lost per second of communication hidden under it
                                  (NCCL kernels occupy SMs and HBM bandwidth: ~16-32 channels of
                                  132 SMs on Hopper); a planning value, not fitted
@@ -128,6 +137,9 @@ class Calibration:
     attention_bwd_fraction: float = 0.50
     attention_softmax_fraction: float = 0.50
     attention_tile_overhead: float = 1.0
+    ssd_fraction: dict = field(default_factory=dict)
+    ssd_hbm_fraction: float = 1.0
+    ssd_kernel_fixed_s: float = 0.0
     comm_overlap_slowdown: float = 0.2
     softmax_row_latency_s: float = 5.0e-6
     host_op_s: float = 0.0
@@ -181,11 +193,11 @@ HOST_PARAMETERS = ("host_op_s", "fsdp_unit_host_s", "ddp_tensor_host_s", "optimi
 
 DICT_PARAMETERS = ("gemm_peak_fraction", "attention_kernel_fraction", "attention_kernel_overlap",
                    "attention_kernel_overhead", "memory_op_fraction", "collective_fraction", "collective_alpha_fraction",
-                   "collective_shard_steps", "sustained_clock_fraction")
+                   "collective_shard_steps", "sustained_clock_fraction", "ssd_fraction")
 
 
 FRACTIONS = ("gemm_unaligned_fraction", "gemm_clock_bound_fraction", "hbm_fraction", "attention_fwd_fraction", "attention_bwd_fraction",
-             "attention_softmax_fraction")
+             "attention_softmax_fraction", "ssd_hbm_fraction")
 
 
 @lru_cache(maxsize=1)
@@ -216,6 +228,7 @@ def _profile_schema() -> type:
                 collective_alpha_fraction=(Optional[dict[str, positive]], None),
                 collective_shard_steps=(Optional[dict[str, nonneg]], None),
                 sustained_clock_fraction=(Optional[dict[str, fraction]], None),
+                ssd_fraction=(Optional[dict[str, fraction]], None),
                 links=(Optional[dict[str, link]], None))
     return pydantic.create_model("ProfileParameters", __config__=cfg, **spec)
 

@@ -26,10 +26,20 @@ their HBM traffic (roofline), plus one launch per kernel:
                   the states): FLOPs 2·F + F_3 + F_4, bytes 2·bytes_fwd + the state passes.
 
 Launches: forward 5 kernels (chunk cumsum, chunk state, state passing, bmm CBᵀ, chunk scan),
-backward 11 (mamba_ssm ssd_combined: _mamba_chunk_scan_combined_bwd). ASSUMPTION (no
-measurement of these kernels in this repository): the Triton kernels reach the cuBLAS-fitted
-GEMM rate; they run in bf16 whatever the plan's GEMM precision (Transformer Engine's fp8
-covers the linear layers only).
+backward 11 (mamba_ssm ssd_combined: _mamba_chunk_scan_combined_bwd). The scan runs in bf16
+whatever the plan's GEMM precision (Transformer Engine's fp8 covers the linear layers only).
+
+Gate (``gate``): Megatron-Core's default training path (``use_mamba_mem_eff_path``,
+mamba_split_conv1d_scan_combined) passes z into the scan, which then reads z, writes the gated
+output and keeps the ungated one (out_x) for the backward: +2 passes of T·H·P bf16 forward;
+backward reads z and out_x again and writes dz: +3 passes (counted bytes; no FLOPs of note).
+
+Achieved rates (calibration, docs/cost_model.md): the tensor-core work runs at
+``ssd_fraction[fwd|bwd]`` of the achievable bf16 GEMM rate, the HBM traffic at ``ssd_hbm_fraction``
+of the streaming rate, and every kernel costs ``kernel_launch_s + ssd_kernel_fixed_s``. Defaults
+1 / 1 / 0: the ASSUMPTION that the Triton kernels reach the cuBLAS-fitted GEMM rate and stream at
+HBM's rate, until a profile fits them on ``ssd_scan`` records (validation/harness/ssd_scan.py,
+``meshcast calibrate --only ssd``).
 """
 from __future__ import annotations
 
@@ -59,8 +69,11 @@ def ssd_flops_parts(tokens: int, heads: int, head_dim: int, groups: int, state: 
 
 
 def ssd_cost(tokens: int, heads: int, head_dim: int, groups: int, state: int, chunk: int,
-             sequences: int = 1, backward: bool = False) -> SsdCost:
-    """FLOPs and bytes of the forward (or backward) chunked scan on one device."""
+             sequences: int = 1, backward: bool = False, gate: bool = False) -> SsdCost:
+    """FLOPs and bytes of the forward (or backward) chunked scan on one device: ``tokens`` in
+    all (``sequences`` sequences of tokens / sequences each, every one split into chunks of
+    ``chunk``), ``heads`` and ``groups`` this device's (after tensor parallelism); ``gate``: z
+    fused into the scan (module docstring)."""
     T, H, P, G, N, Q = tokens, heads, head_dim, groups, state, chunk
     parts = ssd_flops_parts(T, H, P, G, N, Q, sequences)
     chunks = sequences * -(-(T // max(1, sequences)) // Q)
@@ -72,12 +85,18 @@ def ssd_cost(tokens: int, heads: int, head_dim: int, groups: int, state: int, ch
                  + state_bytes + 2.0 * T * H * P)      # states; y written
     fwd = sum(parts.values())
     if not backward:
-        return SsdCost(fwd, fwd_bytes)
-    return SsdCost(2 * fwd + parts["states"] + parts["passing"], 2 * fwd_bytes + state_bytes)
+        return SsdCost(fwd, fwd_bytes + (2 * 2.0 * T * H * P if gate else 0.0))
+    return SsdCost(2 * fwd + parts["states"] + parts["passing"],
+                   2 * fwd_bytes + state_bytes + (3 * 2.0 * T * H * P if gate else 0.0))
 
 
 def ssd_time(dev: DeviceModel, cost: SsdCost, backward: bool = False) -> float:
-    """Seconds of one SSD scan: the larger of its tensor-core time (the achievable bf16 GEMM rate)
-    and its HBM time, plus one launch per kernel."""
+    """Seconds of one SSD scan: the larger of its tensor-core time (``ssd_fraction`` of the
+    achievable bf16 GEMM rate) and its HBM time (``ssd_hbm_fraction`` of the streaming rate), plus
+    a fixed cost per kernel (``kernel_launch_s + ssd_kernel_fixed_s``)."""
+    cal = dev.cal
     launches = SSD_BWD_LAUNCHES if backward else SSD_FWD_LAUNCHES
-    return max(cost.flops / dev.peak("bf16"), cost.bytes / dev.hbm_Bps) + launches * dev.cal.kernel_launch_s
+    frac = cal.ssd_fraction.get("bwd" if backward else "fwd", 1.0)
+    compute = cost.flops / (dev.peak("bf16") * frac)
+    memory = cost.bytes / (dev.hbm_Bps * cal.ssd_hbm_fraction)
+    return max(compute, memory) + launches * (cal.kernel_launch_s + cal.ssd_kernel_fixed_s)

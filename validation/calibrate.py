@@ -194,7 +194,10 @@ def physical_violations(cal: Calibration) -> list[str]:
     for dtype, f in cal.gemm_peak_fraction.items():
         if not 0 < f <= 1:
             out.append(f"gemm_peak_fraction.{dtype} = {f:.3g} is not in (0, 1]")
-    for name in ("hbm_fraction", "attention_fwd_fraction", "attention_bwd_fraction", "attention_softmax_fraction"):
+    for key, f in cal.ssd_fraction.items():
+        if not 0 < f <= 1:
+            out.append(f"ssd_fraction.{key} = {f:.3g} is not in (0, 1]")
+    for name in ("ssd_hbm_fraction", "hbm_fraction", "attention_fwd_fraction", "attention_bwd_fraction", "attention_softmax_fraction"):
         v = getattr(cal, name)
         if not 0 < v <= 1:
             out.append(f"{name} = {v:.3g} is not in (0, 1]")
@@ -214,7 +217,7 @@ def physical_violations(cal: Calibration) -> list[str]:
             if not 0 <= v <= 1e-3:
                 out.append(f"links.{link}.{name} = {v:.3g} s is not a microsecond-scale latency")
     for name in ("kernel_launch_s", "gemm_setup_s", "gemm_fp8_fixed_s", "gemm_unaligned_fixed_s", "gemm_split_k_fixed_s",
-                 "gemm_grouped_fixed_s"):
+                 "gemm_grouped_fixed_s", "ssd_kernel_fixed_s"):
         v = getattr(cal, name)
         if not 0 <= v <= 1e-4:
             out.append(f"{name} = {v:.3g} s is not a microsecond-scale cost")

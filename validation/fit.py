@@ -51,7 +51,10 @@ COMPUTE_PARAMS = [Param(f"gemm_peak_fraction.{d}", 0.05, 1.0) for d in ("bf16", 
     # fused attention kernels other than FlashAttention-2 (simulator.compute.fused_attention_params);
     # only records with that ``backend`` move them; FlashAttention-3 (fa3) is never fitted
     Param(f"attention_kernel_{name}.{be}_{d}", lo, hi) for be in FITTED_ATTENTION_KERNELS
-    for name, lo, hi in (("fraction", 0.1, 1.0), ("overlap", 0.0, 1.0), ("overhead", 0.0, 16.0)) for d in ("fwd", "bwd")]
+    for name, lo, hi in (("fraction", 0.1, 1.0), ("overlap", 0.0, 1.0), ("overhead", 0.0, 16.0)) for d in ("fwd", "bwd")] + [
+    # the Mamba-2 SSD scan's Triton kernels (simulator.ssm.ssd_time); only ssd_scan records move them
+    Param("ssd_fraction.fwd", 0.02, 1.0), Param("ssd_fraction.bwd", 0.02, 1.0), Param("ssd_hbm_fraction", 0.05, 1.0),
+    Param("ssd_kernel_fixed_s", 0.0, 100e-6)]
 
 
 # extra starting points of the compute fit: the GEMM tile model has a second basin where smaller
@@ -108,6 +111,7 @@ PARAMETER_GROUPS = {
     "attention_kernels": ("attention_kernel_",),                       # cudnn, efficient
     "memory": ("hbm_fraction", "memory_op_fraction.", "softmax_row_latency_s"),
     "launch": ("kernel_launch_s",),
+    "ssd": ("ssd_",),                                                  # Mamba-2 SSD scan kernels
     "comm": ("links.", "collective_"),
     "host": tuple(p.path for p in HOST_PARAMS),
 }

@@ -14,7 +14,10 @@ from simulator.plan import ParallelPlan
 from validation.records import record_dtype
 
 ELEMENTWISE_KINDS = ("layernorm", "rmsnorm", "gelu", "softmax", "silu_mul", "add")
-KERNEL_KINDS = ("copy", "gemm", "attention_fwd", "attention_fwd_bwd") + ELEMENTWISE_KINDS
+# the Mamba-2 SSD scan (validation/harness/ssd_scan.py): fitted only through its own parameters
+# (calibrate --only ssd; a full calibrate fits them with the rest)
+SSD_KINDS = ("ssd_scan",)
+KERNEL_KINDS = ("copy", "gemm", "attention_fwd", "attention_fwd_bwd") + ELEMENTWISE_KINDS + SSD_KINDS
 # predicted, never fitted (not in KERNEL_KINDS, which calibrate fits): MoE expert layers
 GROUPED_KINDS = ("grouped_gemm",)
 GROUPED_IMPLS = ("grouped_mm", "bmm", "loop")
@@ -70,6 +73,8 @@ def kernel_time(rec: dict, hw: Hardware, cal: Calibration) -> float:
         return memory_time(dev, float(rec["bytes_moved"]), op="copy")
     if kind == "gemm":
         return gemm_time(dev, rec["m"], rec["n"], rec["k"], record_dtype(rec))
+    if kind in SSD_KINDS:
+        return ssd_record_time(rec, dev)
     if kind.startswith("attention"):
         direction = "fwd" if kind == "attention_fwd" else "fwd_bwd"
         backend = rec.get("backend", "flash")
@@ -82,6 +87,33 @@ def kernel_time(rec: dict, hw: Hardware, cal: Calibration) -> float:
                               backend, direction)
     assert kind in ELEMENTWISE_PASSES
     return elementwise_time(dev, kind, rec["tokens"], rec["hidden"], record_dtype(rec))
+
+
+def ssd_record_args(rec: dict) -> dict:
+    """simulator.ssm.ssd_cost's arguments for one ``ssd_scan`` record (docs/measurements.md):
+    x is ``[batch, seq, heads, head_dim]``, so the call covers ``batch * seq`` tokens in ``batch``
+    sequences of ``seq`` (each chunked on its own, as Megatron-Core's micro-batch of ``mbs``
+    sequences is: simulator.lowering._ssd_scan), ``heads`` and ``groups`` the local (per-TP-rank)
+    counts the call ran with; ``gate``: z fused into the scan."""
+    if record_dtype(rec) != "bf16":
+        raise Unsupported(f"the SSD scan is modelled in bf16 only, record is {record_dtype(rec)}")
+    batch, seq = int(rec["batch"]), int(rec["seq"])
+    return dict(tokens=batch * seq, heads=int(rec["heads"]), head_dim=int(rec["head_dim"]), groups=int(rec["groups"]),
+                state=int(rec["state"]), chunk=int(rec["chunk"]), sequences=batch, gate=bool(rec.get("gate", False)))
+
+
+def ssd_record_time(rec: dict, dev) -> float:
+    """Seconds of one ``ssd_scan`` record through simulator.ssm (the cost model the Mamba-2 lowering
+    uses): ``direction`` ``fwd`` the forward scan, ``fwd_bwd`` the forward then the backward."""
+    from simulator.ssm import ssd_cost, ssd_time
+    direction = rec.get("direction", "fwd")
+    if direction not in ("fwd", "fwd_bwd"):
+        raise Unsupported(f"unknown ssd_scan direction {direction!r}")
+    args = ssd_record_args(rec)
+    t = ssd_time(dev, ssd_cost(**args), backward=False)
+    if direction == "fwd_bwd":
+        t += ssd_time(dev, ssd_cost(**args, backward=True), backward=True)
+    return t
 
 
 def grouped_gemm_record_time(rec: dict, hw: Hardware, cal: Calibration) -> float:

@@ -27,7 +27,7 @@ def add_parser(sub) -> None:
     p.add_argument("--only", nargs="+", metavar="GROUP",
                    help="fit only these parameters, every other one kept at the --start profile's value (needs "
                         "--start): groups gemm, attention (FlashAttention-2), attention_kernels (cudnn, efficient), "
-                        "memory, launch, comm, host, or parameter paths or their prefixes "
+                        "ssd (Mamba-2 SSD scan kernels), memory, launch, comm, host, or parameter paths or their prefixes "
                         "(attention_kernel_fraction.cudnn); the profile written keeps --start's provenance and "
                         "adds this fit's")
     p.add_argument("--fit-seeds", nargs="+", type=int, default=[], metavar="SEED",
@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
         bad = unknown_selectors(only, every)
         if bad:
             raise MeshcastError("only", f"{', '.join(bad)} names no fitted parameter (groups: gemm, attention, "
-                                        f"attention_kernels, memory, launch, comm, host; or a parameter path)")
+                                        f"attention_kernels, ssd, memory, launch, comm, host; or a parameter path)")
     files = []
     for path in args.measurements:
         mf = load_measurements(path)

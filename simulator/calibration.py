@@ -50,8 +50,10 @@ class Calibration:
       gemm_peak_fraction[dtype]  achievable fraction of the dense datasheet peak in a large GEMM
       gemm_tile_overhead_k       per-tile prologue/epilogue expressed as extra K elements
       gemm_small_tile_exponent   throughput of a smaller output tile: (area/largest)^exponent
-      gemm_unaligned_fraction    main-loop throughput when a leading dimension is not 16-byte
-                                 aligned (cuBLAS's non-TMA fallback kernels), relative to aligned
+      gemm_unaligned_fraction    load rate of cuBLAS's non-TMA fallback kernels when a leading
+                                 dimension is not 16-byte aligned: the FLOP/s of the largest tile
+                                 at one element per load, as a fraction of the datasheet bf16 peak
+                                 (dtype-independent; simulator.compute.unaligned_load_s)
       gemm_unaligned_fixed_s     extra fixed seconds of such a fallback GEMM call
       gemm_split_k_fixed_s       fixed seconds of a split-K / stream-K reduction of fp32 partials
       gemm_grouped_fixed_s       extra fixed seconds of a grouped GEMM call (torch._grouped_mm: the

@@ -187,13 +187,13 @@ def gemm_plan(dev: DeviceModel, m: int, n: int, k: int, dtype: str = "bf16", bat
     m×n outputs (:func:`split_k_reduction_s`). The memory roofline and fixed costs are added by
     :func:`gemm_time`."""
     sms = dev.accelerator.sm_count
-    aligned = gemm_aligned(m, n, k, dtype)
+    vector = gemm_load_vector(n, k, dtype)
     best = (math.inf, 0, 0, 1)
     for tm, tn in GEMM_TILES:
         tiles = math.ceil(m / tm) * math.ceil(n / tn) * batch
         for s in split_k_factors(tiles, k, sms):
             # a partial last wave runs its tiles with the whole SM each: no gain beyond 1 tile/SM
-            t = math.ceil(tiles * s / sms) * gemm_tile_s(dev, tm, tn, math.ceil(k / s), dtype, aligned)
+            t = math.ceil(tiles * s / sms) * gemm_tile_s(dev, tm, tn, math.ceil(k / s), dtype, vector)
             if s > 1:
                 t += split_k_reduction_s(dev, m, n, s, batch)
             if t < best[0]:
@@ -201,22 +201,24 @@ def gemm_plan(dev: DeviceModel, m: int, n: int, k: int, dtype: str = "bf16", bat
     return best
 
 
-def gemm_tile_s(dev: DeviceModel, tm: int, tn: int, k: int, dtype: str, aligned: bool = True) -> float:
+def gemm_tile_s(dev: DeviceModel, tm: int, tn: int, k: int, dtype: str, vector: float | None = None) -> float:
     """Seconds one SM spends on one tm×tn output tile over ``k``: the main loop over k padded
     to the K-tile at the per-SM peak times the small-tile factor (area / largest tile area) **
-    ``gemm_small_tile_exponent``, slowed by ``gemm_unaligned_fraction`` when a leading
-    dimension is unaligned (cuBLAS then runs a non-TMA kernel: vectorised loads of less than 16
-    bytes), but never faster than the SM can load its operands ((tm + tn) x k_pad elements
-    from L2 at ``gemm_sm_load_bytes_per_flop`` x the SM's datasheet dense bf16 FLOP/s, bytes/s:
-    relative to the tensor rate, so it transfers between balanced designs; 0 = no such cap);
-    plus the tile's prologue and
-    epilogue, ``gemm_tile_overhead_k`` K elements at the aligned rate (alignment slows loads,
-    not the pipeline fill or the store of C)."""
+    ``gemm_small_tile_exponent``, but never faster than the SM can load its operands ((tm + tn) x
+    k_pad elements from L2 at ``gemm_sm_load_bytes_per_flop`` x the SM's datasheet dense bf16
+    FLOP/s, bytes/s: relative to the tensor rate, so it transfers between balanced designs; 0 = no
+    such cap) nor, when a leading dimension is not 16-byte aligned (``vector``: elements per
+    load of the non-TMA fallback kernel, :func:`gemm_load_vector`; None: aligned), than its narrow
+    loads allow (:func:`unaligned_load_s`); plus the tile's prologue and epilogue,
+    ``gemm_tile_overhead_k`` K elements at the aligned rate (alignment slows loads, not the
+    pipeline fill or the store of C)."""
     cal = dev.cal
     per_sm = dev.peak(dtype) / dev.accelerator.sm_count
     per_sm *= (tm * tn / (GEMM_TILES[0][0] * GEMM_TILES[0][1])) ** cal.gemm_small_tile_exponent
     k_pad = math.ceil(k / GEMM_TILE_K) * GEMM_TILE_K
-    main = 2.0 * tm * tn * k_pad / (per_sm * (1.0 if aligned else cal.gemm_unaligned_fraction))
+    main = 2.0 * tm * tn * k_pad / per_sm
+    if vector is not None:
+        main = max(main, unaligned_load_s(dev, tm, tn, k_pad, vector))
     if cal.gemm_sm_load_bytes_per_flop > 0:
         load_Bps = cal.gemm_sm_load_bytes_per_flop * dev.accelerator.peak_flops("bf16") / dev.accelerator.sm_count
         main = max(main, (tm + tn) * k_pad * DTYPE_BYTES[dtype] / load_Bps)
@@ -251,16 +253,48 @@ def _grouped_gemm_time(dev: DeviceModel, tokens: tuple, n: int, k: int, dtype: s
     if not tokens or min(n, k) <= 0:
         return 0.0
     sms = dev.accelerator.sm_count
-    aligned = gemm_aligned(max(tokens), n, k, dtype)
+    vector = gemm_load_vector(n, k, dtype)
     best = math.inf
     for tm, tn in GEMM_TILES:
         tiles = sum(math.ceil(m / tm) for m in tokens) * math.ceil(n / tn)
-        best = min(best, math.ceil(tiles / sms) * gemm_tile_s(dev, tm, tn, k, dtype, aligned))
+        best = min(best, math.ceil(tiles / sms) * gemm_tile_s(dev, tm, tn, k, dtype, vector))
     rows = sum(tokens)
     b_in = DTYPE_BYTES[dtype]
     b_out = DTYPE_BYTES["bf16" if dtype in QUANTIZED_GEMM_DTYPES else dtype]
     memory = ((rows * k + len(tokens) * k * n) * b_in + rows * n * b_out) / dev.hbm_Bps
     return max(best, memory) + gemm_fixed_s(dev.cal, rows, n, k, dtype) + dev.cal.gemm_grouped_fixed_s
+
+
+
+def gemm_load_vector(n: int, k: int, dtype: str) -> float | None:
+    """Elements per global load of the kernel cuBLAS falls back to when a leading dimension is
+    not 16-byte aligned, or None when both are (the TMA path). Row-major A[m,k] has leading
+    dimension k, B[k,n] and C[m,n] have n; a leading dimension of d elements is aligned to
+    gcd(d·bytes, 16) bytes, and a kernel loads vectors no wider than that. ASSUMPTION: the
+    fallback kernel is built for one alignment, the narrowest of A's and B's, and loads every
+    operand at it (CUTLASS/cuBLAS ``align1``/``align2``/``align4`` kernels; developed on
+    h100_kernels.json and seed 21 of h100_gemm_random2.json, where modelling A and B each at its
+    own width fitted worse)."""
+    size = DTYPE_BYTES[dtype]
+    if gemm_aligned(0, n, k, dtype):
+        return None
+    return min(math.gcd(int(d * size), GEMM_ALIGN_BYTES) for d in (n, k)) / size
+
+
+def unaligned_load_s(dev: DeviceModel, tm: int, tn: int, k_pad: int, vector: float) -> float:
+    """Seconds the non-TMA fallback kernel needs to load one tm×tn tile's operands over
+    ``k_pad``: (tm + tn)·k_pad elements, ``vector`` per load instruction. Narrow loads bound the
+    kernel by load instructions, not FLOPs or bytes: its rate does not depend on the dtype (an
+    odd-sized tf32 GEMM runs about as fast as a bf16 one, h100_kernels.json "awkward": 137 vs
+    136-153 TFLOP/s) and grows with the tile's reuse 2·tm·tn/(tm + tn) FLOP per element.
+    ``gemm_unaligned_fraction`` sets the rate: the FLOP/s the largest tile reaches with one
+    element per load, as a fraction of the datasheet dense bf16 peak (loads per second per SM =
+    fraction x bf16 peak per SM / (2·tm·tn/(tm + tn)) of the largest tile)."""
+    big_m, big_n = GEMM_TILES[0]
+    flop_per_element = 2.0 * big_m * big_n / (big_m + big_n)
+    loads_per_s = dev.cal.gemm_unaligned_fraction * dev.accelerator.peak_flops("bf16") / dev.accelerator.sm_count \
+        / flop_per_element
+    return (tm + tn) * k_pad / (vector * loads_per_s)
 
 
 def gemm_aligned(m: int, n: int, k: int, dtype: str) -> bool:

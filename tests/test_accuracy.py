@@ -234,7 +234,7 @@ def test_published_runs():
     ptdp = [abs(c.error) for c in done if c.plan["zero_stage"] != 3 and "narayanan" in c.source.lower()]
     assert sum(ptdp) / len(ptdp) <= 0.15
     # ratchet: DeepSpeed ZeRO-3 rows of Narayanan Table 2 are far off (docs/validation.md)
-    assert sum(abs(c.error) for c in done) / len(done) <= 0.225
+    assert sum(abs(c.error) for c in done) / len(done) <= 0.2204       # 0.2206 before misaligned GEMMs' narrow loads
 
 
 def test_published_runs_more():
@@ -255,12 +255,12 @@ def test_published_runs_more():
     # with each row's Megatron-Bridge recipe read (validation/bridge_recipes.py: MoE A2A overlap,
     # TP comm overlap, Megatron-FSDP): 13.2%, the file without Nemotron 3 12.6 -> 12.5%
     assert src["megatron-bridge"]["mape"] <= 0.1325
-    assert sum(abs(c.error) for c in before) / len(before) <= 0.1250
+    assert sum(abs(c.error) for c in before) / len(before) <= 0.1246   # narrow-load misaligned GEMMs: 0.12458 -> 0.12454
     # with the 24 Nemotron 3 rows (hybrid Mamba-2 blocks; 58.7%, every one predicted too fast): 17.9%;
     # with MTP (Super: two repeated depths, bf16) 16.4%; with issue #12's GEMM structure 16.1%; with
     # Super NVFP4's bf16 layers and modules read and the footnoted regression row skipped 15.6%;
     # with the Megatron-Bridge recipes read 15.4%
-    assert sum(abs(c.error) for c in done) / len(done) <= 0.1545
+    assert sum(abs(c.error) for c in done) / len(done) <= 0.1543
     allowed = ("zero_stage: Megatron-Bridge's Nemotron 3 Ultra", "framework: MaxText", "precision: pytorch: fp8",
                "measured: Megatron-Bridge docs/performance-summary-archive.md")
     assert all(s.reason.startswith(allowed) for s in skipped), {s.reason for s in skipped}
@@ -286,7 +286,7 @@ def _published_both() -> tuple:
 # narayanan 37.9 -> 37.3%, megatron-bridge 14.6 -> 14.5%, overall (260 rows) 14.9 -> 14.7%
 PUBLISHED_SOURCE_RATCHETS = {"dgxc-benchmarking": 0.104, "flashattention2": 0.13, "korthikanti2022": 0.025,
                              "llm-foundry": 0.129, "megatron-bridge": 0.132, "megatron-llama": 0.145,
-                             "narayanan2021": 0.373, "nemo": 0.138}
+                             "narayanan2021": 0.373, "nemo": 0.137}   # nemo 13.80 -> 13.68% (narrow-load misaligned GEMMs)
 
 
 def test_published_coverage_and_figures_ratchet():
@@ -303,9 +303,10 @@ def test_published_coverage_and_figures_ratchet():
     assert len(nemotron3) == 24 and sum(abs(c.error) for c in nemotron3) / len(nemotron3) <= 0.4134
     assert all(c.error > 0 for c in nemotron3)                                  # every one predicted too fast
     # 18.7% -> 17.4% (MTP) -> 17.2% (GEMM) -> 16.7% (Super NVFP4 read as run, regression row skipped)
-    # -> 16.6% (each Megatron-Bridge row's recipe read: validation/bridge_recipes.py)
-    assert sum(abs(c.error) for c in done) / len(done) <= 0.1661
-    assert len(before) == 259 and sum(abs(c.error) for c in before) / len(before) <= 0.1432
+    # -> 16.6% (each Megatron-Bridge row's recipe read: validation/bridge_recipes.py; narrow-load misaligned
+    # GEMMs: 16.602 -> 16.595%, without Nemotron 3 14.311 -> 14.302%)
+    assert sum(abs(c.error) for c in done) / len(done) <= 0.1660
+    assert len(before) == 259 and sum(abs(c.error) for c in before) / len(before) <= 0.1431
     src = per_source(before)
     for name, ratchet in PUBLISHED_SOURCE_RATCHETS.items():
         assert src[name]["mape"] <= ratchet + 5e-4, name
@@ -372,7 +373,7 @@ def test_random_gemm_set_is_held_out():
 # at 55% (small-MN large-K 106%); before the split-K fix-up / alignment / operand-load structure and
 # the fit on seed 21 of the second run: all 22.5, misaligned 23.2, large 10.5 (those two rose: see
 # the doc; 57 of the 156 records of this first run are flagged as interference, time_max/time_min > 3)
-RANDOM_GEMM_RATCHET = {"all": 0.211, "small_mn_large_k": 0.227, "fp8_small": 0.332, "misaligned": 0.258,
+RANDOM_GEMM_RATCHET = {"all": 0.196, "small_mn_large_k": 0.213, "fp8_small": 0.332, "misaligned": 0.128,
                        "large": 0.133, "other": 0.132}
 
 

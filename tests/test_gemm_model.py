@@ -70,11 +70,13 @@ def test_reproduced_times_takes_the_faster_pass():
 
 # ---- figures (MAPE by regime, faster of the two pass medians per shape) ---------------------------
 RANDOM2_RATCHETS = {   # seed: {regime: today's MAPE}; before this change 15.7 / 15.1 / 16.2 % overall
-    21: {"all": 0.099, "small_mn_large_k": 0.107, "fp8_small": 0.058, "misaligned": 0.14, "large": 0.132,
+    # narrow-load model of misaligned kernels (gemm_load_vector): seed 21 small-MN/large-K 0.107 -> 0.111
+    # (its misaligned split-K shapes, e.g. 35x19x45185 +1% -> +39%), improved on 22 / 12 / 23
+    21: {"all": 0.099, "small_mn_large_k": 0.111, "fp8_small": 0.058, "misaligned": 0.134, "large": 0.132,
          "other": 0.075},                                                   # fitted
-    22: {"all": 0.112, "small_mn_large_k": 0.133, "fp8_small": 0.073, "misaligned": 0.181, "large": 0.116,
+    22: {"all": 0.101, "small_mn_large_k": 0.113, "fp8_small": 0.073, "misaligned": 0.139, "large": 0.116,
          "other": 0.085},                                                   # held-out split, never fitted
-    12: {"all": 0.119, "small_mn_large_k": 0.124, "fp8_small": 0.056, "misaligned": 0.323, "large": 0.141,
+    12: {"all": 0.1, "small_mn_large_k": 0.111, "fp8_small": 0.056, "misaligned": 0.159, "large": 0.141,
          "other": 0.075},                                                   # earlier set, developed against
 }
 
@@ -88,7 +90,7 @@ def test_random2_ratchet(seed):
 
 # the fresh run the issue asks for: a draw never seen (seed 23), measured after the refit on another
 # H100 machine, predicted with the committed profile
-RANDOM3_RATCHET = {"all": 0.105, "small_mn_large_k": 0.109, "fp8_small": 0.062, "misaligned": 0.168,
+RANDOM3_RATCHET = {"all": 0.1, "small_mn_large_k": 0.104, "fp8_small": 0.062, "misaligned": 0.151,
                    "large": 0.101, "other": 0.083}
 
 
@@ -101,7 +103,7 @@ def test_fresh_random_run_ratchet():
 
 # H200: no random GEMM was ever fitted there (its profile fitted h200_kernels' sweep; the split-K
 # fix-up and unaligned fixed cost are H100's, transferred): a draw never seen (seed 24), one H200
-H200_RANDOM_RATCHET = {"all": 0.144, "small_mn_large_k": 0.128, "fp8_small": 0.168, "misaligned": 0.21,
+H200_RANDOM_RATCHET = {"all": 0.134, "small_mn_large_k": 0.128, "fp8_small": 0.168, "misaligned": 0.125,
                        "large": 0.112, "other": 0.135}
 
 
@@ -119,8 +121,8 @@ def test_fresh_random_run_is_not_fitted():
 
 
 @pytest.mark.xfail(strict=True, reason="issue #12 target: random GEMMs within 7% MAPE on a fresh run; seed 23 "
-                                       "(separate later run) at 10.4%, held-out split seed 22 at 11.1% today "
-                                       "(misaligned 16.7-18.0%, small-MN/large-K 10.8-13.2%)")
+                                       "(separate later run) at 9.9%, held-out split seed 22 at 10.0% today "
+                                       "(misaligned 13.9-15.0%, small-MN/large-K 10.4-11.3%)")
 def test_random_gemms_within_7_percent():
     assert mape_by_regime(random_set_pairs(RANDOM3, seed=23))["all"][1] <= 0.07
     assert mape_by_regime(random_set_pairs(RANDOM2, seed=22))["all"][1] <= 0.07
@@ -133,11 +135,43 @@ def test_split_k_pays_a_fitted_fixup_not_a_launch(h100):
 
 
 def test_unaligned_slows_the_main_loop_not_the_tile_overhead(h100):
-    from simulator.compute import GEMM_TILE_K, gemm_tile_s
-    f = h100.cal.gemm_unaligned_fraction
-    a, u = gemm_tile_s(h100, 128, 128, 19, "bf16", True), gemm_tile_s(h100, 128, 128, 19, "bf16", False)
-    main = 2.0 * 128 * 128 * GEMM_TILE_K / (h100.peak("bf16") / 132 * (0.5 ** h100.cal.gemm_small_tile_exponent))
-    assert u - a == pytest.approx(main * (1 / f - 1), rel=1e-6)     # only the main loop is slowed
+    """An unaligned kernel is bound by its narrow loads: the tile's main loop takes the longer of
+    the aligned main loop and (tm + tn)·k_pad elements at ``vector`` elements per load, where the
+    load rate is set so that the largest tile at one element per load runs at
+    ``gemm_unaligned_fraction`` x the datasheet bf16 peak, whatever the dtype; the tile overhead
+    (prologue/epilogue) is the aligned one."""
+    from simulator.compute import GEMM_TILE_K, GEMM_TILES, gemm_load_vector, gemm_tile_s
+    acc, f = h100.accelerator, h100.cal.gemm_unaligned_fraction
+    (bm, bn), sms = GEMM_TILES[0], acc.sm_count
+    assert (bm, bn) == (128, 256) and sms == 132
+    # the vector width is the alignment of the narrower leading dimension (k of A, n of B and C)
+    assert gemm_load_vector(4096, 4096, "bf16") is None                  # 16-byte aligned: TMA path
+    assert gemm_load_vector(4097, 4096, "bf16") == 1 and gemm_load_vector(4098, 4096, "bf16") == 2
+    assert gemm_load_vector(4096, 4100, "bf16") == 4 and gemm_load_vector(4100, 4098, "bf16") == 2
+    assert gemm_load_vector(4098, 4096, "tf32") == 2 and gemm_load_vector(4097, 4096, "tf32") == 1
+    assert gemm_load_vector(4100, 4096, "fp8") == 4 and gemm_load_vector(4104, 4096, "fp8") == 8
+    for tm, tn, vector in [(128, 256, 1), (128, 128, 2), (64, 64, 4)]:
+        k = 4 * GEMM_TILE_K                                               # k_pad = k
+        a, u = gemm_tile_s(h100, tm, tn, k, "bf16"), gemm_tile_s(h100, tm, tn, k, "bf16", vector)
+        tensor = 2.0 * tm * tn * k / (h100.peak("bf16") / sms * (tm * tn / (bm * bn)) ** h100.cal.gemm_small_tile_exponent)
+        load_rate = f * acc.peak_flops("bf16") / sms / (2.0 * bm * bn / (bm + bn))   # loads per second per SM
+        loads = (tm + tn) * k / vector / load_rate
+        l2_Bps = h100.cal.gemm_sm_load_bytes_per_flop * acc.peak_flops("bf16") / sms
+        aligned_main = max(tensor, (tm + tn) * k * 2 / l2_Bps)              # tensor rate or the SM's L2 loads
+        assert loads > aligned_main                                       # these tiles are load-bound
+        assert u - a == pytest.approx(loads - aligned_main, rel=1e-6)     # only the main loop is slowed
+        # the same loads in tf32 (twice the bytes) take no longer: bound by instructions, not bytes
+        assert gemm_tile_s(h100, tm, tn, k, "tf32", vector) - gemm_tile_s(h100, tm, tn, k, "tf32") < u - a + 1e-12
+    # worked by hand: the largest tile at one element per load runs at f x the bf16 peak per SM, so
+    # its main loop over k = 512 takes 2·128·256·512 / (f · 989.4e12 / 132) s (989.4 TFLOP/s: H100
+    # SXM dense bf16), i.e. 44.77 us / (f / 0.1)
+    k = 8 * GEMM_TILE_K
+    aligned_main = max(2.0 * bm * bn * k / (h100.peak("bf16") / sms),
+                       (bm + bn) * k * 2 / (h100.cal.gemm_sm_load_bytes_per_flop * acc.peak_flops("bf16") / sms))
+    main_s = gemm_tile_s(h100, bm, bn, k, "bf16", 1) - gemm_tile_s(h100, bm, bn, k, "bf16") + aligned_main
+    assert acc.peak_flops("bf16") == pytest.approx(989.4e12, rel=2e-3)
+    assert main_s == pytest.approx(44.77e-6 * 0.1 / f, rel=3e-3)
+    assert 2.0 * bm * bn * k / main_s == pytest.approx(f * acc.peak_flops("bf16") / sms, rel=1e-6)
     assert gemm_time(h100, 4096, 4097, 4096) > 2 * gemm_time(h100, 4096, 4096, 4096)
 
 

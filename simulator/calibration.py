@@ -91,6 +91,9 @@ class Calibration:
                                  achievable bf16 GEMM rate (``fwd``, ``bwd``); unset: 1, the cuBLAS rate
       ssd_hbm_fraction           their HBM traffic's rate as a fraction of the streaming rate
                                  (datasheet x hbm_fraction); 1 = streaming
+      ssd_host_s[direction]      host seconds to issue one SSD scan's kernels from Python (Triton's
+                                 launch path; a synchronised scan alone takes the larger of this and
+                                 its GPU time: simulator.ssm.ssd_time(isolated=True))
       ssd_kernel_fixed_s         extra fixed seconds per SSD kernel beyond kernel_launch_s (a small
                                  grid's ramp and tail, a kernel's set-up); 0 = none
                                  (the three: 1 / 1 / 0 until fitted on ssd_scan records:
@@ -142,6 +145,7 @@ class Calibration:
     ssd_fraction: dict = field(default_factory=dict)
     ssd_hbm_fraction: float = 1.0
     ssd_kernel_fixed_s: float = 0.0
+    ssd_host_s: dict = field(default_factory=dict)
     comm_overlap_slowdown: float = 0.2
     softmax_row_latency_s: float = 5.0e-6
     host_op_s: float = 0.0
@@ -195,7 +199,7 @@ HOST_PARAMETERS = ("host_op_s", "fsdp_unit_host_s", "ddp_tensor_host_s", "optimi
 
 DICT_PARAMETERS = ("gemm_peak_fraction", "attention_kernel_fraction", "attention_kernel_overlap",
                    "attention_kernel_overhead", "memory_op_fraction", "collective_fraction", "collective_alpha_fraction",
-                   "collective_shard_steps", "sustained_clock_fraction", "ssd_fraction")
+                   "collective_shard_steps", "sustained_clock_fraction", "ssd_fraction", "ssd_host_s")
 
 
 FRACTIONS = ("gemm_unaligned_fraction", "gemm_clock_bound_fraction", "hbm_fraction", "attention_fwd_fraction", "attention_bwd_fraction",
@@ -231,6 +235,7 @@ def _profile_schema() -> type:
                 collective_shard_steps=(Optional[dict[str, nonneg]], None),
                 sustained_clock_fraction=(Optional[dict[str, fraction]], None),
                 ssd_fraction=(Optional[dict[str, fraction]], None),
+                ssd_host_s=(Optional[dict[str, nonneg]], None),
                 links=(Optional[dict[str, link]], None))
     return pydantic.create_model("ProfileParameters", __config__=cfg, **spec)
 

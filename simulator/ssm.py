@@ -90,13 +90,19 @@ def ssd_cost(tokens: int, heads: int, head_dim: int, groups: int, state: int, ch
                    2 * fwd_bytes + state_bytes + (3 * 2.0 * T * H * P if gate else 0.0))
 
 
-def ssd_time(dev: DeviceModel, cost: SsdCost, backward: bool = False) -> float:
-    """Seconds of one SSD scan: the larger of its tensor-core time (``ssd_fraction`` of the
-    achievable bf16 GEMM rate) and its HBM time (``ssd_hbm_fraction`` of the streaming rate), plus
-    a fixed cost per kernel (``kernel_launch_s + ssd_kernel_fixed_s``)."""
+def ssd_time(dev: DeviceModel, cost: SsdCost, backward: bool = False, isolated: bool = False) -> float:
+    """Seconds of one SSD scan on the GPU: the larger of its tensor-core time (``ssd_fraction`` of
+    the achievable bf16 GEMM rate) and its HBM time (``ssd_hbm_fraction`` of the streaming rate),
+    plus a fixed cost per kernel (``kernel_launch_s + ssd_kernel_fixed_s``). ``isolated``: one
+    synchronised scan alone (a kernel measurement), which cannot finish before the host has issued
+    its kernels through Triton's Python launch path (``ssd_host_s``, measured: h200_ssd_scan.json):
+    the larger of the two. In a training step the host's issue time overlaps other layers' GPU work
+    and is not part of the GPU time returned here."""
     cal = dev.cal
+    direction = "bwd" if backward else "fwd"
     launches = SSD_BWD_LAUNCHES if backward else SSD_FWD_LAUNCHES
-    frac = cal.ssd_fraction.get("bwd" if backward else "fwd", 1.0)
+    frac = cal.ssd_fraction.get(direction, 1.0)
     compute = cost.flops / (dev.peak("bf16") * frac)
     memory = cost.bytes / (dev.hbm_Bps * cal.ssd_hbm_fraction)
-    return max(compute, memory) + launches * (cal.kernel_launch_s + cal.ssd_kernel_fixed_s)
+    gpu = max(compute, memory) + launches * (cal.kernel_launch_s + cal.ssd_kernel_fixed_s)
+    return max(gpu, cal.ssd_host_s.get(direction, 0.0)) if isolated else gpu

@@ -299,13 +299,15 @@ def test_published_coverage_and_figures_ratchet():
     nemotron3 = [c for c in done if c.model.startswith("Nemotron_3")]
     before = [c for c in done if not c.model.startswith("Nemotron_3")]
     # 58.7% -> 45.1% with MTP in the step model (Super 67.4 -> 48.1%; Nano has no MTP: 37.7%); 44.3% with
-    # issue #12's GEMM structure; 41.3% with Super NVFP4's bf16 layers and modules (te_quant.cfg)
-    assert len(nemotron3) == 24 and sum(abs(c.error) for c in nemotron3) / len(nemotron3) <= 0.4134
+    # issue #12's GEMM structure; 41.3% with Super NVFP4's bf16 layers and modules (te_quant.cfg); 38.8% with the
+    # SSD scan's Triton kernels measured (h200_ssd_scan.json, fitted --only ssd, transferred to h100-sxm)
+    assert len(nemotron3) == 24 and sum(abs(c.error) for c in nemotron3) / len(nemotron3) <= 0.3883
     assert all(c.error > 0 for c in nemotron3)                                  # every one predicted too fast
     # 18.7% -> 17.4% (MTP) -> 17.2% (GEMM) -> 16.7% (Super NVFP4 read as run, regression row skipped)
     # -> 16.6% (each Megatron-Bridge row's recipe read: validation/bridge_recipes.py; narrow-load misaligned
     # GEMMs: 16.602 -> 16.595%, without Nemotron 3 14.311 -> 14.302%)
-    assert sum(abs(c.error) for c in done) / len(done) <= 0.1660
+    # -> 16.4% (the SSD scan's kernels measured and fitted, session 8)
+    assert sum(abs(c.error) for c in done) / len(done) <= 0.1639
     assert len(before) == 259 and sum(abs(c.error) for c in before) / len(before) <= 0.1431
     src = per_source(before)
     for name, ratchet in PUBLISHED_SOURCE_RATCHETS.items():
@@ -335,8 +337,8 @@ def test_published_uses_90_percent_of_rows():
     assert len(done) >= 0.9 * (len(done) + len(skipped))
 
 
-@pytest.mark.xfail(strict=True, reason="overall 16.6%, Narayanan 37.3% (DeepSpeed ZeRO-3 rows), Megatron-Bridge 20.0%, "
-                                       "MoE 24.3%, Blackwell 20.0% (Nemotron 3 41.3%, GPT-OSS BF16 +45% to "
+@pytest.mark.xfail(strict=True, reason="overall 16.4%, Narayanan 37.3% (DeepSpeed ZeRO-3 rows), Megatron-Bridge 19.4%, "
+                                       "MoE 23.5%, Blackwell 19.4% (Nemotron 3 38.8%, GPT-OSS BF16 +45% to "
                                        "+80%); without Nemotron 3: 14.3%, MoE 16.3%, Blackwell 13.2% (docs/validation.md)")
 def test_published_targets_overall_source_moe_blackwell():
     from validation.published import per_regime, per_source

@@ -54,7 +54,7 @@ COMPUTE_PARAMS = [Param(f"gemm_peak_fraction.{d}", 0.05, 1.0) for d in ("bf16", 
     for name, lo, hi in (("fraction", 0.1, 1.0), ("overlap", 0.0, 1.0), ("overhead", 0.0, 16.0)) for d in ("fwd", "bwd")] + [
     # the Mamba-2 SSD scan's Triton kernels (simulator.ssm.ssd_time); only ssd_scan records move them
     Param("ssd_fraction.fwd", 0.02, 1.0), Param("ssd_fraction.bwd", 0.02, 1.0), Param("ssd_hbm_fraction", 0.05, 1.0),
-    Param("ssd_kernel_fixed_s", 0.0, 100e-6)]
+    Param("ssd_kernel_fixed_s", 0.0, 100e-6), Param("ssd_host_s.fwd", 0.0, 5e-3), Param("ssd_host_s.bwd", 0.0, 10e-3)]
 
 
 # extra starting points of the compute fit: the GEMM tile model has a second basin where smaller
@@ -144,7 +144,7 @@ def get_value(cal: Calibration, path: str) -> float:
                 "attention_kernel_overhead": overhead}[parts[0]]
     if len(parts) == 2:
         d = getattr(cal, parts[0])
-        default = {"memory_op_fraction": cal.hbm_fraction, "collective_shard_steps": 0.0}.get(parts[0], 1.0)
+        default = {"memory_op_fraction": cal.hbm_fraction, "collective_shard_steps": 0.0, "ssd_host_s": 1e-4}.get(parts[0], 1.0)
         return d.get(parts[1], default)
     return getattr(cal, path)
 

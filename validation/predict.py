@@ -110,9 +110,9 @@ def ssd_record_time(rec: dict, dev) -> float:
     if direction not in ("fwd", "fwd_bwd"):
         raise Unsupported(f"unknown ssd_scan direction {direction!r}")
     args = ssd_record_args(rec)
-    t = ssd_time(dev, ssd_cost(**args), backward=False)
+    t = ssd_time(dev, ssd_cost(**args), backward=False, isolated=True)
     if direction == "fwd_bwd":
-        t += ssd_time(dev, ssd_cost(**args, backward=True), backward=True)
+        t += ssd_time(dev, ssd_cost(**args, backward=True), backward=True, isolated=True)
     return t
 
 

@@ -27,7 +27,7 @@ groups, seq and batch; held out, never fitted). P, N and Q stay Nemotron 3's (64
 sets: every other value triggers a fresh Triton autotune of every kernel (~200 configs to compile).
 Timing is common.time_fn (L2 flushed before each call, two warm-ups, median of 5..50 calls). Before
 the timed cases, one untimed call per (gate, direction) runs Triton's autotuning and compilation;
-its wall time is kept in ``info.autotune_s``. A case that runs out of memory is recorded with
+its wall time is kept in ``info.autotune_seconds``. A case that runs out of memory is recorded with
 ``oom: true`` and ``time_s: null``; any other failure with ``ran: false`` and the ``error``.
 
 The case list, the estimate and ``--dry-run`` are plain Python (no torch import).
@@ -295,7 +295,7 @@ def main():
     dl = common.Deadline(args.budget_s)
     dl.start_section("ssd_scan")
     t0 = time.time()
-    info["autotune_s"] = autotune(scan, cs, flush)
+    info["autotune_seconds"] = autotune(scan, cs, flush)
     rec.flush()
     for i, c in enumerate(cs):
         if not dl.ok(reserve_s=1):

@@ -3,24 +3,18 @@
 from __future__ import annotations
 
 import functools
-import importlib.util
 import math
 from pathlib import Path
 
 import pytest
+from harness_loader import load_harness
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _harness():
-    spec = importlib.util.spec_from_file_location("attention_backends",
-                                                  ROOT / "validation" / "harness" / "attention_backends.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
-H = _harness()
+H = load_harness("attention_backends")
 
 
 def test_case_list_is_well_formed():

@@ -3,7 +3,6 @@
 simulator.ssm mapping, and the restricted calibration group ``ssd`` on synthetic records."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import random
@@ -13,19 +12,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from harness_loader import load_harness
 
 ROOT = Path(__file__).resolve().parents[1]
 MAMBA_MIRROR = Path("/work/.mirror/state-spaces+mamba/repo")
 
 
-def _harness():
-    spec = importlib.util.spec_from_file_location("ssd_scan", ROOT / "validation" / "harness" / "ssd_scan.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
-H = _harness()
+H = load_harness("ssd_scan")
 
 
 def test_case_list_is_well_formed():

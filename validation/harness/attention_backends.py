@@ -411,17 +411,7 @@ def main():
     dl = common.Deadline(args.budget_s)
     dl.start_section("attention_backends")
     t0 = time.time()
-    for i, c in enumerate(cs):
-        if not dl.ok(reserve_s=1):
-            rec.error(f"budget reached: {len(cs) - i} of {len(cs)} cases not run")
-            break
-        if i % 25 == 0:
-            common.log(f"-- case {i + 1}/{len(cs)}, {time.time() - t0:.0f} s")
-        try:
-            run_case(c, flush, nvml, rec)
-        except Exception as exc:  # noqa: BLE001
-            rec.error(f"{label(c)}: {common.short_exc(exc)}")
-            common.free_memory()
+    common.run_within_budget(cs, dl, rec, lambda c: run_case(c, flush, nvml, rec), label)
     counts = {}
     for r in rec.records:
         key = (r["backend"], "unsupported" if r.get("unsupported") else "oom" if r.get("oom") else "timed")

@@ -305,6 +305,25 @@ def run_case(rec: Recorder, label: str, fn):
     return out
 
 
+def run_within_budget(cases: list, dl: "Deadline", rec: Recorder, run_one, label) -> float:
+    """Run ``run_one(case)`` for each case while the deadline allows (the cases not reached are one
+    recorded error), logging progress every 25 cases; a case that raises is recorded as an error
+    and its memory freed, and the run goes on. Returns the seconds taken."""
+    t0 = time.time()
+    for i, c in enumerate(cases):
+        if not dl.ok(reserve_s=1):
+            rec.error(f"budget reached: {len(cases) - i} of {len(cases)} cases not run")
+            break
+        if i % 25 == 0:
+            log(f"-- case {i + 1}/{len(cases)}, {time.time() - t0:.0f} s")
+        try:
+            run_one(c)
+        except Exception as exc:  # noqa: BLE001
+            rec.error(f"{label(c)}: {short_exc(exc)}")
+            free_memory()
+    return time.time() - t0
+
+
 def fmt_rate(x, unit):
     if x is None:
         return "-"

@@ -297,17 +297,7 @@ def main():
     t0 = time.time()
     info["autotune_seconds"] = autotune(scan, cs, flush)
     rec.flush()
-    for i, c in enumerate(cs):
-        if not dl.ok(reserve_s=1):
-            rec.error(f"budget reached: {len(cs) - i} of {len(cs)} cases not run")
-            break
-        if i % 25 == 0:
-            common.log(f"-- case {i + 1}/{len(cs)}, {time.time() - t0:.0f} s")
-        try:
-            run_case(c, scan, flush, rec)
-        except Exception as exc:  # noqa: BLE001
-            rec.error(f"{label(c)}: {common.short_exc(exc)}")
-            common.free_memory()
+    common.run_within_budget(cs, dl, rec, lambda c: run_case(c, scan, flush, rec), label)
     ran = sum(1 for r in rec.records if r.get("ran"))
     oom = sum(1 for r in rec.records if r.get("oom"))
     common.log(f"done in {time.time() - t0:.1f} s: {len(rec.records)} records ({ran} timed, {oom} OOM); "

@@ -197,7 +197,7 @@ def test_every_plan_of_the_twin_sets_finds_its_own_twin():
         mf = load_measurements(path)
         hw = hardware_for(mf)
         cal = calibration_for(hw.accelerator)[0]
-        factors, median, own = plan_host_speeds(mf, hw, cal)
+        factors, median, own, _ = plan_host_speeds(mf, hw, cal)
         assert len(factors) == own == n
         assert set(factors.values()) <= set(twin_ratios(mf, hw, cal)) | {median}
         assert median == pytest.approx(host_speed_factor(mf, hw, cal)[0])
@@ -208,7 +208,7 @@ def test_a_plan_without_its_twin_takes_the_median():
     from validation.host_speed import plan_host_speeds
     mf, hw, cal = _diag()
     drop = next(i for i, r in enumerate(mf.records) if is_twin(r) and r["tp"] == 2 and r["framework"] == "torchtitan")
-    factors, median, own = plan_host_speeds(replace(mf, records=[r for i, r in enumerate(mf.records) if i != drop]),
+    factors, median, own, _ = plan_host_speeds(replace(mf, records=[r for i, r in enumerate(mf.records) if i != drop]),
                                             hw, cal)
     assert own == 3 and sorted(factors.values()).count(median) >= 1
 

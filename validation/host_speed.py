@@ -49,11 +49,12 @@ def is_twin(rec: dict) -> bool:
     return rec.get("kind") == "plan_step" and str(rec.get("name", "")).startswith(TWIN_PREFIX)
 
 
-def twin_ratios(mf: MeasurementFile, hw: Hardware, cal: Calibration) -> list[float]:
-    """Measured / predicted step seconds per twin of ``mf`` that ran (not out of memory)."""
+def twin_ratio_by_index(mf: MeasurementFile, hw: Hardware, cal: Calibration) -> dict[int, float]:
+    """{record index: measured / predicted step seconds} per twin of ``mf`` that ran (not out of
+    memory) and that the simulator predicts."""
     from validation.predict import Unsupported, predict_record
-    out = []
-    for rec in mf.records:
+    out = {}
+    for i, rec in enumerate(mf.records):
         if not is_twin(rec) or rec.get("oom") or not rec.get("time_s"):
             continue
         try:
@@ -61,8 +62,13 @@ def twin_ratios(mf: MeasurementFile, hw: Hardware, cal: Calibration) -> list[flo
         except Unsupported:
             continue
         if pred.time_s:
-            out.append(float(rec["time_s"]) / pred.time_s)
+            out[i] = float(rec["time_s"]) / pred.time_s
     return out
+
+
+def twin_ratios(mf: MeasurementFile, hw: Hardware, cal: Calibration) -> list[float]:
+    """Measured / predicted step seconds per twin of ``mf`` that ran (twin_ratio_by_index)."""
+    return list(twin_ratio_by_index(mf, hw, cal).values())
 
 
 def host_speed_factor(mf: MeasurementFile, hw: Hardware, cal: Calibration) -> tuple[float, int]:
@@ -80,28 +86,24 @@ def twin_key(rec: dict) -> tuple:
     return (rec.get("activation") == "swiglu",) + tuple(rec.get(k) for k in TWIN_KEY_FIELDS)
 
 
-def plan_host_speeds(mf: MeasurementFile, hw: Hardware, cal: Calibration) -> tuple[dict[int, float], float, int]:
+def plan_host_speeds(mf: MeasurementFile, hw: Hardware, cal: Calibration) -> tuple[dict[int, float], float, int, int]:
     """({index: factor} for every non-twin record, the file's median factor, plans with their own
-    twin): a plan's factor is its own twin's measured / predicted step where that twin ran, else
-    the median over the file's twins (1.0 without any)."""
-    from validation.predict import Unsupported, predict_record
-    own = {}
-    for rec in mf.records:
-        if is_twin(rec) and not rec.get("oom") and rec.get("time_s"):
-            try:
-                own[twin_key(rec)] = float(rec["time_s"]) / predict_record(rec, hw, cal).time_s
-            except Unsupported:
-                continue
-    median = statistics.median(own.values()) if own else 1.0
+    twin, twins that ran): a plan's factor is its own twin's measured / predicted step where that
+    twin ran, else the median over the file's twins (host_speed_factor; 1.0 without any)."""
+    ratios = twin_ratio_by_index(mf, hw, cal)
+    own = {twin_key(mf.records[i]): r for i, r in ratios.items()}
+    median = statistics.median(ratios.values()) if ratios else 1.0
     factors = {i: own.get(twin_key(mf.records[i]), median) for i in non_twin_indices(mf)}
-    return factors, median, sum(twin_key(mf.records[i]) in own for i in factors)
+    return factors, median, sum(twin_key(mf.records[i]) in own for i in factors), len(ratios)
 
 
-def evaluate_per_plan_twins(mf: MeasurementFile, hw: Hardware, cal: Calibration):
-    """``accuracy.evaluate`` of the non-twin records, each under its own host factor
-    (``plan_host_speeds``); results in record order, and the unsupported records."""
+def evaluate_per_plan_twins(mf: MeasurementFile, hw: Hardware, cal: Calibration,
+                            factors: dict[int, float] | None = None):
+    """``accuracy.evaluate`` of the non-twin records, each under its own host factor (``factors``,
+    else ``plan_host_speeds``); results in record order, and the unsupported records."""
     from validation.accuracy import evaluate
-    factors, _, _ = plan_host_speeds(mf, hw, cal)
+    if factors is None:
+        factors = plan_host_speeds(mf, hw, cal)[0]
     results, unsupported = [], []
     for factor in sorted(set(factors.values())):
         r, u = evaluate(mf, hw, cal.with_host_speed(factor), [i for i, f in factors.items() if f == factor])

@@ -108,14 +108,13 @@ def file_results(mf, hw, cal, how: str):
     each under its own twin's factor where that ran, else the file's median: validation/host_speed.py)."""
     from validation.accuracy import evaluate
     if how == "twins":
-        from validation.host_speed import evaluate_per_plan_twins, plan_host_speeds, twin_ratios
-        n = len(twin_ratios(mf, hw, cal))
+        from validation.host_speed import evaluate_per_plan_twins, plan_host_speeds
+        factors, median, own, n = plan_host_speeds(mf, hw, cal)
         if not n:
             return (*evaluate(mf, hw, cal), "; host: reference (no twin steps in this file)")
-        factors, median, own = plan_host_speeds(mf, hw, cal)
         if not factors:
             return [], [], ONLY_TWINS
-        results, unsupported = evaluate_per_plan_twins(mf, hw, cal)
+        results, unsupported = evaluate_per_plan_twins(mf, hw, cal, factors)
         return results, unsupported, (f"; host per plan: its own twin's factor ({own} of {len(factors)} records), "
                                       f"else {median:.2f}x the reference (median of {n} twin steps); twins left out")
     if how == "reference":

@@ -62,6 +62,8 @@ MODELS = {
                      norm="rmsnorm", activation="swiglu", position="rope", linear_bias=False),
     "llama-2b": dict(layers=20, hidden=2560, heads=20, kv_heads=4, ffn_hidden=6912, vocab=32768,
                      norm="rmsnorm", activation="swiglu", position="rope", linear_bias=False),
+    "llama-4b": dict(layers=24, hidden=3584, heads=28, kv_heads=4, ffn_hidden=9728, vocab=32768,
+                     norm="rmsnorm", activation="swiglu", position="rope", linear_bias=False),
     "gpt-2.7b": dict(layers=32, hidden=2560, heads=32, kv_heads=32, ffn_hidden=10240, vocab=50304,
                      norm="layernorm", activation="gelu", position="learned", linear_bias=True),
     "gpt-1.3b": dict(layers=24, hidden=2048, heads=16, kv_heads=16, ffn_hidden=8192, vocab=50304,
@@ -221,6 +223,24 @@ def grid(name: str) -> list[dict]:
 def sync_each(c: dict) -> dict:
     """Case ``c`` with FSDP2 reducing gradients after every micro-batch (torchtitan's loop)."""
     return dict(c, fsdp_sync_each=True)
+
+
+def native9_grid() -> list[dict]:
+    """A tenth pre-registered two-GPU set (logs/prereg10_h200x2_plan.txt): a Llama-style
+    Megatron-Core local group at micro-batch 2 on a shape no earlier run had (llama-4b s2048, GQA
+    7:1: dp + distributed optimizer, tp + sp, pp, interleaved, full recompute, tp + sp with
+    selective recompute) and a GPT-style torch-native group (gpt-2.7b s3072: DDP, FSDP2, DTensor
+    TP + SP, pp, interleaved, cp), every plan followed by its twin; registered rule as set 9: each
+    plan under its own twin's host factor."""
+    T, F = "torchtitan", "megatron-core-local"
+    cases = [case(F, "llama-4b", 2048, 2, zero=1, mbs=2, gbs=16), case(F, "llama-4b", 2048, 2, tp=2, sp=True, mbs=2, gbs=16),
+             case(F, "llama-4b", 2048, 2, pp=2, mbs=2, gbs=16), case(F, "llama-4b", 2048, 2, pp=2, vp=2, mbs=2, gbs=16),
+             case(F, "llama-4b", 2048, 2, zero=1, mbs=2, gbs=16, recompute="full"),
+             case(F, "llama-4b", 2048, 2, tp=2, sp=True, mbs=2, gbs=16, recompute="selective"),
+             case(T, "gpt-2.7b", 3072, 2, zero=0, gbs=8), sync_each(case(T, "gpt-2.7b", 3072, 2, zero=3, gbs=8)),
+             case(T, "gpt-2.7b", 3072, 2, tp=2, sp=True, gbs=8), case(T, "gpt-2.7b", 3072, 2, pp=2, gbs=8),
+             case(T, "gpt-2.7b", 3072, 2, pp=2, vp=2, gbs=8), sync_each(case(T, "gpt-2.7b", 3072, 2, cp=2, zero=3, gbs=8))]
+    return with_twins(cases)
 
 
 def native8_grid() -> list[dict]:
@@ -414,7 +434,8 @@ def prereg2_grid() -> list[dict]:
 # the grids that are one function each (pre-registered sets, the host grid); looked up by grid()
 NAMED_GRIDS = {"host": host_grid, "prereg": prereg_grid, "prereg2": prereg2_grid, "native2": native2_grid,
                "native3": native3_grid, "native4": native4_grid, "native5": native5_grid,
-               "native6": native6_grid, "native7": native7_grid, "native8": native8_grid}
+               "native6": native6_grid, "native7": native7_grid, "native8": native8_grid,
+               "native9": native9_grid}
 
 
 def twin_of(c: dict) -> dict:

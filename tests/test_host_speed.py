@@ -265,3 +265,28 @@ def test_set9_meets_the_issue_targets():
     s, groups = _per_plan(SET9)
     res_ok = s.worst_abs_error <= 0.10
     assert res_ok and all(g.kendall_tau >= 0.9 for g in groups)
+
+
+# ---- the tenth pre-registered set (native9; logs/prereg10_h200x2_plan.txt, model of 2769c19) ----
+SET10 = ROOT / "validation" / "measurements" / "h200x2_plan_native9.json"
+
+
+def test_set10_as_pre_registered_with_per_plan_twins():
+    """10 plans predicted before the run (session 9): llama-4b s2048 at micro-batch 2 under
+    Megatron-Core local (a shape never run before) and gpt-2.7b s3072 torch-native; the two
+    torch-native TP + SP and cp cases were registered but cannot run (learned positions under
+    TP/CP) and errored. Registered rule: 7.9% time, every plan predicted too fast (-3.5 to -13.1%:
+    the GPU-bound plans -5 to -10%, so the GPU side, not the host), 2.4% peak memory, 10/10
+    verdicts, both picks right, tau 0.73 (Megatron) and 0.67 (torch-native: four plans within 16%)."""
+    s, groups = _per_plan(SET10)
+    assert s.count == 10 and s.mape <= 0.0795 and s.worst_abs_error <= 0.131 and s.memory_mape <= 0.024
+    assert (s.fit_correct, s.fit_total) == (10, 10)
+    assert len(groups) == 2 and all(g.pick_ok for g in groups)
+    assert sorted(round(g.kendall_tau, 2) for g in groups) >= [0.67, 0.73]
+
+
+@pytest.mark.xfail(strict=True, reason="set 10: torch-native FSDP2 -13.1% and interleaved -10.2% time; every GPU-bound "
+                                       "plan -5 to -10%; tau 0.73 / 0.67")
+def test_set10_meets_the_issue_targets():
+    s, groups = _per_plan(SET10)
+    assert s.worst_abs_error <= 0.10 and all(g.kendall_tau >= 0.9 for g in groups)

@@ -65,6 +65,10 @@ def rows(grid: str, like: str, world: int | None = None, attention_from: tuple =
     for c in h.grid(grid):
         if world and c["plan"]["world"] != world:
             continue
+        why = h.unsupported_reason(c)
+        if why:     # the harness cannot run it: registered as such, not predicted
+            out.append((h.case_label(c), {"error": f"cannot run: {why}"}))
+            continue
         rec = {k: v for k, v in skeleton(h, c, attention).items() if v is not None}
         try:
             p = predict_record(rec, hw, cal)

@@ -83,7 +83,7 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in (
     Variable("schedule", "choice", "plan", "pipeline schedule", choices=("gpipe", "1f1b", "interleaved")),
     Variable("attention", "choice", "plan", "attention kernel", choices=("flash", "cudnn", "fa3", "efficient", "unfused", "math", "unfused_torch")),
     Variable("framework", "choice", "plan", "framework that runs the plan",
-             choices=("megatron-core", "megatron-core-local", "torchtitan", "deepspeed", "pytorch")),
+             choices=("megatron-core", "megatron-core-local", "torchtitan", "deepspeed", "deepspeed-0.3", "pytorch")),
 )}
 
 ALIASES = {"num_gpus": "gpus", "gpu": "gpus", "accel": "accelerator", "gpu_type": "accelerator",

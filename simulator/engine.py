@@ -31,6 +31,7 @@ from simulator.plan import ParallelPlan, check_precision, precision_peak_dtype, 
 from hardware_specs.errors import PlanError
 from simulator.result import Result, StageCost
 from simulator.schedule import p2p_exposed as _p2p_exposed, pipeline_time, timeline
+from simulator import zero3_2021
 
 # HBM bytes per parameter of one Adam step: fused kernels read p, g, m, v and write p, m, v (+ the
 # bf16 copy for megatron); PyTorch's foreach AdamW (FSDP2 reference) runs ~9 separate passes
@@ -578,13 +579,17 @@ def _zero3_exposed(ctx: Context, ag: float, rs: float, compute: float) -> float:
 
 def _zero3_gather_exposed(ctx: Context, layers: range, f: float, b: float) -> tuple[float, float]:
     """ZeRO-3 per-layer parameter all-gather (fwd, bwd) and gradient reduce-scatter (bwd) of one
-    micro-batch, prefetched under the layer's compute (_zero3_exposed), and FSDP2's copies. Under
+    micro-batch, prefetched under the layer's compute (_zero3_exposed), and FSDP2's copies; under a
+    framework whose ZeRO-3 gathers each parameter after a device synchronize (``zero3_gather:
+    per_param_sync``, DeepSpeed 2021) the replay of simulator.zero3_2021.stage_exposed instead. Under
     FSDP2 with a deferred gradient sync the micro-batch reduces nothing and accumulates its
     gradients instead; the last micro-batch's reduction is fsdp_deferred_sync_seconds, once a step."""
     p = ctx.plan
     n_dp = p.dp * p.cp
     block, ag, rs = _zero3_layer_comm(ctx, layers)
     n = len(layers)
+    if get_framework(p.framework).zero3_gather == "per_param_sync":   # DeepSpeed 2021 (simulator/zero3_2021.py)
+        return zero3_2021.stage_exposed(ctx, layers, f, b, block)
     deferred = p.fsdp_defers_sync
     f_exp = _zero3_exposed(ctx, ag, 0.0, f / n)
     b_exp = _zero3_exposed(ctx, ag, 0.0 if deferred else rs, b / n)

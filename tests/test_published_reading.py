@@ -30,6 +30,7 @@ def test_narayanan_zero3_rows_are_read_and_say_what_the_paper_leaves_unstated():
     for i, row in zero3:
         c = compare_row(i, row, None)
         assert c.plan["zero_stage"] == 3 and NARAYANAN_ZERO3 in c.note
+        assert c.plan["framework"] == "deepspeed-0.3"      # the 2021 releases' ZeRO-3
     i, row = _first(RUNS, lambda r: "Table 2" in r["source"] and r["tp"] == "8")
     c = compare_row(i, row, None)
     assert c.plan["framework"] == "megatron-core-local" and abs(c.error) < 0.1

@@ -348,11 +348,11 @@ NARAYANAN_ZERO3 = (
     "Narayanan et al. 2021 Sec. 5.2 ran ZeRO-3 through DeepSpeed integrated into their Megatron-LM code, which "
     "is not published (examples/academic_paper_scripts/sc21 covers Table 1 and Figures 11-18, not Table 2 or "
     "Figure 10); the DeepSpeed release, its ZeRO-3 settings (overlap_comm, prefetch bucket, max live parameters, "
-    "reuse distance, persistence threshold) and the activation checkpointing are not stated, and ZeRO-3 as "
-    "released then (DeepSpeed v0.3.13-v0.4, 2021: stage3.py gathers each parameter in its own list all_gather "
-    "after torch.cuda.synchronize(), prefetching only with nothing in flight) is not the coalesced, prefetched "
-    "ZeRO-3 meshcast's deepspeed profile models: read with that profile all the same, so this row's error "
-    "includes the difference")
+    "reuse distance, persistence threshold, contiguous gradients) and the activation checkpointing are not stated. "
+    "Read with the deepspeed-0.3 profile: ZeRO-3 as released then (DeepSpeed v0.3.13-v0.5, 2021: stage3.py gathers "
+    "each parameter in its own all_gather after torch.cuda.synchronize(), prefetching one bucket only with nothing "
+    "in flight, gradients all-reduced in reduce_bucket_size buckets) replayed module by module with that "
+    "release's default settings (simulator/zero3_2021.py); other settings would cost differently")
 
 # Rows whose figure the source itself marks as a regression (a footnote of its table): the step the
 # simulator costs is the recipe's, not the bug's. Keyed by (model, release) as the row notes print them.
@@ -534,13 +534,14 @@ def recipe_expert_tp(row: dict, model: ModelSpec, family: str, tp: int, fills: l
 
 
 def source_framework(row: dict, family: str) -> str:
-    """The framework a published run used: DeepSpeed where the notes say so; plain PyTorch for
+    """The framework a published run used: DeepSpeed where the notes say so (``deepspeed-0.3``, the
+    2021 releases' ZeRO-3, for Narayanan et al. 2021's runs, made before v0.6.0); plain PyTorch for
     MosaicML llm-foundry (Composer wraps torch FSDP FULL_SHARD around each block, eager, no
     tensor or pipeline parallelism: the ``pytorch`` profile's ZeRO-3, not torchtitan's TP/PP
     composition); Megatron-LM's 2021-22 code (unfused attention: the local layer spec) for the
     Megatron papers; else Megatron-Core + Transformer Engine."""
     if "deepspeed" in (row.get("notes") or "").lower():
-        return "deepspeed"
+        return "deepspeed-0.3" if family == "narayanan2021" else "deepspeed"
     if family in ("llm-foundry", "flashattention2"):
         return "pytorch"
     return "megatron-core-local" if family in ("narayanan2021", "korthikanti2022") else "megatron-core"

@@ -18,7 +18,7 @@ from meshcast import __version__
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
 # simulator/frameworks/*.yaml (kept here so --help imports nothing heavy; a test checks they agree)
-FRAMEWORKS = ("deepspeed", "megatron-core", "megatron-core-local", "pytorch", "torchtitan")
+FRAMEWORKS = ("deepspeed", "deepspeed-0.3", "megatron-core", "megatron-core-local", "pytorch", "torchtitan")
 DEFAULT_FRAMEWORK = "megatron-core"
 EXPORT_FORMATS = ("megatron", "torchtitan", "deepspeed")   # simulator.frameworks.launch.FORMATS (tested)
 PRECISIONS = ("bf16", "fp16", "fp8", "nvfp4")

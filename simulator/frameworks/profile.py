@@ -141,6 +141,12 @@ class FrameworkProfile(_Strict):
     parallelism: Parallelism
     precision: tuple[Literal["bf16", "fp16", "fp8", "nvfp4"], ...]
     features: tuple[Literal["tp_comm_overlap", "ep_comm_overlap", "offload_optimizer", "offload_params"], ...]
+    # how ZeRO-3 gathers parameters: "prefetched" (coalesced per module or block, prefetched under the
+    # layer's compute: simulator.engine._zero3_exposed) or "per_param_sync" (DeepSpeed v0.3.13-v0.5.x,
+    # 2021: each parameter tensor in its own all_gather after torch.cuda.synchronize(), prefetching one
+    # bucket only when nothing is in flight, gradients all-reduced in reduce_bucket_size buckets:
+    # simulator.zero3_2021)
+    zero3_gather: Literal["prefetched", "per_param_sync"] = "prefetched"
     sources: tuple[str, ...] = ()
 
     @property

@@ -181,7 +181,7 @@ def _deepspeed_rule(fw: FrameworkProfile, model: ModelSpec, plan) -> Violation:
 # (TransformerConfig.pipeline_model_parallel_layout) places any number of layers in each
 # (virtual) stage; simple splits export as --decoder-first/last-pipeline-num-layers or the
 # account-for-embedding/loss flags instead (simulator.frameworks.megatron_config).
-_SPECIFIC = {"torchtitan": _torchtitan_rule, "deepspeed": _deepspeed_rule}
+_SPECIFIC = {"torchtitan": _torchtitan_rule, "deepspeed": _deepspeed_rule, "deepspeed-0.3": _deepspeed_rule}
 
 
 # ---- layer splits ------------------------------------------------------------------------------

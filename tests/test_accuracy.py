@@ -286,7 +286,8 @@ def _published_both() -> tuple:
 # narayanan 37.9 -> 37.3%, megatron-bridge 14.6 -> 14.5%, overall (260 rows) 14.9 -> 14.7%
 PUBLISHED_SOURCE_RATCHETS = {"dgxc-benchmarking": 0.104, "flashattention2": 0.13, "korthikanti2022": 0.025,
                              "llm-foundry": 0.129, "megatron-bridge": 0.132, "megatron-llama": 0.145,
-                             "narayanan2021": 0.373, "nemo": 0.137}   # nemo 13.80 -> 13.68% (narrow-load misaligned GEMMs)
+                             "narayanan2021": 0.251, "nemo": 0.137}   # nemo 13.80 -> 13.68% (narrow-load misaligned GEMMs)
+# narayanan2021 37.3 -> 25.1%: its ZeRO-3 rows read with DeepSpeed's 2021 ZeRO-3 (deepspeed-0.3, session 9)
 
 
 def test_published_coverage_and_figures_ratchet():
@@ -307,8 +308,9 @@ def test_published_coverage_and_figures_ratchet():
     # -> 16.6% (each Megatron-Bridge row's recipe read: validation/bridge_recipes.py; narrow-load misaligned
     # GEMMs: 16.602 -> 16.595%, without Nemotron 3 14.311 -> 14.302%)
     # -> 16.4% (the SSD scan's kernels measured and fitted, session 8)
-    assert sum(abs(c.error) for c in done) / len(done) <= 0.1639
-    assert len(before) == 259 and sum(abs(c.error) for c in before) / len(before) <= 0.1431
+    # -> 15.4% (Narayanan's ZeRO-3 rows under DeepSpeed's 2021 per-parameter gathers; without Nemotron 3 13.3%)
+    assert sum(abs(c.error) for c in done) / len(done) <= 0.1544
+    assert len(before) == 259 and sum(abs(c.error) for c in before) / len(before) <= 0.1327
     src = per_source(before)
     for name, ratchet in PUBLISHED_SOURCE_RATCHETS.items():
         assert src[name]["mape"] <= ratchet + 5e-4, name
@@ -337,9 +339,9 @@ def test_published_uses_90_percent_of_rows():
     assert len(done) >= 0.9 * (len(done) + len(skipped))
 
 
-@pytest.mark.xfail(strict=True, reason="overall 16.4%, Narayanan 37.3% (DeepSpeed ZeRO-3 rows), Megatron-Bridge 19.4%, "
-                                       "MoE 23.5%, Blackwell 19.4% (Nemotron 3 38.8%, GPT-OSS BF16 +45% to "
-                                       "+80%); without Nemotron 3: 14.3%, MoE 16.3%, Blackwell 13.2% (docs/validation.md)")
+@pytest.mark.xfail(strict=True, reason="overall 15.4%, Narayanan 25.1% (DeepSpeed 2021 ZeRO-3 rows), Megatron-Bridge "
+                                       "19.4%, MoE 23.5%, Blackwell 19.4% (Nemotron 3 38.8%, GPT-OSS BF16 +45% to "
+                                       "+80%); without Nemotron 3: 13.3%, MoE 16.3%, Blackwell 13.2% (docs/validation.md)")
 def test_published_targets_overall_source_moe_blackwell():
     from validation.published import per_regime, per_source
     done, _ = _published_both()

@@ -285,7 +285,7 @@ def _published_both() -> tuple:
 # gemm_peak_fraction.bf16, the attention rate); korthikanti 2.9 -> 2.4%, llm-foundry 13.3 -> 12.9%,
 # narayanan 37.9 -> 37.3%, megatron-bridge 14.6 -> 14.5%, overall (260 rows) 14.9 -> 14.7%
 PUBLISHED_SOURCE_RATCHETS = {"dgxc-benchmarking": 0.104, "flashattention2": 0.13, "korthikanti2022": 0.025,
-                             "llm-foundry": 0.129, "megatron-bridge": 0.132, "megatron-llama": 0.145,
+                             "llm-foundry": 0.122, "megatron-bridge": 0.132, "megatron-llama": 0.145,
                              "narayanan2021": 0.251, "nemo": 0.137}   # nemo 13.80 -> 13.68% (narrow-load misaligned GEMMs)
 # narayanan2021 37.3 -> 25.1%: its ZeRO-3 rows read with DeepSpeed's 2021 ZeRO-3 (deepspeed-0.3, session 9)
 
@@ -309,8 +309,9 @@ def test_published_coverage_and_figures_ratchet():
     # GEMMs: 16.602 -> 16.595%, without Nemotron 3 14.311 -> 14.302%)
     # -> 16.4% (the SSD scan's kernels measured and fitted, session 8)
     # -> 15.4% (Narayanan's ZeRO-3 rows under DeepSpeed's 2021 per-parameter gathers; without Nemotron 3 13.3%)
-    assert sum(abs(c.error) for c in done) / len(done) <= 0.1544
-    assert len(before) == 259 and sum(abs(c.error) for c in before) / len(before) <= 0.1327
+    # -> 15.2% (llm-foundry's MPTs with their learned positions and biases, no ALiBi: read from v0.3.0)
+    assert sum(abs(c.error) for c in done) / len(done) <= 0.1520
+    assert len(before) == 259 and sum(abs(c.error) for c in before) / len(before) <= 0.1301
     src = per_source(before)
     for name, ratchet in PUBLISHED_SOURCE_RATCHETS.items():
         assert src[name]["mape"] <= ratchet + 5e-4, name
@@ -339,9 +340,9 @@ def test_published_uses_90_percent_of_rows():
     assert len(done) >= 0.9 * (len(done) + len(skipped))
 
 
-@pytest.mark.xfail(strict=True, reason="overall 15.4%, Narayanan 25.1% (DeepSpeed 2021 ZeRO-3 rows), Megatron-Bridge "
+@pytest.mark.xfail(strict=True, reason="overall 15.2%, Narayanan 25.1% (DeepSpeed 2021 ZeRO-3 rows), Megatron-Bridge "
                                        "19.4%, MoE 23.5%, Blackwell 19.4% (Nemotron 3 38.8%, GPT-OSS BF16 +45% to "
-                                       "+80%); without Nemotron 3: 13.3%, MoE 16.3%, Blackwell 13.2% (docs/validation.md)")
+                                       "+80%); without Nemotron 3: 13.0%, MoE 16.3%, Blackwell 13.2% (docs/validation.md)")
 def test_published_targets_overall_source_moe_blackwell():
     from validation.published import per_regime, per_source
     done, _ = _published_both()

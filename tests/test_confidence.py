@@ -177,3 +177,19 @@ def test_a_feature_whose_runs_sit_outside_the_band_is_extrapolated():
     assert "Mamba-2 blocks" in extra and "longer than predicted" in extra
     dense = simulate(load_model("llama3-8b"), hw, ParallelPlan(mbs=1, gbs=64), cal)
     assert not any("Mamba" in e for e in dense.confidence.extrapolated)
+
+
+def test_a_cell_too_small_for_a_band_takes_at_least_its_workload_pool():
+    """A cell whose residuals cannot give a 90% band (n < 9) applies no less than its workload's
+    pooled 80% band: four residuals cannot carry a band of their own (session 9)."""
+    from validation.bands import applied_bands
+    none = {"n": 0, "q80": None, "q90": None}
+    small = {"n": 4, "q80": 0.10, "q90": None}
+    big = {"n": 40, "q80": 0.10, "q90": 0.20}
+    for cell, expected in ((small, 0.30), (big, 0.10)):
+        cells = {f"{g}/{w}": (cell if (g, w) == ("calibrated", "zero3_at_scale") else none)
+                 for g in ("calibrated", "transfer", "datasheet", "uncalibrated")
+                 for w in ("up_to_2_gpus", "multi_gpu", "zero3_at_scale")}
+        gpu = {g: {"n": 0, "q80": None} for g in ("calibrated", "transfer", "datasheet", "uncalibrated")}
+        work = {w: {"n": 50, "q80": 0.30} for w in ("up_to_2_gpus", "multi_gpu", "zero3_at_scale")}
+        assert applied_bands(cells, gpu, work, 0.5)["calibrated/zero3_at_scale"]["q80"] == pytest.approx(expected)

@@ -6,8 +6,9 @@ import csv
 import pytest
 
 from hardware_specs.errors import MeshcastError
-from validation.published import (NARAYANAN_ZERO3, compare_row, model_from_row, plan_from_row, published_csvs,
-                                  row_release)
+from models.params import total_params
+from validation.published import (LLM_FOUNDRY_MPT, NARAYANAN_ZERO3, compare_row, model_from_row, plan_from_row,
+                                  published_csvs, row_release, source_family)
 
 RUNS, MORE = published_csvs()
 
@@ -74,3 +75,37 @@ def test_llm_foundry_rows_read_its_triton_flash_attention_as_an_sm80_flash_kerne
                     and r["dtype"] == "amp_bf16")
     c = compare_row(i, row, None)
     assert c.plan["attention"] == "flash" and "attn_impl triton" in c.note and "not modelled" in c.note
+
+
+# llm-foundry README (commit b2a43a147) NumParams of four benchmark MPTs, (model, seq_len) -> parameters
+FOUNDRY_NUMPARAMS = {("MPT-1b", "32768"): 1378865152, ("MPT-7b", "65536"): 6918905856,
+                     ("MPT-760m", "16384"): 782490624, ("MPT-13b", "32768"): 13011240960}
+
+
+def test_llm_foundry_mpts_have_learned_positions_and_biases_as_the_readme_counts_them():
+    """The benchmark yamls leave MPTConfig's defaults (learned_pos_emb, no_bias False, no ALiBi):
+    the model read for each row has exactly the README's NumParams, which grows with the sequence
+    (the wpe table); the ALiBi, bias-free layout of the released MPT-7B does not."""
+    rows = [r for r in _rows(MORE) if source_family(r["source"]) == "llm-foundry"]
+    assert len(rows) == 93
+    for (name, seq), params in FOUNDRY_NUMPARAMS.items():
+        row = next(r for r in rows if r["model"] == name and r["seq_len"] == seq)
+        fills: list = []
+        m = model_from_row(row, fills)
+        assert (m.position, m.linear_bias) == ("learned", True) and LLM_FOUNDRY_MPT in fills
+        assert total_params(m) == params
+        assert total_params(m.model_copy(update={"position": "alibi", "linear_bias": False})) < params
+    for row in rows:                                  # the CSV's params_b (3 decimals) for every row
+        assert abs(total_params(model_from_row(row)) / 1e9 - float(row["params_b"])) < 6e-4, row["model"]
+
+
+def test_llm_foundry_attention_note_says_no_bias_and_the_flashattention1_class_kernel():
+    """The Triton kernel ran causal without a bias (ALiBi off), on A100 and H100 alike: both are
+    costed as flash and carry the same note naming the kernel as not modelled."""
+    for gpu in ("A100", "H100"):
+        i, row = _first(MORE, lambda r: "llm-foundry" in r["source"] and r["gpu"].startswith(gpu)
+                        and r["dtype"] == "amp_bf16")
+        c = compare_row(i, row, None)
+        assert c.plan["attention"] == "flash"
+        assert "no bias" in c.note and "FlashAttention-1-class" in c.note and "not modelled" in c.note
+        assert "no ALiBi" in c.note and "ALiBi bias" not in c.note

@@ -188,7 +188,8 @@ def band_table(residuals: list[Residual]) -> dict:
 
 def applied_bands(cells: dict, gpu: dict, work: dict, widest: float) -> dict:
     """The 80% band each cell applies, by the fallback ladder (docs/confidence.md):
-    1. the cell's own conformal quantile where it is finite;
+    1. the cell's own conformal quantile where it is finite; where its residuals are too few for a
+       90% band (n < 9), at least its workload's pool (four residuals cannot carry a band of their own);
     2. else the wider of its GPU regime's pool and its workload's pool (each where finite);
     3. a GPU regime with no residuals at all ("no validation data"): the widest cell band;
     4. monotone in the GPU regime: never narrower than a better-measured regime's band for the
@@ -199,7 +200,10 @@ def applied_bands(cells: dict, gpu: dict, work: dict, widest: float) -> dict:
         for g in GPU_REGIMES:
             own = cells[f"{g}/{w}"]["q80"]
             pools = [p for p in (gpu[g]["q80"], work[w]["q80"]) if p is not None]
-            if own is not None:
+            if own is not None and cells[f"{g}/{w}"]["q90"] is None and work[w]["q80"] is not None \
+                    and work[w]["q80"] > own:
+                q, basis = work[w]["q80"], f"cell (n = {cells[f'{g}/{w}']['n']}, too few for its own band): its workload's pool"
+            elif own is not None:
                 q, basis = own, "cell"
             elif gpu[g]["n"] == 0 or not pools:
                 q, basis = widest, "no validation data: widest band of the table"

@@ -186,6 +186,8 @@ def model_from_row(row: dict, fills: list[str] | None = None) -> ModelSpec:
     cat = catalog_name(name)
     if cat is None and source_family(row["source"]) == "flashattention2":
         return _flashattention_gpt(row, fills)
+    if cat is None and source_family(row["source"]) == "llm-foundry":
+        return llm_foundry_mpt(row, fills)
     if cat is None:
         return _model_from_columns(row)
     from models.catalog import load_model
@@ -234,6 +236,27 @@ def _model_from_columns(row: dict) -> ModelSpec:
         activation="swiglu" if llama else ("squared_relu" if nemotron else "gelu"),
         norm="rmsnorm" if llama else "layernorm", linear_bias=not (llama or nemotron or mpt),
         position="rope" if rope else "alibi" if mpt else "learned", tied_embeddings=not rope, moe=moe)
+
+
+# MosaicML llm-foundry's benchmark MPTs (scripts/train/yamls/pretrain/mpt-*.yaml at v0.3.0, commit
+# 54cbb8bd1, the release submit_benchmarks.py installs; the older A100 rows ran the same yamls at
+# 1ef7b4d21) set only d_model, n_heads, n_layers, expansion_ratio, max_seq_len, vocab_size and attn_impl,
+# so MPTConfig's defaults hold (llmfoundry/models/mpt/configuration_mpt.py): learned_pos_emb True
+# (modeling_mpt.py: wpe = Embedding(max_seq_len, d_model)), no_bias False (every Linear and LayerNorm has
+# a bias), attn_config alibi False. The README's NumParams column counts exactly that: for MPT-1b it
+# grows by 2048 per token of sequence (1,315,950,592 at 2048, 1,378,865,152 at 32768: the wpe table) and
+# exceeds the bias-free count by 18,432 per layer (the Wqkv, out_proj, up and down biases). The released
+# MPT-7B checkpoint (ALiBi, no_bias True) is a different configuration.
+LLM_FOUNDRY_MPT = ("model: llm-foundry v0.3.0 MPTConfig defaults (the benchmark yamls leave them): learned "
+                   "positions (wpe, max_seq_len x d_model), linear biases, no ALiBi; the README's NumParams "
+                   "counts both")
+
+
+def llm_foundry_mpt(row: dict, fills: list[str]) -> ModelSpec:
+    """An llm-foundry benchmark MPT from the row's columns, with the layout its benchmark yamls
+    ran (LLM_FOUNDRY_MPT): learned absolute positions and biased linears, not ALiBi."""
+    fills.append(LLM_FOUNDRY_MPT)
+    return _model_from_columns(row).model_copy(update={"position": "learned", "linear_bias": True})
 
 
 # Dao 2023 (FlashAttention-2) section 4.2 trains "GPT-style models with either 1.3B or 2.7B parameters, on
@@ -432,21 +455,32 @@ def plan_from_row(row: dict, model: ModelSpec, fills: list[str] | None = None) -
                         recompute_layers=bridge.get("recompute_layers"), **mixed)
 
 
-# MosaicML llm-foundry's benchmark tables (scripts/train/benchmarking/README.md, added at commit
-# b2a43a147, Oct 2023) were run by submit_benchmarks.py: git_branch v0.3.0, pip install .[gpu], --attn_impl
-# default 'triton' (sweep.sh never overrides it); llm-foundry v0.3.0's triton_flash_attn_fn is
-# llmfoundry/models/layers/flash_attn_triton.py (Tri Dao's Triton FlashAttention, attention bias = ALiBi)
-# compiled by triton-pre-mlir (setup.py: triton_pre_mlir_sm90), the pre-MLIR backend: sm80 mma.sync, no
-# Hopper wgmma or TMA.
-LLM_FOUNDRY_ATTENTION = ("attention: llm-foundry v0.3.0 attn_impl triton (Tri Dao's Triton FlashAttention with the "
-                         "ALiBi bias, compiled by triton-pre-mlir: sm80 mma.sync code) costed as meshcast's sm80-class "
-                         "FlashAttention-2 kernel (flash); the Triton kernel's own speed is not modelled")
+# MosaicML llm-foundry's benchmark tables (scripts/train/benchmarking/README.md: the H100 tables and the
+# refreshed A100 rows added at commit b2a43a147, Oct 2023) were run by submit_benchmarks.py: git_branch
+# v0.3.0, pip install -e .[gpu], --attn_impl default 'triton' (sweep.sh never passes it; H100 image
+# mosaicml/pytorch:2.1.0_cu121); A100 rows kept from the earlier table (commit message: "added back old
+# numbers that I didn't reproduce") ran mosaicml/examples v0.0.4 on pytorch:1.13.1_cu117 (the earlier
+# sweep.sh, 92bd673c6), attn_impl likewise defaulting to triton. In v0.3.0 attn_impl triton is
+# llmfoundry/models/layers/flash_attn_triton.py, "copied from" flash-attention commit eff9fe6b8 (v1.0.5,
+# May 2023): Tri Dao's experimental Triton FlashAttention, whose docstring says "Overall Triton forward +
+# backward is slightly slower than CUDA forward + backward" -- the CUDA kernel there being FlashAttention
+# v1 -- and "has only been tested on A100". It ran causal with no bias: ALiBi is off in these MPTs
+# (LLM_FOUNDRY_MPT), so attn_bias_shape() returns None. triton-pre-mlir (setup.py: branch
+# triton_pre_mlir_sm90) is Triton's pre-MLIR backend, which emits sm80 mma.sync code on A100 and H100
+# alike. meshcast's nearest modelled kernel is FlashAttention-2 (flash, fitted on H100 and borrowed by
+# A100); the Triton kernel's own speed is not modelled (docs/validation.md, "llm-foundry").
+LLM_FOUNDRY_ATTENTION = ("attention: llm-foundry attn_impl triton (flash_attn_triton.py from flash-attention v1.0.5: "
+                         "Triton FlashAttention, causal, no bias; triton-pre-mlir, sm80 mma.sync code on A100 and "
+                         "H100 alike) costed as meshcast's FlashAttention-2 kernel (flash); the Triton kernel is "
+                         "FlashAttention-1-class by its own docstring and its speed is not modelled, so where "
+                         "attention is most of the step (long sequences) the prediction is expected too fast")
 
 
 def row_attention(family: str, fa: dict, fills: list[str]) -> str | None:
-    """The attention kernel a row ran: unfused for the 2021-22 Megatron papers (Megatron-LM's
-    local layers), FlashAttention-2 for Dao 2023 and for llm-foundry's Triton FlashAttention
-    (LLM_FOUNDRY_ATTENTION, said in the note), else the framework's default (None)."""
+    """The attention backend a row is costed with: unfused for the 2021-22 Megatron papers
+    (Megatron-LM's local layers), FlashAttention-2 (``flash``) for Dao 2023 and, as the nearest
+    modelled kernel, for llm-foundry's Triton FlashAttention (LLM_FOUNDRY_ATTENTION, said in the
+    note), else the framework's default (None)."""
     if family in ("narayanan2021", "korthikanti2022"):
         return "unfused"
     if family == "llm-foundry":

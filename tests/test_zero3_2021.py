@@ -101,9 +101,30 @@ def test_only_the_2021_profile_replays_per_parameter_gathers():
 def test_2021_zero3_is_slower_than_todays_and_differs_only_in_data_parallel_time(gpus):
     m = load_model("gpt3-175b")
     hw = load_hardware("dgx-a100-superpod", gpus)
-    plan = dict(tp=1, pp=1, dp=gpus, mbs=1, gbs=gpus, zero_stage=3, recompute="full", num_gpus=gpus)
+    plan = dict(tp=1, pp=1, dp=gpus, mbs=1, gbs=gpus, zero_stage=3, recompute="full", num_gpus=gpus,
+                precision="fp16")    # DeepSpeed before v0.5.x has no bf16
     today = simulate(m, hw, ParallelPlan(**plan, framework="deepspeed"))
     old = simulate(m, hw, ParallelPlan(**plan, framework="deepspeed-0.3"))
     assert old.step_time_s > today.step_time_s
     assert old.breakdown["compute"] == pytest.approx(today.breakdown["compute"])
     assert old.breakdown["dp"] > today.breakdown["dp"]
+
+
+def test_deepspeed_03_exports_what_that_release_reads_and_ran():
+    """The exported config of a deepspeed-0.3 plan carries no bf16 block (none before v0.5.x), turns
+    contiguous_gradients off (the v0.3.13-v0.3.16 ZeRO-3 default the replay models) and says which
+    release the prediction is for; a bf16 plan is refused with the reason."""
+    import json
+    from hardware_specs.errors import MeshcastError
+    from simulator.frameworks import get_framework
+    from simulator.frameworks.deepspeed_config import write_config
+    from simulator.plan import resolve_plan
+    model, hw = load_model("gpt3-5b"), load_hardware("dgx-a100-superpod", 64)
+    plan = dict(dp=64, zero_stage=3, mbs=1, gbs=64, framework="deepspeed-0.3", num_gpus=64)
+    with pytest.raises(MeshcastError, match="bf16"):
+        simulate(model, hw, ParallelPlan(**plan, precision="bf16"))
+    cfg = write_config(model, resolve_plan(model, ParallelPlan(**plan, precision="fp16"), 64))
+    doc = json.loads(cfg.text)
+    assert "bf16" not in doc and doc["fp16"]["enabled"] and doc["zero_optimization"]["contiguous_gradients"] is False
+    assert any("v0.3.13-v0.5" in n for n in cfg.notes)
+    assert get_framework("deepspeed-0.3").precision == ("fp16",)

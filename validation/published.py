@@ -444,6 +444,9 @@ def plan_from_row(row: dict, model: ModelSpec, fills: list[str] | None = None) -
     sp = ("sequence parallel" in rec and "no sequence" not in rec
           or fam not in ("narayanan2021", "korthikanti2022") and framework.startswith("megatron") and tp > 1)
     precision = row_precision(row, fills)
+    if framework == "deepspeed-0.3" and precision == "bf16":   # DeepSpeed had no bf16 before v0.5.x
+        precision = "fp16"
+        fills.append("costed as fp16: DeepSpeed v0.3.13-v0.5.0 has no bf16 config (runtime/constants.py)")
     mixed = recipe_mixed_precision(model, fam, precision, fills)
     return ParallelPlan(tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, mbs=mbs, gbs=gbs, seq=model.seq_len,
                         zero_stage=zero, recompute=recompute, sequence_parallel=sp, layers_per_stage=split, etp=etp,

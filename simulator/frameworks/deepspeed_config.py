@@ -38,9 +38,13 @@ def write_config(model: ModelSpec, plan: ParallelPlan) -> LaunchConfig:
     if plan.recompute != "none":
         notes.append(f"recompute ({plan.recompute}) is the model code's choice: wrap layers in "
                      "deepspeed.checkpointing.checkpoint (pipeline: activation_checkpoint_interval)")
+    if plan.framework == "deepspeed-0.3":
+        notes.append("DeepSpeed v0.3.13-v0.5: the step was predicted for that release's ZeRO-3 (per-parameter "
+                     "synchronised gathers); under a newer DeepSpeed this config runs today's ZeRO-3 "
+                     "(simulate with --framework deepspeed)")
     doc = {"train_batch_size": plan.gbs, "train_micro_batch_size_per_gpu": plan.mbs,
            "gradient_accumulation_steps": plan.gbs // (plan.mbs * plan.dp),
-           "bf16": {"enabled": plan.precision == "bf16"}, "fp16": {"enabled": plan.precision == "fp16"},
+           **_precision_keys(plan),
            "zero_optimization": _zero(plan), "gradient_clipping": 1.0,
            "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "betas": [0.9, 0.95], "weight_decay": 0.1}},
            "steps_per_print": 1, "wall_clock_breakdown": False}
@@ -55,9 +59,17 @@ def _gpus(plan: ParallelPlan) -> int:
     return plan.num_gpus or plan.dp * plan.pp
 
 
+def _precision_keys(p: ParallelPlan) -> dict:
+    """The fp16 / bf16 blocks; DeepSpeed before v0.5.x (the deepspeed-0.3 profile) knows no bf16 key."""
+    keys = {"fp16": {"enabled": p.precision == "fp16"}}
+    return keys if p.framework == "deepspeed-0.3" else {"bf16": {"enabled": p.precision == "bf16"}, **keys}
+
+
 def _zero(p: ParallelPlan) -> dict:
-    z = {"stage": p.zero_stage, "overlap_comm": p.overlap_grad_reduce, "contiguous_gradients": True,
-         "reduce_bucket_size": REDUCE_BUCKET}
+    """The zero_optimization block. Under deepspeed-0.3 contiguous_gradients is off, its ZeRO-3
+    default in v0.3.13-v0.3.16 and the all-reduce path simulator.zero3_2021 models."""
+    z = {"stage": p.zero_stage, "overlap_comm": p.overlap_grad_reduce,
+         "contiguous_gradients": p.framework != "deepspeed-0.3", "reduce_bucket_size": REDUCE_BUCKET}
     if p.zero_stage == 3:
         z["stage3_max_live_parameters"] = MAX_LIVE_PARAMETERS
         z["stage3_prefetch_bucket_size"] = PREFETCH_BUCKET

@@ -198,7 +198,7 @@ def grid(name: str) -> list[dict]:
                   case(T, "llama-7b", 2048, 2, zero=0, gbs=4, risky=True)]
         return cases
     if name == "host-cp":   # the host cost of torch-native context parallel (fit data, like --grid host)
-        S, sync = 256, (lambda c: dict(c, fsdp_sync_each=True))  # noqa: E731
+        S = 256
         out = []
         for n in (2, 8):
             out += [case(T, "host-llama", S, 2, zero=0, gbs=16, layers=n),
@@ -213,7 +213,6 @@ def grid(name: str) -> list[dict]:
             case(T, "llama-1b", 4096, 2, pp=2, vp=2, gbs=8), case(T, "llama-1b", 4096, 2, cp=2, zero=3, gbs=4),
             dict(case(T, "llama-1b", 4096, 2, zero=3, gbs=4), fsdp_sync_each=True))]
     if name == "host-diag":   # is the host's time per step size-dependent? same structure, tiny vs real
-        sync = lambda c: dict(c, fsdp_sync_each=True, host_profile=True)  # noqa: E731
         hp = lambda c: dict(c, host_profile=True)  # noqa: E731
         return [sync_each(case(T, "llama-1b", 4096, 2, cp=2, zero=3, gbs=4)),
                 sync_each(case(T, "host-llama", 4096, 2, cp=2, zero=3, gbs=4, layers=16)),
@@ -234,23 +233,31 @@ def sync_each(c: dict) -> dict:
     return dict(c, fsdp_sync_each=True)
 
 
+def _torch_native_group(model: str, seq: int, gbs: int = 8) -> list[dict]:
+    """The torch-native plans of one model that the pre-registered sets run side by side: DDP,
+    FSDP2, DTensor TP + SP, pipelining 1F1B and interleaved, and context parallel over FSDP2 (the
+    two FSDP2 cases with a gradient sync every micro-batch, as torchtitan runs them)."""
+    T = "torchtitan"
+    return [case(T, model, seq, 2, zero=0, gbs=gbs), sync_each(case(T, model, seq, 2, zero=3, gbs=gbs)),
+            case(T, model, seq, 2, tp=2, sp=True, gbs=gbs), case(T, model, seq, 2, pp=2, gbs=gbs),
+            case(T, model, seq, 2, pp=2, vp=2, gbs=gbs), sync_each(case(T, model, seq, 2, cp=2, zero=3, gbs=gbs))]
+
+
 def native9_grid() -> list[dict]:
     """A tenth pre-registered two-GPU set (logs/prereg10_h200x2_plan.txt): a Llama-style
     Megatron-Core local group at micro-batch 2 on a shape no earlier run had (llama-4b s2048, GQA
     7:1: dp + distributed optimizer, tp + sp, pp, interleaved, full recompute, tp + sp with
     selective recompute) and a GPT-style torch-native group (gpt-2.7b s3072: DDP, FSDP2, DTensor
     TP + SP, pp, interleaved, cp), every plan followed by its twin; registered rule as set 9: each
-    plan under its own twin's host factor. The torch-native TP + SP and cp cases were registered
-    too but cannot run (learned positions under TP/CP: unsupported_reason); they errored on the
-    machine and are left out here."""
-    T, F = "torchtitan", "megatron-core-local"
+    plan under its own twin's host factor. The torch-native TP + SP and cp cases cannot run
+    (learned positions under TP/CP: unsupported_reason): they errored on the machine, and the
+    launcher now skips them."""
+    F = "megatron-core-local"
     cases = [case(F, "llama-4b", 2048, 2, zero=1, mbs=2, gbs=16), case(F, "llama-4b", 2048, 2, tp=2, sp=True, mbs=2, gbs=16),
              case(F, "llama-4b", 2048, 2, pp=2, mbs=2, gbs=16), case(F, "llama-4b", 2048, 2, pp=2, vp=2, mbs=2, gbs=16),
              case(F, "llama-4b", 2048, 2, zero=1, mbs=2, gbs=16, recompute="full"),
-             case(F, "llama-4b", 2048, 2, tp=2, sp=True, mbs=2, gbs=16, recompute="selective"),
-             case(T, "gpt-2.7b", 3072, 2, zero=0, gbs=8), sync_each(case(T, "gpt-2.7b", 3072, 2, zero=3, gbs=8)),
-             case(T, "gpt-2.7b", 3072, 2, pp=2, gbs=8), case(T, "gpt-2.7b", 3072, 2, pp=2, vp=2, gbs=8)]
-    return with_twins(cases)
+             case(F, "llama-4b", 2048, 2, tp=2, sp=True, mbs=2, gbs=16, recompute="selective")]
+    return with_twins(cases + _torch_native_group("gpt-2.7b", 3072))
 
 
 def native8_grid() -> list[dict]:
@@ -259,15 +266,12 @@ def native8_grid() -> list[dict]:
     optimizer, tp, tp + sp, pp, interleaved, selective recompute) and a torch-native group
     (llama-2b s4096, GQA 5:1: DDP, FSDP2, DTensor TP + SP, pp, interleaved, cp), every plan
     followed by its twin; registered rule: each plan under its own twin's host factor."""
-    T, F = "torchtitan", "megatron-core-local"
+    F = "megatron-core-local"
     cases = [case(F, "gpt-2.7b", 2048, 2, zero=1, gbs=8), case(F, "gpt-2.7b", 2048, 2, tp=2, gbs=8),
              case(F, "gpt-2.7b", 2048, 2, tp=2, sp=True, gbs=8), case(F, "gpt-2.7b", 2048, 2, pp=2, gbs=8),
              case(F, "gpt-2.7b", 2048, 2, pp=2, vp=2, gbs=8),
-             case(F, "gpt-2.7b", 2048, 2, zero=1, gbs=8, recompute="selective"),
-             case(T, "llama-2b", 4096, 2, zero=0, gbs=8), sync_each(case(T, "llama-2b", 4096, 2, zero=3, gbs=8)),
-             case(T, "llama-2b", 4096, 2, tp=2, sp=True, gbs=8), case(T, "llama-2b", 4096, 2, pp=2, gbs=8),
-             case(T, "llama-2b", 4096, 2, pp=2, vp=2, gbs=8), sync_each(case(T, "llama-2b", 4096, 2, cp=2, zero=3, gbs=8))]
-    return with_twins(cases)
+             case(F, "gpt-2.7b", 2048, 2, zero=1, gbs=8, recompute="selective")]
+    return with_twins(cases + _torch_native_group("llama-2b", 4096))
 
 
 def native7_grid() -> list[dict]:
@@ -277,15 +281,12 @@ def native7_grid() -> list[dict]:
     Megatron-Core local group (gpt-1.3b s2560: dp + distributed optimizer, tp + sp, pp,
     interleaved, full recompute, tp with selective recompute) and a torch-native group (llama-3b
     s2048: DDP, FSDP2, DTensor TP + SP, pp, interleaved, cp), every plan followed by its twin."""
-    T, F = "torchtitan", "megatron-core-local"
+    F = "megatron-core-local"
     cases = [case(F, "gpt-1.3b", 2560, 2, zero=1, gbs=8), case(F, "gpt-1.3b", 2560, 2, tp=2, sp=True, gbs=8),
              case(F, "gpt-1.3b", 2560, 2, pp=2, gbs=8), case(F, "gpt-1.3b", 2560, 2, pp=2, vp=2, gbs=8),
              case(F, "gpt-1.3b", 2560, 2, zero=1, gbs=8, recompute="full"),
-             case(F, "gpt-1.3b", 2560, 2, tp=2, gbs=8, recompute="selective"),
-             case(T, "llama-3b", 2048, 2, zero=0, gbs=8), sync_each(case(T, "llama-3b", 2048, 2, zero=3, gbs=8)),
-             case(T, "llama-3b", 2048, 2, tp=2, sp=True, gbs=8), case(T, "llama-3b", 2048, 2, pp=2, gbs=8),
-             case(T, "llama-3b", 2048, 2, pp=2, vp=2, gbs=8), sync_each(case(T, "llama-3b", 2048, 2, cp=2, zero=3, gbs=8))]
-    return with_twins(cases)
+             case(F, "gpt-1.3b", 2560, 2, tp=2, gbs=8, recompute="selective")]
+    return with_twins(cases + _torch_native_group("llama-3b", 2048))
 
 
 def native6_grid() -> list[dict]:
@@ -295,15 +296,12 @@ def native6_grid() -> list[dict]:
     (llama-1b s3072: DDP, FSDP2, DTensor TP + SP, pp, interleaved, cp) for rank agreement and
     picks, every plan followed by its tiny twin: the machine's host speed
     (validation/host_speed.py), measured in the same run on separate records."""
-    T, F = "torchtitan", "megatron-core-local"
+    F = "megatron-core-local"
     cases = [case(F, "llama-3b", 1536, 2, zero=1, gbs=8), case(F, "llama-3b", 1536, 2, tp=2, gbs=8),
              case(F, "llama-3b", 1536, 2, tp=2, sp=True, gbs=8), case(F, "llama-3b", 1536, 2, pp=2, gbs=8),
              case(F, "llama-3b", 1536, 2, pp=2, vp=2, gbs=8),
-             case(F, "llama-3b", 1536, 2, zero=1, gbs=8, recompute="selective"),
-             case(T, "llama-1b", 3072, 2, zero=0, gbs=8), sync_each(case(T, "llama-1b", 3072, 2, zero=3, gbs=8)),
-             case(T, "llama-1b", 3072, 2, tp=2, sp=True, gbs=8), case(T, "llama-1b", 3072, 2, pp=2, gbs=8),
-             case(T, "llama-1b", 3072, 2, pp=2, vp=2, gbs=8), sync_each(case(T, "llama-1b", 3072, 2, cp=2, zero=3, gbs=8))]
-    return with_twins(cases)
+             case(F, "llama-3b", 1536, 2, zero=1, gbs=8, recompute="selective")]
+    return with_twins(cases + _torch_native_group("llama-1b", 3072))
 
 
 def native5_grid() -> list[dict]:

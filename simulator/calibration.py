@@ -69,6 +69,11 @@ class Calibration:
       sustained_clock_fraction[dtype]  SM clock under sustained tensor-core load (at the power
                                  limit) over the clock of a short burst; from the power model
                                  (docs/cost_model.md "Clocks and power"); 1 = never power-limited
+      step_power               the training-step power model (simulator/power.py
+                                 step_clock_fraction): effective power ``limit``, ``static`` and
+                                 ``idle`` watts, and per class of work (tensor, tensor_fp8,
+                                 attention, memory) ``<class>_fixed`` and ``<class>_clock`` watts
+                                 (P = static + fixed + clock·x³); empty = steps at full clock
       gemm_clock_bound_fraction  share of a large GEMM's burst time that scales with the SM
                                  clock (the rest, memory and synchronisation, does not)
       hbm_fraction               achievable fraction of datasheet HBM bandwidth (streaming)
@@ -136,6 +141,7 @@ class Calibration:
     gemm_setup_s: float = 1.0e-6
     gemm_fp8_fixed_s: float = 0.0
     sustained_clock_fraction: dict = field(default_factory=dict)
+    step_power: dict = field(default_factory=dict)
     gemm_clock_bound_fraction: float = 1.0
     hbm_fraction: float = 0.90
     attention_fwd_fraction: float = 0.65
@@ -199,7 +205,8 @@ HOST_PARAMETERS = ("host_op_s", "fsdp_unit_host_s", "ddp_tensor_host_s", "optimi
 
 DICT_PARAMETERS = ("gemm_peak_fraction", "attention_kernel_fraction", "attention_kernel_overlap",
                    "attention_kernel_overhead", "memory_op_fraction", "collective_fraction", "collective_alpha_fraction",
-                   "collective_shard_steps", "sustained_clock_fraction", "ssd_fraction", "ssd_host_s")
+                   "collective_shard_steps", "sustained_clock_fraction", "ssd_fraction", "ssd_host_s",
+                   "step_power")
 
 
 FRACTIONS = ("gemm_unaligned_fraction", "gemm_clock_bound_fraction", "hbm_fraction", "attention_fwd_fraction", "attention_bwd_fraction",
@@ -234,6 +241,7 @@ def _profile_schema() -> type:
                 collective_alpha_fraction=(Optional[dict[str, positive]], None),
                 collective_shard_steps=(Optional[dict[str, nonneg]], None),
                 sustained_clock_fraction=(Optional[dict[str, fraction]], None),
+                step_power=(Optional[dict[str, nonneg]], None),
                 ssd_fraction=(Optional[dict[str, fraction]], None),
                 ssd_host_s=(Optional[dict[str, nonneg]], None),
                 links=(Optional[dict[str, link]], None))

@@ -27,6 +27,7 @@ from functools import lru_cache
 
 from hardware_specs.schema import Accelerator
 from simulator.calibration import DEFAULT, Calibration
+from simulator.power import time_ratio
 
 DTYPE_BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "fp4": 0.5}
 # GEMM input dtypes Transformer Engine quantizes to (bf16 output).
@@ -68,6 +69,7 @@ class DeviceModel:
     accelerator: Accelerator
     cal: Calibration = DEFAULT
     sustained: bool = False      # heavy tensor-core work held for seconds (training): power-limited clock
+    clock_fraction: float = 1.0  # SM clock / f_max a training step runs at (simulator/power.py step_clock_fraction)
 
     @property
     def name(self) -> str:
@@ -79,10 +81,13 @@ class DeviceModel:
         return self.accelerator.peak_flops(dtype) * self.cal.gemm_fraction(dtype) * self.clock_rate(dtype)
 
     def clock_rate(self, dtype: str) -> float:
-        """Tensor-core rate relative to a short burst: 1 for a burst; under sustained load
-        1 / (φ / (f_sustained/f_max) + 1 − φ) (simulator/power.py), φ =
+        """Tensor-core rate relative to a short burst: 1 for a burst; at a step's clock fraction
+        x (``clock_fraction`` < 1, simulator/power.py step_clock_fraction) 1 / (φ/x + 1 − φ);
+        under sustained GEMM load 1 / (φ / (f_sustained/f_max) + 1 − φ), φ =
         ``gemm_clock_bound_fraction``, f_sustained/f_max = ``sustained_clock_fraction[dtype]``
         (fp16 and tf32 take bf16's; a dtype with no fraction is never power-limited)."""
+        if self.clock_fraction < 1.0:
+            return 1.0 / time_ratio(self.clock_fraction, self.cal.gemm_clock_bound_fraction)
         if not self.sustained:
             return 1.0
         fr = self.cal.sustained_clock_fraction
@@ -578,7 +583,7 @@ def _fused_pass(dev: DeviceModel, backend: str, batch: int, heads: int, kv_heads
     alu_ops = 4.0 if bwd else 3.5 + head_dim / bkv
     alu_rate = sms * FP32_LANES_PER_SM * dev.accelerator.boost_clock_hz
     # the SFU and FP32 units run at the SM clock: under sustained load at its power-limited fraction
-    clock = (cal.sustained_clock_fraction.get("bf16") or 1.0) if dev.sustained else 1.0
+    clock = (cal.sustained_clock_fraction.get("bf16") or 1.0) if dev.sustained else dev.clock_fraction
     t_exp = (bq * bkv / dev.exp_per_s + bq * bkv * alu_ops / alu_rate) / clock
     t_tile = max(t_mm, t_exp) + (1.0 - overlap) * min(t_mm, t_exp)          # whole-GPU seconds per tile
     total = (bh * pairs + blocks * overhead) * t_tile

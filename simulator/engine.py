@@ -27,6 +27,7 @@ from simulator.lowering import Context, embedding_ops, last_stage_ops, layer_ops
 from simulator.memory import (DS_REDUCE_BUCKET, StageFootprint, fits_in, kinds_in, layer_activations_by_kind,
                               layer_kind_params, moe_layers_in, stage_footprint, stage_memory, stage_params)
 from simulator.ops import Op
+from simulator.power import activity, step_clock_fraction
 from simulator.plan import ParallelPlan, check_precision, precision_peak_dtype, resolve_plan, split_note
 from hardware_specs.errors import PlanError
 from simulator.result import Result, StageCost
@@ -43,14 +44,15 @@ _DEVICES = IdentityCache()
 _FABRICS = IdentityCache()
 
 
-def device_model(accelerator, cal: Calibration, sustained: bool = False) -> DeviceModel:
+def device_model(accelerator, cal: Calibration, sustained: bool = False, clock: float = 1.0) -> DeviceModel:
     """The cost-model view of an accelerator under a calibration, cached by identity so the
     per-op caches in simulator.compute are shared by every simulation on the same inputs.
     ``sustained`` costs tensor-core work at the power-limited clock of back-to-back GEMMs
-    (simulator/power.py). Training steps keep the default (False): applied to whole steps, the
-    pure-GEMM sustained clock over-predicts every measured and published step (docs/cost_model.md,
-    "Clocks and power"), since a step's memory-bound phases lower its average power."""
-    return _DEVICES.get((accelerator, cal), (sustained,), lambda: DeviceModel(accelerator, cal, sustained))
+    (kernel records of sustained.py). Training steps do not: a step's memory-bound phases and
+    gaps lower its average power, so it runs at its own clock fraction ``clock`` (simulator/power.py
+    step_clock_fraction; 1.0 where the calibration has no step power model)."""
+    return _DEVICES.get((accelerator, cal), (sustained, clock),
+                        lambda: DeviceModel(accelerator, cal, sustained, clock))
 
 
 def _fabric(hw: Hardware, cal: Calibration) -> Fabric:
@@ -82,11 +84,12 @@ def _lower(ctx: Context) -> tuple:
     and where the plan keeps layers in bf16 (``bf16_layers``) the (ops, ops without recompute) of
     each kind lowered in bf16)."""
     p, model = ctx.plan, ctx.model
+    sp = ctx.dev.cal.step_power
     kinds = list(layer_kind_params(model))
 
     def lower_kinds(c: Context) -> tuple[dict, dict]:
-        ops = {k: summarize_ops(layer_ops(c, k)) for k in kinds}
-        norec = {k: summarize_ops(layer_ops(c, k, recompute=False)) for k in kinds} if p.recompute_layers else {}
+        ops = {k: summarize_ops(layer_ops(c, k), sp) for k in kinds}
+        norec = {k: summarize_ops(layer_ops(c, k, recompute=False), sp) for k in kinds} if p.recompute_layers else {}
         return ops, norec
 
     ops, norec = lower_kinds(ctx)
@@ -95,7 +98,7 @@ def _lower(ctx: Context) -> tuple:
         b_ops, b_norec = lower_kinds(replace(ctx, plan=replace(p, precision="bf16", bf16_layers=None,
                                                                 gemm_precision=None)))
         bf16 = {k: (b_ops[k], b_norec.get(k)) for k in kinds}
-    return (ops, norec, summarize_ops(embedding_ops(ctx)), summarize_ops(last_stage_ops(ctx)), p2p_time(ctx),
+    return (ops, norec, summarize_ops(embedding_ops(ctx), sp), summarize_ops(last_stage_ops(ctx), sp), p2p_time(ctx),
             bf16)
 
 
@@ -134,15 +137,46 @@ class OpsSummary:
     flops: float
     count: int = 0           # ops the host dispatches (eager frameworks launch one by one)
     count_forward: int = 0   # of which in the forward pass
+    power_s: dict = None     # (exposed, active) seconds per class of the step power model (power_class)
 
 
-def summarize_ops(ops: list[Op]) -> OpsSummary:
+def power_class(op: Op) -> str | None:
+    """The step power model's class of an op (simulator/power.py): ``tensor`` for bf16/fp16/tf32
+    GEMMs, ``tensor_fp8`` for fp8/fp4 GEMMs, ``attention`` for fused attention kernels,
+    ``memory`` for memory-bound kernels, the SSD scan and attention that materialises its
+    scores; None for collectives (counted with the idle time)."""
+    if op.kind == "gemm":
+        return "tensor_fp8" if len(op.shape) > 4 and op.shape[4] in ("fp8", "fp4") else "tensor"
+    if op.kind == "attention":
+        return "memory" if op.shape and op.shape[-1] in UNFUSED_ATTENTION else "attention"
+    return None if op.kind == "collective" else "memory"
+
+
+UNFUSED_ATTENTION = ("unfused", "unfused_torch", "math")
+
+
+def _power_seconds(ops: list[Op], sp: dict | None) -> dict:
+    """(exposed seconds, active seconds Σ ρ·t) per power class (simulator/power.py activity)."""
+    out: dict[str, tuple[float, float]] = {}
+    for op in ops:
+        cls = power_class(op)
+        if cls is None or op.phase not in ("fwd", "bwd", "recompute"):
+            continue
+        t = op.time_s - op.overlap_s
+        t0, a0 = out.get(cls, (0.0, 0.0))
+        counted = op.bytes if op.kind != "attention" else 0.0     # unfused attention: score traffic not in op.bytes
+        out[cls] = (t0 + t, a0 + t * activity(sp, cls, op.flops, op.time_s, counted))
+    return out
+
+
+def summarize_ops(ops: list[Op], step_power: dict | None = None) -> OpsSummary:
     """Reduce an op list the way a stage sums it: exposed forward and backward (with recompute)
-    seconds, exposed seconds per category, FLOPs and the op count."""
+    seconds, exposed seconds per category and per power class (activities from the calibration's
+    ``step_power``), FLOPs and the op count."""
     return OpsSummary(tuple(ops), _sum_phase(ops, ("fwd",)), _sum_phase(ops, ("bwd", "recompute")),
                       _group_time(ops, ("fwd", "bwd", "recompute")),
                       sum(op.flops for op in ops if op.phase in ("fwd", "bwd")), len(ops),
-                      sum(1 for op in ops if op.phase == "fwd"))
+                      sum(1 for op in ops if op.phase == "fwd"), _power_seconds(ops, step_power))
 
 
 def stage_layer_ranges(model: ModelSpec, plan: ParallelPlan) -> list[range]:
@@ -189,14 +223,54 @@ class _Step:
     host_issue: float        # host seconds to issue forward and backward of every micro-batch
     host_optimizer: float    # host seconds to issue the optimizer step
     stage_devices: list = None   # heterogeneous plans: (Context, HBM bytes, Hardware) per stage
+    clock_fraction: float = 1.0  # SM clock / f_max the step runs at (power-limited; 1.0 = full clock)
+    full_clock_step: float = 0.0  # the step's seconds at full clock (= step where not power-limited)
+
+
+# clocks are rounded to this step so that plans of similar power share lowered ops (a 0.5% clock
+# step moves a GEMM-bound step by at most ~0.15%)
+CLOCK_STEP = 0.005
 
 
 def _step(model: ModelSpec, hardware: Hardware, plan: ParallelPlan, calibration: Calibration) -> _Step:
+    """One step at the clock its own mix of work allows under the board's power limit: costed at
+    full clock, then, where its average power would exceed the limit (step_power_clock), costed
+    again at the power-limited clock (docs/cost_model.md "Clocks and power")."""
+    st = _step_at(model, hardware, plan, calibration, 1.0)
+    st.full_clock_step = st.step
+    x = step_power_clock(st, calibration)
+    if x >= 1.0 - CLOCK_STEP / 2:
+        return st
+    capped = _step_at(model, hardware, plan, calibration, round(x / CLOCK_STEP) * CLOCK_STEP)
+    capped.clock_fraction, capped.full_clock_step = x, st.step
+    return capped
+
+
+def step_power_clock(st: _Step, calibration: Calibration) -> float:
+    """The clock fraction of a step costed at full clock (simulator/power.py step_clock_fraction):
+    the mix of work of its busiest stage's GPU over the step, per power class (its micro-batches'
+    op classes, the optimizer as memory-bound work, the rest of the step idle or communicating).
+    1.0 without a step power model or for plans whose stages run on different accelerators."""
+    sp = calibration.step_power
+    if not sp or st.stage_devices is not None:
+        return 1.0
+    m = st.plan.microbatches()
+    i = max(range(len(st.stages)), key=lambda j: st.stages[j].forward_s + st.stages[j].backward_s)
+    mix = {c: (m * t, m * act) for c, (t, act) in (st.stages[i].power_s or {}).items()}
+    t, act = mix.get("memory", (0.0, 0.0))
+    opt = st.bundles[i].optimizer_s
+    mix["memory"] = (t + opt, act + opt)
+    mix["idle"] = (max(0.0, st.step - sum(v[0] for v in mix.values())), 0.0)
+    return step_clock_fraction(sp, mix, calibration.gemm_clock_bound_fraction)
+
+
+def _step_at(model: ModelSpec, hardware: Hardware, plan: ParallelPlan, calibration: Calibration,
+             clock: float) -> _Step:
     plan = resolve_plan(model, plan, hardware.num_gpus)
     check_precision(plan.precision, hardware.accelerator)
     for _, want in plan.gemm_precision or ():
         check_precision(want, hardware.accelerator)
-    dev = device_model(hardware.accelerator, calibration)
+    dev = device_model(hardware.accelerator, calibration, clock=clock)
     ctx = Context(model, plan, dev, _fabric(hardware, calibration), hardware.node.host_link.bandwidth_per_direction_Bps)
     lowered = _lowered(ctx)
     ranges = stage_layer_ranges(model, plan)
@@ -207,7 +281,7 @@ def _step(model: ModelSpec, hardware: Hardware, plan: ParallelPlan, calibration:
         bundles, links, devices = _heterogeneous_stages(model, hardware, plan, calibration, ranges)
     stages = [b.cost if b.cost.index == i else
               StageCost(i, b.cost.layers, b.cost.moe_layers, b.cost.forward_s, b.cost.backward_s, b.cost.groups,
-                        b.cost.flops, b.cost.host_s, b.cost.host_forward_s) for i, b in enumerate(bundles)]
+                        b.cost.flops, b.cost.host_s, b.cost.host_forward_s, b.cost.power_s) for i, b in enumerate(bundles)]
     p2p = lowered[4] if plan.pp > 1 else 0.0
     if links is not None:
         p2p = links if plan.pp > 1 else 0.0
@@ -476,9 +550,13 @@ def _stage_cost(ctx: Context, index: int, layers: range, kind_ops: dict, norec_o
     f = sum(o.forward_s * n for o, n in parts)
     b = sum(o.backward_s * n for o, n in parts)
     groups: dict[str, float] = {}
+    power: dict[str, float] = {}
     for o, n in parts:
         for k, v in o.groups.items():
             groups[k] = groups.get(k, 0.0) + v * n
+        for k, (t, act) in (o.power_s or {}).items():
+            t0, a0 = power.get(k, (0.0, 0.0))
+            power[k] = (t0 + t * n, a0 + act * n)
     sync = 0.0
     if plan.zero_stage == 3:
         f3, b3 = _zero3_gather_exposed(ctx, layers, f, b)
@@ -488,7 +566,7 @@ def _stage_cost(ctx: Context, index: int, layers: range, kind_ops: dict, norec_o
         groups["dp"] = groups.get("dp", 0.0) + f3 + b3
     flops = sum(o.flops * n for o, n in parts)
     host, host_fwd = _host_seconds(ctx, parts, layers, first, last)
-    return StageCost(index, len(layers), n_moe, f, b, groups, flops, host, host_fwd), sync
+    return StageCost(index, len(layers), n_moe, f, b, groups, flops, host, host_fwd, power), sync
 
 
 def _stage_param_tensors(model: ModelSpec, layers: range, first: bool, last: bool) -> int:
@@ -743,4 +821,5 @@ def _result(model, hardware, plan, cal, stages, mems, st: _Step, events) -> Resu
         mfu_precision_peak=model_flops / (step * hardware.num_gpus * peak),
         memory=mem, stage_memory=mems, stages=stages, breakdown=breakdown, pipeline_s=pipe,
         dp_comm_total_s=st.dp_total, p2p_s=p2p, timeline=events, host_issue_s=st.host_issue,
-        host_optimizer_s=st.host_optimizer, split_note=split_note(model, plan), model_tags=tuple(model_tags(model)))
+        host_optimizer_s=st.host_optimizer, split_note=split_note(model, plan), model_tags=tuple(model_tags(model)),
+        clock_fraction=st.clock_fraction, full_clock_step_time_s=st.full_clock_step)

@@ -92,3 +92,175 @@ def fit_power_model(mf_records: list[dict], info: dict, settle_s: float = 5.0) -
         s["model_ratio"] = time_ratio(frac[d], phi)
     return dict(static_w=static, power_limit_w=limit, max_clock_mhz=fmax, kappa_w_per_ghz3=kappa,
                 sustained_clock_fraction=frac, gemm_clock_bound_fraction=phi, shapes=shapes)
+
+
+# --------------------------------------------------------------------------- training steps
+#
+# A training step is not back-to-back GEMMs: it mixes tensor-core work, memory-bound kernels,
+# communication and idle gaps (host-bound issue). The power controller holds the board's power,
+# averaged over a window far longer than one kernel (measured: a GEMM/idle mix of 3 ms period
+# averages 490 W at full clock with the GEMM itself above 900 W), under the limit. So the clock of
+# a step is set by its *average* power over the mix of work it runs:
+#
+#     P(x) = Σ_c t_c(x)·[P_idle + ρ_c·(P_c(x) − P_idle)] / Σ_c t_c(x),   x = f / f_max,
+#     P_c(x) = P_static + A_c + B_c·x³          (a clock-independent part A_c: HBM, L2, I/O;
+#                                                  a switching part B_c·x³, as above)
+#
+# over the classes c of work: ``tensor`` (bf16/fp16 GEMMs), ``tensor_fp8`` (fp8/fp4 GEMMs),
+# ``attention`` (fused attention kernels), ``memory`` (memory-bound kernels, and attention that
+# materialises its scores) and ``idle`` (gaps between kernels, and communication kernels, which
+# keep few SMs busy: P_idle). ρ_c is the class's activity: the time-weighted achieved FLOP rate of
+# its kernels over the rate of the kernel its power was measured on (a GEMM at 60% of the
+# reference rate switches 60% as much per second: the energy-per-operation view of Choi et al.,
+# "A roofline model of energy", IPDPS 2013); memory-bound kernels count at ρ = 1. Tensor-core
+# time grows as the clock falls (t·(φ/x + 1 − φ)); memory-bound and idle time do not. The step's
+# clock is the x in (0, 1] where P(x) meets the effective limit (f_max if P(1) is under it).
+# Parameters per GPU: calibration ``step_power`` (fit_step_power, from sustained.py's GEMM, add,
+# attention and mixed runs).
+
+STEP_POWER_CLASSES = ("tensor", "tensor_fp8", "attention", "memory")
+CLOCKED_CLASSES = ("tensor", "tensor_fp8", "attention")
+REFERENCE_RATE = {"tensor": "tensor_rate", "tensor_fp8": "tensor_fp8_rate", "attention": "attention_rate"}
+
+
+def class_power_w(sp: dict, cls: str, x: float) -> float:
+    """Board power (W) of class ``cls`` work at full activity at clock fraction x under parameters
+    ``sp`` (calibration ``step_power``): static + A_c + B_c·x³; the ``idle`` class draws ``idle`` W."""
+    if cls == "idle":
+        return sp["idle"]
+    return sp["static"] + sp[f"{cls}_fixed"] + sp[f"{cls}_clock"] * x ** 3
+
+
+def activity(sp: dict | None, cls: str, flops: float, seconds: float, nbytes: float = 0.0) -> float:
+    """ρ of one kernel: its FLOP rate over the class's reference rate (``<class>_rate`` FLOP/s),
+    or for a memory-bound kernel with counted bytes its HBM rate over ``memory_rate`` (B/s), at
+    most 1; 1 for kernels with nothing counted or without a step power model."""
+    if not sp or seconds <= 0:
+        return 1.0
+    if cls == "memory":
+        return min(1.0, nbytes / seconds / sp["memory_rate"]) if nbytes > 0 and "memory_rate" in sp else 1.0
+    key = REFERENCE_RATE.get(cls)
+    return 1.0 if key is None else min(1.0, flops / seconds / sp[key])
+
+
+def average_power_w(sp: dict, mix: dict, x: float, phi: float) -> float:
+    """Time-weighted board power (W) at clock fraction x of a mix of work: ``mix`` maps each
+    class to (seconds, active seconds = Σ ρ·t) at full clock; ``idle`` maps to (seconds, 0)."""
+    r = time_ratio(x, phi)
+    num = den = 0.0
+    for c, (t, act) in mix.items():
+        scale = r if c in CLOCKED_CLASSES else 1.0
+        num += scale * (t * sp["idle"] + act * (class_power_w(sp, c, x) - sp["idle"]))
+        den += scale * t
+    return num / den if den > 0 else sp["idle"]
+
+
+def step_clock_fraction(sp: dict, mix: dict, phi: float, floor: float = 0.3) -> float:
+    """The clock fraction x = f/f_max at which a mix of work (``mix`` as in average_power_w)
+    averages the effective power limit ``sp['limit']``; 1.0 where it stays under the limit at
+    full clock. Bisection (P(x) rises with x for every class)."""
+    if not sp or average_power_w(sp, mix, 1.0, phi) <= sp["limit"]:
+        return 1.0
+    lo, hi = floor, 1.0
+    for _ in range(40):
+        mid = 0.5 * (lo + hi)
+        if average_power_w(sp, mix, mid, phi) > sp["limit"]:
+            hi = mid
+        else:
+            lo = mid
+    return lo
+
+
+def _median(vals):
+    vals = [v for v in vals if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+def _settled(rs: list, settle_s: float) -> list:
+    return [r for r in rs if r.get("regime") == "sustained" and r.get("t_start_s", 0) >= settle_s and r.get("sm_clock_mhz")]
+
+
+def sustained_point(rs: list, fmax: float, settle_s: float = 5.0) -> dict:
+    """Medians of one work's settled sustained windows and its burst: clock fraction x, power (W),
+    sustained and burst seconds per call."""
+    sus = _settled(rs, settle_s)
+    return dict(x=_median(r["sm_clock_mhz"] for r in sus) / fmax, power_w=_median(r["power_w"] for r in sus),
+                sustained_s=_median(r["time_s"] for r in sus),
+                burst_s=_median(r["time_s"] for r in rs if r.get("regime") == "burst"))
+
+
+def _work_key(r: dict):
+    if r["kind"] == "gemm":
+        return ("gemm", r["m"], r["n"], r["k"], r["dtype"])
+    if r["kind"] == "power_mix":
+        adds = sum(p["calls"] for p in r["parts"] if p["kind"] == "add")
+        return ("mix", adds, r.get("idle_s_per_call", 0.0))
+    return (r["kind"],)
+
+
+def fit_step_power(records: list[dict], info: dict, settle_s: float = 5.0) -> dict:
+    """``step_power`` and φ from a sustained.py file run with ``--power`` (MEASUREMENTS format):
+
+    * static: NVML power at idle before any work; idle: power idle at f_max (the burst records'
+      ``before`` samples); limit: the median power of the capped sustained windows (the
+      controller's effective target, a little under the enforced limit);
+    * tensor: the bf16 8192³ GEMM, sustained (capped: A + B·x³ at the measured x) and at full
+      clock from the GEMM/idle mix (its average power less the idle share, over the GEMM share);
+    * memory: the add at full clock (never capped) and, for B, the GEMM + 2 add mix at its
+      capped clock (its average power less the GEMM share, over the add share);
+    * tensor_fp8 and attention: one capped sustained point each, split into A and B in the bf16
+      GEMM's proportion (no full-clock point was measured for them);
+    * reference rates ``tensor_rate``, ``tensor_fp8_rate``, ``attention_rate`` (FLOP/s): the
+      burst rates of the bf16 and fp8 GEMMs and of the attention run (activity ρ = 1 there);
+    * φ: least squares over the bf16 GEMMs' sustained/burst time ratios.
+
+    Returns dict(step_power_w, gemm_clock_bound_fraction, points) where ``points`` keeps the
+    medians each parameter came from. The GEMM + 6 add mix is left out of the fit (a check)."""
+    fmax = float(info["nvml"]["max_sm_clock_mhz"])
+    static = float(info["idle_nvml"]["power_w"])
+    idle = _median(r["before"]["power_w"] for r in records if r.get("regime") == "burst" and r.get("before")
+                   and r["before"].get("sm_clock_mhz") == fmax)
+    groups = defaultdict(list)
+    for r in records:
+        if r.get("regime"):
+            groups[_work_key(r)].append(r)
+    pts = {k: sustained_point(v, fmax, settle_s) for k, v in groups.items() if _settled(v, settle_s)}
+    g = pts[("gemm", 8192, 8192, 8192, "bfloat16")]
+    gap = next(v for k, v in pts.items() if k[0] == "mix" and k[1] == 0 and k[2] > 0)
+    add = pts[("add",)]
+    mix2 = pts[("mix", 2, 0.0)]
+    capped = [r["power_w"] for k, v in groups.items() for r in _settled(v, settle_s)
+              if "sw_power_cap" in (r.get("throttle_reasons") or [])]
+    limit = statistics.median(capped)
+    # tensor (bf16): full-clock power from the GEMM/idle mix, capped power from the sustained GEMM
+    idle_s = gap["sustained_s"] - g["burst_s"]
+    p_full = (gap["power_w"] * gap["sustained_s"] - idle * idle_s) / g["burst_s"] - static
+    p_cap = g["power_w"] - static
+    b_t = (p_full - p_cap) / (1.0 - g["x"] ** 3)
+    a_t = p_full - b_t
+    sp = dict(limit=limit, static=static, idle=idle, tensor_fixed=a_t, tensor_clock=b_t)
+    # memory: full clock from the add, the clock part from the GEMM + 2 add mix
+    t_add = 2 * add["sustained_s"]
+    t_g = mix2["sustained_s"] - t_add
+    p_add_mix = (mix2["power_w"] * mix2["sustained_s"] - t_g * class_power_w(sp, "tensor", mix2["x"])) / t_add - static
+    p_add_full = add["power_w"] - static
+    b_m = max(0.0, (p_add_full - p_add_mix) / (1.0 - mix2["x"] ** 3))
+    sp.update(memory_fixed=p_add_full - b_m, memory_clock=b_m)
+    # fp8 and attention: one capped point each, in the bf16 GEMM's A:B proportion
+    for cls, key in (("tensor_fp8", ("gemm", 8192, 8192, 8192, "float8_e4m3fn")), ("attention", ("attention_fwd_bwd",))):
+        p = pts[key]
+        s = (p["power_w"] - static) / (a_t + b_t * p["x"] ** 3)
+        sp.update({f"{cls}_fixed": s * a_t, f"{cls}_clock": s * b_t})
+    # reference rates: what each class's power was measured at (burst FLOP/s)
+    rate = {k: next(r["flops"] for r in groups[k] if r.get("flops")) / pts[k]["burst_s"]
+            for k in (("gemm", 8192, 8192, 8192, "bfloat16"), ("gemm", 8192, 8192, 8192, "float8_e4m3fn"),
+                      ("attention_fwd_bwd",))}
+    sp.update(tensor_rate=rate[("gemm", 8192, 8192, 8192, "bfloat16")],
+              tensor_fp8_rate=rate[("gemm", 8192, 8192, 8192, "float8_e4m3fn")],
+              attention_rate=rate[("attention_fwd_bwd",)])
+    bf16 = [v for k, v in pts.items() if k[0] == "gemm" and k[4] == "bfloat16"]
+    xs = [1.0 / v["x"] - 1.0 for v in bf16]
+    ys = [v["sustained_s"] / v["burst_s"] - 1.0 for v in bf16]
+    phi = min(1.0, max(0.0, sum(a * b for a, b in zip(xs, ys)) / sum(a * a for a in xs)))
+    return dict(step_power={k: float(f"{v:.5g}") for k, v in sp.items()}, gemm_clock_bound_fraction=round(phi, 4),
+                points={" ".join(str(x) for x in k): v for k, v in pts.items()})

@@ -33,6 +33,7 @@ class StageCost:
     flops: float = 0.0      # GEMM + attention FLOPs of one micro-batch, forward + backward, no recompute
     host_s: float = 0.0     # host seconds to dispatch one micro-batch of this stage
     host_forward_s: float = 0.0   # of which its forward pass
+    power_s: dict = None    # (exposed, active) seconds of one micro-batch per class of the step power model
 
 
 @dataclass
@@ -69,6 +70,8 @@ class Result:
     host_optimizer_s: float = 0.0   # host seconds to issue the optimizer step
     split_note: str = ""            # how the framework split uneven layers over the stages ('' if given/even)
     model_tags: tuple = ()          # feature tags the model brings (simulator.regimes.model_tags: mamba)
+    clock_fraction: float = 1.0     # SM clock / f_max the step runs at under the power limit (simulator/power.py)
+    full_clock_step_time_s: float = 0.0   # the same step at full clock (a burst); = step_time_s if not capped
 
     @cached_property
     def confidence(self):
@@ -113,6 +116,7 @@ class Result:
                         "forward_s": s.forward_s, "backward_s": s.backward_s} for s in self.stages],
             "pipeline_s": self.pipeline_s, "dp_comm_total_s": self.dp_comm_total_s, "p2p_s": self.p2p_s,
             "host_issue_s": self.host_issue_s, "host_optimizer_s": self.host_optimizer_s,
+            "clock_fraction": self.clock_fraction, "full_clock_step_time_s": self.full_clock_step_time_s,
             "layer_split_note": self.split_note,
             "confidence": self.confidence.to_dict(),
         }

@@ -45,6 +45,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from nvml import Sampler, summarize_samples  # noqa: E402
 
 PLAN_FIELDS = ("world", "tp", "pp", "vp", "cp", "dp", "sequence_parallel", "zero_stage", "recompute",
                "mbs", "gbs", "schedule")
@@ -124,6 +125,10 @@ def grid(name: str) -> list[dict]:
                 case(T, "tiny-llama", 64, 2, zero=3, gbs=4), case(T, "tiny-llama", 64, 2, tp=2, sp=True, gbs=4),
                 case(T, "tiny-gpt", 64, 2, zero=3, gbs=4, recompute="full"),
                 case(T, "tiny-llama", 64, 2, pp=2, gbs=4), case(T, "tiny-llama", 64, 2, pp=2, vp=2, gbs=4)]
+    if name == "clocks1":    # single-GPU steps from GPU-bound to host-bound, for the step power model
+        return [case(F, "llama-4b", 2048, 1, mbs=2, gbs=8), case(F, "gpt-2.7b", 2048, 1, mbs=2, gbs=8, recompute="full"),
+                case(T, "gpt-2.7b", 3072, 1, gbs=8), case(T, "llama-1b", 2048, 1, gbs=8),
+                case(F, "host-llama", 512, 1, gbs=8)]
     if name == "smoke":
         return [case(F, "tiny-llama", 256, 1, gbs=4), case(F, "tiny-gpt", 256, 1, gbs=4, recompute="full"),
                 case(F, "llama-1b", 2048, 1, gbs=2),
@@ -540,6 +545,7 @@ def timed_steps(ctx: Ctx, step, warmup: int, steps: int):
     if ctx.cuda:
         torch.cuda.reset_peak_memory_stats()
     times = []
+    window = [time.monotonic(), None]       # the launcher's NVML sampler cuts this window's samples
     for _ in range(steps):
         ctx.sync()
         t = time.perf_counter()
@@ -547,8 +553,10 @@ def timed_steps(ctx: Ctx, step, warmup: int, steps: int):
         if ctx.cuda:
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t)
+    window[1] = time.monotonic()
     peak = [torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()] if ctx.cuda else [0, 0]
     phases = host_phases(ctx, step)
+    phases["timed_window_monotonic"] = window
     tt = torch.tensor(times, dtype=torch.float64, device=ctx.dev)
     dist.all_reduce(tt, op=dist.ReduceOp.MAX)
     pk = torch.tensor(peak, dtype=torch.int64, device=ctx.dev)
@@ -1319,6 +1327,27 @@ def gpu_clocks() -> list[dict]:
     return [dict(zip(keys, (v.strip() for v in line.split(",")))) for line in out.strip().splitlines() if line.strip()]
 
 
+def with_clocks(r: dict, sampler, nproc: int) -> dict:
+    """The record with the NVML readings of its timed steps: per GPU (``gpu_clocks``: median and
+    mean SM clock, median and mean power, temperature, throttle reasons, sample count) and over
+    the GPUs (``sm_clock_mhz``, ``power_w``: means of the per-GPU means)."""
+    window = r.pop("timed_window_monotonic", None)
+    if sampler is None or not window or window[1] is None:
+        return r
+    per = []
+    for g in range(nproc):
+        s = summarize_samples(sampler.between(window[0], window[1], gpu=g, wait=(g == 0)), None)
+        if s["nvml_samples"]:
+            s.pop("power_limit_w", None)
+            per.append({"gpu": g, **s})
+    if per:
+        r["gpu_clocks"] = per
+        r["sm_clock_mhz"] = statistics.fmean(p["sm_clock_mean_mhz"] for p in per)
+        r["power_w"] = statistics.fmean(p["power_mean_w"] for p in per)
+        r["throttle_reasons"] = sorted({x for p in per for x in (p.get("throttle_reasons") or [])})
+    return r
+
+
 def launch(args):
     import common
     import torch
@@ -1342,6 +1371,7 @@ def launch(args):
     info["timing"] = ("synchronized wall time per step (device sync + barrier before, device sync after), "
                       "max over ranks; time_s = median over the timed steps after warm-up")
     rec = common.Recorder(args.out, info)
+    sampler = Sampler(args.out + ".nvml.jsonl", period_s=0.1) if torch.cuda.is_available() else None
     import tempfile
     work = tempfile.mkdtemp(prefix="plan_step_")      # children's case lists, parts and logs
     t0 = time.time()
@@ -1401,7 +1431,7 @@ def launch(args):
             for i in sorted(done):
                 d = done[i]
                 if "record" in d:
-                    rec.add(d["record"])
+                    rec.add(with_clocks(d["record"], sampler, args.nproc))
                 else:
                     rec.error(f"{case_label(batch[i])}: {d['error']}")
             nxt = max(done) + 1 if done else 0
@@ -1422,6 +1452,8 @@ def launch(args):
             elif nxt < len(batch) and (not done or time.time() - t0 > args.budget_s - 30):
                 nxt = len(batch)          # budget stop inside the child
             batch = batch[nxt:]
+    if sampler is not None:
+        sampler.stop()
     info["gpu_clocks_end"] = gpu_clocks()
     info["errors"] = rec.errors
     rec.flush()

@@ -37,158 +37,9 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 from common import fmt_rate, log, run_case, time_fn  # noqa: E402
+from nvml import Nvml, Sampler, summarize_samples  # noqa: E402
 
-# --------------------------------------------------------------------------- NVML
-
-
-class Nvml:
-    """SM clock (MHz), power draw and enforced power limit (W), temperature (C) and the
-    current clock-event (throttle) reasons of GPU ``index``; every reading None if unavailable."""
-
-    REASONS = {  # NVML clocks-event reason bits (nvml.h)
-        0x1: "gpu_idle", 0x2: "app_clocks", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
-        0x10: "sync_boost", 0x20: "sw_thermal", 0x40: "hw_thermal", 0x80: "hw_power_brake",
-        0x100: "display_clocks"}
-
-    def __init__(self, index: int = 0):
-        self.h = None
-        self.nv = None
-        try:
-            import pynvml as nv
-            nv.nvmlInit()
-            self.nv = nv
-            self.h = nv.nvmlDeviceGetHandleByIndex(index)
-        except Exception as exc:  # noqa: BLE001
-            log("  NVML unavailable:", common.short_exc(exc))
-
-    def _try(self, f, *a):
-        try:
-            return f(*a)
-        except Exception:  # noqa: BLE001
-            return None
-
-    def static(self) -> dict:
-        if self.h is None:
-            return {}
-        nv = self.nv
-        out = {
-            "power_limit_w": self._w(self._try(nv.nvmlDeviceGetEnforcedPowerLimit, self.h)),
-            "power_default_limit_w": self._w(self._try(nv.nvmlDeviceGetPowerManagementDefaultLimit, self.h)),
-            "max_sm_clock_mhz": self._try(nv.nvmlDeviceGetMaxClockInfo, self.h, nv.NVML_CLOCK_SM),
-            "max_mem_clock_mhz": self._try(nv.nvmlDeviceGetMaxClockInfo, self.h, nv.NVML_CLOCK_MEM),
-            "driver": self._try(nv.nvmlSystemGetDriverVersion),
-        }
-        lim = self._try(nv.nvmlDeviceGetPowerManagementLimitConstraints, self.h)
-        if lim:
-            out["power_limit_range_w"] = [self._w(lim[0]), self._w(lim[1])]
-        for name in ("NVML_TEMPERATURE_THRESHOLD_SLOWDOWN", "NVML_TEMPERATURE_THRESHOLD_SHUTDOWN",
-                     "NVML_TEMPERATURE_THRESHOLD_GPU_MAX"):
-            if hasattr(nv, name):
-                out[name.split("THRESHOLD_")[1].lower() + "_temp_c"] = self._try(
-                    nv.nvmlDeviceGetTemperatureThreshold, self.h, getattr(nv, name))
-        return out
-
-    @staticmethod
-    def _w(mw):
-        return None if mw is None else mw / 1000.0
-
-    def reasons(self):
-        if self.h is None:
-            return None
-        nv = self.nv
-        f = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
-            getattr(nv, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
-        return None if f is None else self._try(f, self.h)
-
-    def sample(self) -> dict:
-        if self.h is None:
-            return {}
-        nv = self.nv
-        return {
-            "t": time.monotonic(),
-            "sm_clock_mhz": self._try(nv.nvmlDeviceGetClockInfo, self.h, nv.NVML_CLOCK_SM),
-            "mem_clock_mhz": self._try(nv.nvmlDeviceGetClockInfo, self.h, nv.NVML_CLOCK_MEM),
-            "power_w": self._w(self._try(nv.nvmlDeviceGetPowerUsage, self.h)),
-            "temperature_c": self._try(nv.nvmlDeviceGetTemperature, self.h, nv.NVML_TEMPERATURE_GPU),
-            "reasons": self.reasons(),
-        }
-
-    def names(self, bits):
-        if bits is None:
-            return None
-        return sorted(v for k, v in self.REASONS.items() if bits & k)
-
-
-def summarize_samples(nvml: Nvml, samples: list[dict], limit_w) -> dict:
-    """Medians of the NVML samples of a window, with their count, extremes and throttle reasons."""
-    out = {"nvml_samples": len(samples), "power_limit_w": limit_w}
-    for key in ("sm_clock_mhz", "power_w", "temperature_c", "mem_clock_mhz"):
-        vals = [s[key] for s in samples if s.get(key) is not None]
-        out[key] = float(statistics.median(vals)) if vals else None
-        if key in ("sm_clock_mhz", "power_w") and vals:
-            out[key.replace("_mhz", "").replace("_w", "") + "_range"] = [min(vals), max(vals)]
-    bits = 0
-    seen = False
-    for s in samples:
-        if s.get("reasons") is not None:
-            bits |= s["reasons"]
-            seen = True
-    out["throttle_reasons"] = nvml.names(bits) if seen else None
-    return out
-
-
-class Sampler:
-    """NVML samples every ``period_s`` seconds, taken by a child process (this script with
-    ``--sampler FILE``) writing one JSON line per sample: a thread of this process would starve
-    while the main thread holds the GIL, blocked in a kernel launch on a full launch queue.
-    Timestamps are CLOCK_MONOTONIC, shared by the processes of one host."""
-
-    def __init__(self, path: str, period_s: float = 0.05):
-        import subprocess
-        self.path = path
-        open(path, "w").close()
-        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--sampler", path,
-                                      "--period-s", str(period_s)])
-        self._cache: list[dict] = []
-        self._pos = 0
-
-    def _read(self):
-        import json
-        with open(self.path) as f:
-            f.seek(self._pos)
-            data = f.read()
-        cut = data.rfind("\n") + 1
-        self._pos += len(data[:cut].encode())
-        for line in data[:cut].splitlines():
-            try:
-                self._cache.append(json.loads(line))
-            except ValueError:
-                pass
-
-    def between(self, t0, t1):
-        time.sleep(0.06)
-        self._read()
-        return [s for s in self._cache if t0 <= s["t"] <= t1]
-
-    def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=5)
-        except Exception:  # noqa: BLE001
-            self.proc.kill()
-
-
-def sampler_main(path: str, period_s: float):
-    import json
-    nvml = Nvml(0)
-    with open(path, "a") as f:
-        while True:
-            s = nvml.sample()
-            if not s:
-                return
-            f.write(json.dumps(s) + "\n")
-            f.flush()
-            time.sleep(period_s)
+# NVML readings and the sampling child: nvml.py
 
 
 # --------------------------------------------------------------------------- GEMM setup
@@ -213,33 +64,124 @@ def sustained_cases(small):
             (16384, 16384, 16384, "float8_e4m3fn", False)]
 
 
-def burst(nvml, sampler, flush, m, n, k, dtn, regime, idle_s):
+class Work:
+    """One unit of sustained work: ``fn()`` enqueues it, ``base`` is its record's shape fields
+    (kind, dims, flops or bytes), ``label`` names it in the log."""
+
+    def __init__(self, label: str, fn, base: dict):
+        self.label, self.fn, self.base = label, fn, base
+
+
+def gemm_work(m, n, k, dtn) -> Work:
+    return Work(f"{dtn} {m}x{n}x{k}", make_gemm(m, n, k, dtn), base_record(m, n, k, dtn, {}, "clocks"))
+
+
+def add_work(tokens, hidden) -> Work:
+    """x + y into a preallocated output, three [tokens, hidden] bf16 tensors (the ``add`` kind)."""
+    dev = common.device()
+    dt = torch.bfloat16 if common.on_cuda() else torch.float32
+    x, y, z = (torch.randn(tokens, hidden, device=dev, dtype=dt) for _ in range(3))
+
+    def fn():
+        torch.add(x, y, out=z)
+    return Work(f"add {tokens}x{hidden}", fn, dict(kind="add", tokens=tokens, hidden=hidden, dtype="bfloat16",
+                                                  bytes=3 * tokens * hidden * 2, group="clocks"))
+
+
+def attention_work(batch, heads, seq, head_dim) -> Work:
+    """Causal flash SDPA forward + backward (the ``attention_fwd_bwd`` kind, backend flash)."""
+    import torch.nn.functional as F
+    dev = common.device()
+    dt = torch.bfloat16 if common.on_cuda() else torch.float32
+    q, k, v = (torch.randn(batch, heads, seq, head_dim, device=dev, dtype=dt, requires_grad=True) for _ in range(3))
+    g = torch.randn(batch, heads, seq, head_dim, device=dev, dtype=dt)
+
+    def fwd():
+        if common.on_cuda():
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    body, setup = common.attention_pass(fwd, g, (q, k, v), backward=True)
+
+    def fn():
+        setup()
+        body()
+    flops = 4.0 * batch * heads * seq * seq * head_dim * 0.5 * 3.5     # causal fwd (2 matmuls) + bwd (5)
+    return Work(f"attention b{batch} h{heads} s{seq} d{head_dim}", fn,
+                dict(kind="attention_fwd_bwd", batch=batch, heads=heads, seq=seq, head_dim=head_dim, causal=True,
+                     backend="flash", dtype="bfloat16", flops=flops, group="clocks"))
+
+
+def mix_work(gemm: tuple, adds: int, add_shape: tuple, idle_s: float = 0.0) -> Work:
+    """One GEMM then ``adds`` add calls, then (``idle_s`` > 0) a device sync and ``idle_s`` seconds
+    of host sleep: a fixed mix of tensor-core, memory-bound and idle time, recorded as kind
+    ``power_mix`` with its parts (the power model's mixing law is checked on these)."""
+    g = make_gemm(*gemm)
+    a = add_work(*add_shape).fn if adds else None
+    cuda = common.on_cuda()
+
+    def fn():
+        g()
+        for _ in range(adds):
+            a()
+        if idle_s > 0:
+            if cuda:
+                torch.cuda.synchronize()
+            time.sleep(idle_s)
+    m, n, k, dtn = gemm
+    parts = [dict(kind="gemm", m=m, n=n, k=k, dtype=dtn, calls=1)]
+    if adds:
+        parts.append(dict(kind="add", tokens=add_shape[0], hidden=add_shape[1], dtype="bfloat16", calls=adds))
+    label = f"mix gemm {m}x{n}x{k} + {adds} add" + (f" + {idle_s * 1e3:.1f} ms idle" if idle_s else "")
+    return Work(label, fn, dict(kind="power_mix", parts=parts, idle_s_per_call=idle_s, group="clocks"))
+
+
+def power_cases(small) -> list:
+    """Sustained runs beyond GEMMs, for the step power model: a memory-bound add, flash attention
+    forward + backward, and GEMM/add/idle mixes (their clocks are predicted from the pure runs)."""
+    if small:
+        return [lambda: add_work(256, 256), lambda: mix_work((64, 64, 64, "bfloat16"), 1, (256, 256)),
+                lambda: mix_work((64, 64, 64, "bfloat16"), 0, (256, 256), idle_s=0.001)]
+    g = (8192, 8192, 8192, "bfloat16")
+    add = (65536, 8192)                    # three 1 GiB bf16 tensors
+    return [lambda: add_work(*add), lambda: attention_work(4, 32, 4096, 128),
+            lambda: mix_work(g, 2, add), lambda: mix_work(g, 6, add),
+            lambda: mix_work(g, 0, add, idle_s=0.0015)]
+
+
+def burst(nvml, sampler, flush, work: Work, regime, idle_s):
     if idle_s > 0:
         if common.on_cuda():
             torch.cuda.synchronize()
         time.sleep(idle_s)
     pre = nvml.sample()
-    fn = make_gemm(m, n, k, dtn)
     t0 = time.monotonic()
-    st = time_fn(fn, flush=flush)
+    st = time_fn(work.fn, flush=flush)
     t1 = time.monotonic()
-    r = base_record(m, n, k, dtn, st, "clocks")
-    r["regime"] = regime
-    r.update(summarize_samples(nvml, sampler.between(t0, t1), nvml.static().get("power_limit_w")))
-    r["before"] = {k2: v for k2, v in pre.items() if k2 != "t"} if pre else None
+    r = {**work.base, **st, "regime": regime}
+    r.update(summarize_samples(sampler.between(t0, t1), nvml.static().get("power_limit_w")))
+    r["before"] = {k2: v for k2, v in pre.items() if k2 not in ("t", "gpu")} if pre else None
     if pre and pre.get("reasons") is not None:
         r["before"]["reasons"] = nvml.names(pre["reasons"])
     if idle_s > 0:   # the record check wants fields in seconds positive
         r["idle_before_s"] = idle_s
-    log(f"  {regime:15s} {dtn:14s} {m}x{n}x{k} {st['time_s'] * 1e6:9.1f} us "
-        f"{fmt_rate(r['flops'] / st['time_s'], 'FLOP/s')} clock {r.get('sm_clock_mhz')} MHz "
+    log(f"  {regime:15s} {work.label} {st['time_s'] * 1e6:9.1f} us {_rate(r)} clock {r.get('sm_clock_mhz')} MHz "
         f"power {r.get('power_w')} W temp {r.get('temperature_c')} C")
     return r
 
 
-def sustained(nvml, sampler, rec, m, n, k, dtn, sustain_s, window_s):
+def _rate(r: dict) -> str:
+    if r.get("flops"):
+        return fmt_rate(r["flops"] / r["time_s"], "FLOP/s")
+    if r.get("bytes"):
+        return fmt_rate(r["bytes"] / r["time_s"], "B/s")
+    return ""
+
+
+def sustained(nvml, sampler, rec, work: Work, sustain_s, window_s):
     """Back-to-back calls for sustain_s seconds, one record per window of window_s seconds."""
-    fn = make_gemm(m, n, k, dtn)
+    fn = work.fn
     cuda = common.on_cuda()
     for _ in range(3):
         fn()
@@ -255,7 +197,6 @@ def sustained(nvml, sampler, rec, m, n, k, dtn, sustain_s, window_s):
     calls = max(1, int(window_s / max(per, 1e-7)))
     limit_w = nvml.static().get("power_limit_w")
     t_start = time.monotonic()
-    out = []
     w = 0
     # keep the GPU busy across windows: the next window is enqueued before the last one is waited on
     pending = []
@@ -288,14 +229,12 @@ def sustained(nvml, sampler, rec, m, n, k, dtn, sustain_s, window_s):
         t_done = time.monotonic()
         # the window ran roughly between the previous window's end and its own end
         t_begin = max(t_enq, t_done - dt)
-        r = base_record(m, n, k, dtn, {"time_s": dt / calls, "reps": calls}, "clocks")
-        r.update(regime="sustained", window=w, t_start_s=round(t_begin - t_start, 3),
-                 window_s=dt)
-        r.update(summarize_samples(nvml, sampler.between(t_begin, t_done), limit_w))
-        out.append(r)
+        r = {**work.base, "time_s": dt / calls, "reps": calls}
+        r.update(regime="sustained", window=w, t_start_s=round(t_begin - t_start, 3), window_s=dt)
+        r.update(summarize_samples(sampler.between(t_begin, t_done), limit_w))
         rec.add(r)
-        log(f"  sustained w{w:02d} t={r['t_start_s']:6.1f}s {dtn:14s} {m}x{n}x{k} "
-            f"{r['time_s'] * 1e6:9.1f} us {fmt_rate(r['flops'] / r['time_s'], 'FLOP/s')} "
+        log(f"  sustained w{w:02d} t={r['t_start_s']:6.1f}s {work.label} "
+            f"{r['time_s'] * 1e6:9.1f} us {_rate(r)} "
             f"clock {r.get('sm_clock_mhz')} MHz power {r.get('power_w')} W temp {r.get('temperature_c')} C "
             f"{r.get('throttle_reasons')}")
         w += 1
@@ -303,6 +242,23 @@ def sustained(nvml, sampler, rec, m, n, k, dtn, sustain_s, window_s):
             break
         pending.append((nxt, t_done))
     return None   # records were added as they came
+
+
+def _sustained_triplet(args, rec, nvml, flush, dl, sampler, make, sustain_s):
+    """A burst from idle, the sustained run, a burst right after it (hot) of one work."""
+    if not dl.ok(reserve_s=sustain_s + args.idle_s + 5):
+        rec.error("budget reached: a sustained case not run")
+        return
+    try:
+        work = make()
+    except Exception as exc:  # noqa: BLE001
+        rec.error(f"building a sustained case: {common.short_exc(exc)}")
+        return
+    run_case(rec, f"idle-burst {work.label}", lambda: burst(nvml, sampler, flush, work, "burst", args.idle_s))
+    run_case(rec, f"sustained {work.label}", lambda: sustained(nvml, sampler, rec, work, sustain_s, args.window_s))
+    run_case(rec, f"after {work.label}", lambda: burst(nvml, sampler, flush, work, "after_sustained", 0.0))
+    del work
+    common.free_memory()
 
 
 def suite_sustained(args, rec, nvml, flush, dl, sampler):
@@ -316,19 +272,13 @@ def suite_sustained(args, rec, nvml, flush, dl, sampler):
             rec.error("budget reached before burst cases")
             break
         run_case(rec, f"burst {m}x{n}x{k} {dtn}",
-                 lambda: burst(nvml, sampler, flush, m, n, k, dtn, "burst", args.idle_s))
+                 lambda: burst(nvml, sampler, flush, gemm_work(m, n, k, dtn), "burst", args.idle_s))
     for m, n, k, dtn, sus in cases:
-        if not sus:
-            continue
-        if not dl.ok(reserve_s=args.sustain_s + args.idle_s + 5):
-            rec.error(f"budget reached: sustained {m}x{n}x{k} {dtn} not run")
-            continue
-        run_case(rec, f"idle-burst {m}x{n}x{k} {dtn}",
-                 lambda: burst(nvml, sampler, flush, m, n, k, dtn, "burst", args.idle_s))
-        run_case(rec, f"sustained {m}x{n}x{k} {dtn}",
-                 lambda: sustained(nvml, sampler, rec, m, n, k, dtn, args.sustain_s, args.window_s))
-        run_case(rec, f"after {m}x{n}x{k} {dtn}",
-                 lambda: burst(nvml, sampler, flush, m, n, k, dtn, "after_sustained", 0.0))
+        if sus:
+            _sustained_triplet(args, rec, nvml, flush, dl, sampler, lambda: gemm_work(m, n, k, dtn), args.sustain_s)
+    if args.power:
+        for make in power_cases(args.small):
+            _sustained_triplet(args, rec, nvml, flush, dl, sampler, make, args.power_sustain_s)
 
 
 # --------------------------------------------------------------------------- random suite
@@ -415,8 +365,6 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--suite", choices=("sustained", "random"))
     ap.add_argument("--out")
-    ap.add_argument("--sampler", help=argparse.SUPPRESS)
-    ap.add_argument("--period-s", type=float, default=0.05, help=argparse.SUPPRESS)
     ap.add_argument("--budget-s", type=float, default=200)
     ap.add_argument("--sustain-s", type=float, default=40)
     ap.add_argument("--window-s", type=float, default=2.0)
@@ -424,14 +372,16 @@ def main():
     ap.add_argument("--seed", default="12", help="random suite: seed(s), comma-separated")
     ap.add_argument("--passes", type=int, default=1, help="random suite: passes over the cases")
     ap.add_argument("--small", action="store_true")
+    ap.add_argument("--power", action="store_true",
+                    help="sustained suite: also the add, attention and mixed runs of the step power model")
+    ap.add_argument("--power-sustain-s", type=float, default=20)
     args = ap.parse_args()
-    if args.sampler:
-        return sampler_main(args.sampler, args.period_s)
     args.seeds = [int(x) for x in str(args.seed).split(",")]
     if not args.suite or not args.out:
         ap.error("--suite and --out are required")
     if args.small:
         args.sustain_s, args.window_s, args.idle_s = min(args.sustain_s, 1.0), min(args.window_s, 0.3), 0.0
+        args.power_sustain_s = min(args.power_sustain_s, 1.0)
     if common.on_cuda():
         torch.cuda.init()
     nvml = Nvml(0)
@@ -449,7 +399,7 @@ def main():
     torch.manual_seed(0)
     dl = common.Deadline(args.budget_s)
     t0 = time.time()
-    sampler = Sampler(args.out + ".nvml.jsonl") if args.suite == "sustained" else None
+    sampler = Sampler(args.out + ".nvml.jsonl", gpus=[0]) if args.suite == "sustained" else None
     try:
         (suite_sustained if args.suite == "sustained" else suite_random)(args, rec, nvml, flush, dl, sampler)
     finally:

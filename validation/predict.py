@@ -42,6 +42,7 @@ class Prediction:
     host_issue_s: float | None = None
     host_optimizer_s: float | None = None
     total_memory_bytes: float | None = None
+    clock_fraction: float | None = None     # training steps: SM clock / f_max under the power limit
 
 
 def predict_record(rec: dict, hw: Hardware, cal: Calibration) -> Prediction:
@@ -167,7 +168,7 @@ def train_step_prediction(rec: dict, hw: Hardware, cal: Calibration) -> Predicti
     hw = Hardware(hw.cluster, hw.node, hw.accelerator, world)
     r = simulate(reference_gpt(rec), hw, reference_plan(rec), cal)
     return Prediction(r.step_time_s, r.memory.peak_allocated_bytes, r.fits, r.host_issue_s, r.host_optimizer_s,
-                      r.memory.total_bytes)
+                      r.memory.total_bytes, r.clock_fraction)
 
 
 # ---- plan_step: a framework's training step under a parallel plan -------------------------------

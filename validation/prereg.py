@@ -78,7 +78,8 @@ def rows(grid: str, like: str, world: int | None = None, attention_from: tuple =
         host = (p.host_issue_s or 0.0) + (p.host_optimizer_s or 0.0)
         out.append((h.case_label(c) + (" (risky)" if c.get("risky") else ""),
                     dict(time_ms=p.time_s * 1e3, peak_gib=p.peak_memory_bytes / 2**30,
-                         fits=fits_in(p.total_memory_bytes, usable), host_ms=host * 1e3)))
+                         fits=fits_in(p.total_memory_bytes, usable), host_ms=host * 1e3,
+                         clock=p.clock_fraction or 1.0)))
     return out
 
 
@@ -92,13 +93,14 @@ def main(argv=None) -> int:
                          "there (Megatron-Core: apex's fused softmax or its PyTorch fallback) is assumed again")
     a = ap.parse_args(argv)
     bad = 0
-    print(f"{'case':<82} time_ms  peak_GiB  fits  host_ms")
+    print(f"{'case':<82} time_ms  peak_GiB  fits  host_ms  clock")
     for label, r in rows(a.grid, a.like, a.world, tuple(a.attention_from)):
         if "error" in r:
             bad += 1
             print(f"{label:<82} ERROR {r['error']}")
         else:
-            print(f"{label:<82} {r['time_ms']:8.1f}  {r['peak_gib']:8.2f}  {str(r['fits']):<5} {r['host_ms']:7.1f}")
+            print(f"{label:<82} {r['time_ms']:8.1f}  {r['peak_gib']:8.2f}  {str(r['fits']):<5} {r['host_ms']:7.1f}  "
+                  f"{r['clock']:.3f}")
     return 1 if bad else 0
 
 

@@ -248,6 +248,21 @@ def _torch_native_group(model: str, seq: int, gbs: int = 8) -> list[dict]:
             case(T, model, seq, 2, pp=2, vp=2, gbs=gbs), sync_each(case(T, model, seq, 2, cp=2, zero=3, gbs=gbs))]
 
 
+def native10_grid() -> list[dict]:
+    """An eleventh pre-registered two-GPU set (logs/prereg11_h200x2_plan.txt), the first predicted
+    with the step power model and run with NVML clocks per record: llama-3b at s4096 under
+    Megatron-Core local (a sequence no llama-3b run had: dp + distributed optimizer, tp, tp + sp,
+    pp, interleaved, full recompute) and llama-4b under torch-native parallelism (never run
+    torch-native: DDP, FSDP2, DTensor TP + SP, pp, interleaved, cp), every plan followed by its
+    twin; registered rule as sets 9-10: each plan under its own twin's host factor."""
+    F = "megatron-core-local"
+    cases = [case(F, "llama-3b", 4096, 2, zero=1, gbs=8), case(F, "llama-3b", 4096, 2, tp=2, gbs=8),
+             case(F, "llama-3b", 4096, 2, tp=2, sp=True, gbs=8), case(F, "llama-3b", 4096, 2, pp=2, gbs=8),
+             case(F, "llama-3b", 4096, 2, pp=2, vp=2, gbs=8),
+             case(F, "llama-3b", 4096, 2, zero=1, gbs=8, recompute="full")]
+    return with_twins(cases + _torch_native_group("llama-4b", 2048))
+
+
 def native9_grid() -> list[dict]:
     """A tenth pre-registered two-GPU set (logs/prereg10_h200x2_plan.txt): a Llama-style
     Megatron-Core local group at micro-batch 2 on a shape no earlier run had (llama-4b s2048, GQA
@@ -448,7 +463,7 @@ def prereg2_grid() -> list[dict]:
 NAMED_GRIDS = {"host": host_grid, "prereg": prereg_grid, "prereg2": prereg2_grid, "native2": native2_grid,
                "native3": native3_grid, "native4": native4_grid, "native5": native5_grid,
                "native6": native6_grid, "native7": native7_grid, "native8": native8_grid,
-               "native9": native9_grid}
+               "native9": native9_grid, "native10": native10_grid}
 
 
 def twin_of(c: dict) -> dict:

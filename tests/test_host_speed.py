@@ -290,3 +290,42 @@ def test_set10_as_pre_registered_with_per_plan_twins():
 def test_set10_meets_the_issue_targets():
     s, groups = _per_plan(SET10)
     assert s.worst_abs_error <= 0.10 and all(g.kendall_tau >= 0.9 for g in groups)
+
+
+# ---- the eleventh pre-registered set (native10; logs/prereg11_h200x2_plan.txt, model of b977c8c) ----
+SET11 = ROOT / "validation" / "measurements" / "h200x2_plan_native10.json"
+
+
+def test_set11_as_pre_registered_with_per_plan_twins():
+    """12 plans predicted before the run (session 10), the first with the step power model:
+    llama-3b s4096 under Megatron-Core local and llama-4b torch-native (never run torch-native).
+    Registered rule (each plan under its own twin's host factor; this machine's host 1.39x
+    slower than the reference): 3.2% time over the 10 that ran (worst 7.9%: torch-native cp),
+    1.7% peak memory, tau 1.0 in both groups, both picks right. Megatron interleaved ran out of
+    memory where 121 GiB was predicted to fit (10/11 verdicts; the process then held 29 GiB it
+    had not allocated, after four earlier cases); its full-recompute plan never ran (the
+    launcher blamed the OOM child's exit on it: fixed since)."""
+    s, groups = _per_plan(SET11)
+    assert s.count == 11 and s.mape <= 0.0322 and s.worst_abs_error <= 0.079 and s.memory_mape <= 0.0171
+    assert (s.fit_correct, s.fit_total) == (10, 11)
+    assert len(groups) == 2 and all(g.pick_ok and g.kendall_tau == 1.0 for g in groups)
+
+
+def test_set11_clocks_as_pre_registered():
+    """Every plan was predicted at full clock (its average power under the limit); NVML measured
+    0.967-1.0 of f_max (torch-native DDP and pipelines at the cap, sw_power_cap): every plan
+    within the registered 0.035."""
+    mf = load_measurements(SET11)
+    hw = hardware_for(mf)
+    cal = calibration_for(hw.accelerator)[0]
+    real = [r for r in mf.records if not is_twin(r) and not r["oom"]]
+    assert len(real) == 10
+    for r in real:
+        p = plan_step_prediction(r, hw, cal)
+        assert abs(p.clock_fraction - r["sm_clock_mhz"] / 1980.0) <= 0.035
+
+
+@pytest.mark.xfail(strict=True, reason="set 11: Megatron interleaved predicted to fit (121 GiB) ran out of memory")
+def test_set11_every_verdict_right():
+    s, _ = _per_plan(SET11)
+    assert s.fit_correct == s.fit_total

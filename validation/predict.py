@@ -9,7 +9,8 @@ from simulator.calibration import Calibration
 from simulator.comm import COLLECTIVES, collective_time, fabric_from_hardware
 from simulator.compute import (ELEMENTWISE_PASSES, attention_time, elementwise_time, gemm_time, grouped_gemm_time,
                                memory_time)
-from simulator.engine import device_model, simulate
+from simulator.engine import UNFUSED_ATTENTION, device_model, simulate
+from simulator.power import step_clock_fraction
 from simulator.plan import ParallelPlan
 from validation.records import record_dtype
 
@@ -67,8 +68,7 @@ def predict_record(rec: dict, hw: Hardware, cal: Calibration) -> Prediction:
 
 def kernel_time(rec: dict, hw: Hardware, cal: Calibration) -> float:
     """Seconds of one kernel record on ``hw.accelerator`` (simulator.compute)."""
-    # kernel records are short bursts (kernels.py), unless sustained.py says otherwise
-    dev = device_model(hw.accelerator, cal, sustained=rec.get("regime") == "sustained")
+    dev = kernel_device(rec, hw, cal)
     kind = rec["kind"]
     if kind == "copy":
         return memory_time(dev, float(rec["bytes_moved"]), op="copy")
@@ -88,6 +88,26 @@ def kernel_time(rec: dict, hw: Hardware, cal: Calibration) -> float:
                               backend, direction)
     assert kind in ELEMENTWISE_PASSES
     return elementwise_time(dev, kind, rec["tokens"], rec["hidden"], record_dtype(rec))
+
+
+def kernel_device(rec: dict, hw: Hardware, cal: Calibration):
+    """The device a kernel record ran on: kernel records are short bursts (kernels.py) at full
+    clock; a ``sustained`` window (sustained.py) runs at the clock where its own work meets the
+    power limit (simulator/power.py step_clock_fraction for the record's class of work at full
+    activity), or, without a step power model, at the GEMM sustained clock."""
+    if rec.get("regime") != "sustained":
+        return device_model(hw.accelerator, cal)
+    if not cal.step_power:
+        return device_model(hw.accelerator, cal, sustained=True)
+    kind = rec["kind"]
+    if kind == "gemm":
+        cls = "tensor_fp8" if record_dtype(rec) in ("fp8", "fp4") else "tensor"
+    elif kind.startswith("attention"):
+        cls = "memory" if rec.get("backend") in UNFUSED_ATTENTION else "attention"
+    else:
+        cls = "memory"
+    x = step_clock_fraction(cal.step_power, {cls: (1.0, 1.0)}, cal.gemm_clock_bound_fraction)
+    return device_model(hw.accelerator, cal, clock=round(x, 4))
 
 
 def ssd_record_args(rec: dict) -> dict:
@@ -238,4 +258,4 @@ def plan_step_prediction(rec: dict, hw: Hardware, cal: Calibration) -> Predictio
     except MeshcastError as exc:
         raise Unsupported(f"meshcast rejects the plan: {exc}") from None
     return Prediction(r.step_time_s, r.memory.peak_allocated_bytes, r.fits, r.host_issue_s, r.host_optimizer_s,
-                      r.memory.total_bytes)
+                      r.memory.total_bytes, r.clock_fraction)

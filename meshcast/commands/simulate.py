@@ -130,6 +130,9 @@ def format_result(r) -> str:
         *([f"layers: {r.split_note}"] if r.split_note else []),
         "",
         f"  step time        {fmt_time(r.step_time_s)}",
+        *([f"  SM clock         {r.clock_fraction:.1%} of max under the power limit (at full clock the step "
+           f"would take {fmt_time(r.full_clock_step_time_s)}; docs/cost_model.md \"Clocks and power\")"]
+          if r.clock_fraction < 1.0 else []),
         f"  throughput       {r.tokens_per_s:,.0f} tokens/s ({r.tokens_per_s / r.num_gpus:,.0f} per GPU)",
         f"  model TFLOP/s    {r.tflops_per_gpu:.1f} per GPU",
         f"  MFU / HFU        {r.mfu:.1%} / {r.hfu:.1%} (of dense bf16 peak)",

@@ -1274,7 +1274,7 @@ def child_main(args):
                 phases.update(host_profile(ctx, step))
         except Exception as exc:  # noqa: BLE001
             oom = common.is_oom(exc)
-            err = common.short_exc(exc)
+            err = common.short_exc(exc, limit=800 if oom else 300)   # an OOM's text names reserved vs allocated
             if not oom:
                 import traceback
                 traceback.print_exc(limit=6, file=sys.stdout)
@@ -1450,7 +1450,11 @@ def launch(args):
                 else:
                     rec.error(f"{case_label(batch[i])}: {d['error']}")
             nxt = max(done) + 1 if done else 0
-            if nxt < len(batch) and proc.returncode not in (0, None):
+            # a child stops by itself after a failed case (child_main), and may then die at teardown
+            # (NCCL after an OOM): that exit is not the next case's, which runs in a fresh child
+            last = done[max(done)] if done else {}
+            stopped = "error" in last or bool(last.get("record", {}).get("oom"))
+            if nxt < len(batch) and proc.returncode not in (0, None) and not stopped:
                 # the child died inside case nxt: an OOM that left a rank waiting, or a crash
                 c = batch[nxt]
                 oom = "out of memory" in text.lower() or "OutOfMemoryError" in text

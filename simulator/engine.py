@@ -63,7 +63,8 @@ _LOWERED = IdentityCache(limit=4096)
 # lowering._autograd_accumulation); planners.bounds keys its layer costs on the same list.
 LOWERING_FIELDS = ("tp", "cp", "ep", "etp", "mbs", "seq", "sequence_parallel", "recompute",
                    "recompute_layers", "precision", "attention", "dropout", "tp_comm_overlap", "recipe",
-                   "ep_comm_overlap", "framework", "bf16_layers", "gemm_precision")
+                   "ep_comm_overlap", "framework", "bf16_layers", "gemm_precision", "moe_dispatcher",
+                   "moe_permute_fusion", "moe_router_fusion", "moe_host_sync")
 _LAYER_KEY = operator.attrgetter(*LOWERING_FIELDS)
 
 

@@ -65,7 +65,8 @@ _LOWERED = IdentityCache(limit=4096)
 # lowering._autograd_accumulation); planners.bounds keys its layer costs on the same list.
 LOWERING_FIELDS = ("tp", "cp", "ep", "etp", "mbs", "seq", "sequence_parallel", "recompute",
                    "recompute_layers", "precision", "attention", "dropout", "tp_comm_overlap", "recipe",
-                   "ep_comm_overlap", "framework", "bf16_layers", "gemm_precision")
+                   "ep_comm_overlap", "framework", "bf16_layers", "gemm_precision", "moe_dispatcher",
+                   "moe_permute_fusion", "moe_router_fusion", "moe_host_sync")
 _LAYER_KEY = operator.attrgetter(*LOWERING_FIELDS)
 
 
@@ -144,12 +145,12 @@ def power_class(op: Op) -> str | None:
     """The step power model's class of an op (simulator/power.py): ``tensor`` for bf16/fp16/tf32
     GEMMs, ``tensor_fp8`` for fp8/fp4 GEMMs, ``attention`` for fused attention kernels,
     ``memory`` for memory-bound kernels, the SSD scan and attention that materialises its
-    scores; None for collectives (counted with the idle time)."""
+    scores; None for collectives and host synchronisations (counted with the idle time)."""
     if op.kind == "gemm":
         return "tensor_fp8" if len(op.shape) > 4 and op.shape[4] in ("fp8", "fp4") else "tensor"
     if op.kind == "attention":
         return "memory" if op.shape and op.shape[-1] in UNFUSED_ATTENTION else "attention"
-    return None if op.kind == "collective" else "memory"
+    return None if op.kind in ("collective", "host_sync") else "memory"
 
 
 UNFUSED_ATTENTION = ("unfused", "unfused_torch", "math")

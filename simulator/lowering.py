@@ -24,6 +24,7 @@ from simulator.frameworks import get_framework
 from simulator.compute import (DTYPE_BYTES, DeviceModel, attention_flops, attention_time, elementwise_time,
                                flash_attention_bytes, gemm_bytes, gemm_flops, gemm_time, memory_time,
                                nvfp4_quantize_time)
+from simulator import moe_dispatch
 from simulator.ops import Op
 from simulator.plan import PRECISION_GEMM_DTYPE, ParallelPlan, gemm_precision_override
 from simulator.ssm import ssd_cost, ssd_time
@@ -374,8 +375,10 @@ def mlp_block_fwd(ctx: Context, moe: bool) -> list[Op]:
     if p.sp:
         ops.append(ctx.comm("mlp.sp_all_gather", "all_gather", act / p.tp, "tp", "fwd"))
     if moe:
-        ops += _moe_ffn(ctx)
-        last = ops[-1].time_s
+        ffn = _moe_ffn(ctx)
+        ops += ffn
+        # the last op of the MoE block proper (the routing ops after the combine are not GEMMs)
+        last = next(op.time_s for op in reversed(ffn) if op.kind in ("gemm", "collective"))
     else:
         ops += _dense_ffn(ctx, "mlp", T, m.ffn_hidden // p.tp)
         last = ops[-1].time_s
@@ -402,32 +405,37 @@ def _dense_ffn(ctx: Context, name: str, tokens: int, ffn_local: int, batch: int 
 
 def _moe_ffn(ctx: Context) -> list[Op]:
     """Router, dispatch all-to-all, local experts as a grouped GEMM, combine all-to-all, shared
-    experts. With ``ep_comm_overlap`` (DualPipe-style scheduling of two micro-batch chunks, as
-    DeepSeek-V3 trains) the two all-to-alls hide under the expert and shared-expert compute."""
+    experts, with the routing work the framework's token dispatcher adds around them
+    (simulator/moe_dispatch.py: the router's top-k and aux loss, the token permutations, the host
+    synchronisation). With ``ep_comm_overlap`` (DualPipe-style scheduling of two micro-batch
+    chunks, as DeepSeek-V3 trains) the two all-to-alls hide under the expert and shared-expert compute."""
     m, p = ctx.model, ctx.plan
     e = m.moe
     etp = p.expert_tp
     T = ctx.tokens
     router = _gemm(ctx, "moe.router", T, e.num_experts, m.hidden, "fwd", dtype="bf16")
-    routed = T * e.top_k * (e.capacity_factor or 1.0)
     local_experts = e.num_experts // p.ep
-    tokens_per_expert = math.ceil(routed * p.ep / e.num_experts)
     width = e.latent_size or m.hidden      # LatentMoE: tokens travel and experts run at the latent size
-    a2a = routed * width * ACT_BYTES
-    experts = _dense_ffn(ctx, "moe.experts", tokens_per_expert, e.expert_ffn_hidden // etp, local_experts, width)
+    a2a = moe_dispatch.routed_rows(ctx) * width * ACT_BYTES
+    experts = _dense_ffn(ctx, "moe.experts", moe_dispatch.expert_tokens(ctx), e.expert_ffn_hidden // etp,
+                         local_experts, width)
     shared = []
     if e.shared_experts:
-        width = (e.shared_expert_ffn_hidden or e.expert_ffn_hidden) * e.shared_experts
-        shared = _dense_ffn(ctx, "moe.shared", T, width // p.tp)
+        shared_width = (e.shared_expert_ffn_hidden or e.expert_ffn_hidden) * e.shared_experts
+        shared = _dense_ffn(ctx, "moe.shared", T, shared_width // p.tp)
     hide = sum(op.time_s for op in experts + shared) / 2 if p.ep_comm_overlap else 0.0
-    ops = [router]
+    s = moe_dispatch.settings(ctx)
+    pre, post_dispatch, pre_combine, post_combine = moe_dispatch.dispatch_ops(ctx, width)
+    ops = [router] + (moe_dispatch.router_ops(ctx, s) if s.dispatcher != "none" else [])
     if e.latent_size:   # hidden -> latent before dispatch (replicated over tp, like the router)
         ops.append(_gemm(ctx, "moe.latent_down", T, e.latent_size, m.hidden, "fwd"))
+    ops += pre
     if p.ep > 1:
         ops.append(ctx.comm("moe.dispatch_all_to_all", "all_to_all", a2a, "ep", "fwd", hide))
-    ops += experts
+    ops += post_dispatch + experts + pre_combine
     if p.ep > 1:
         ops.append(ctx.comm("moe.combine_all_to_all", "all_to_all", a2a, "ep", "fwd", hide))
+    ops += post_combine
     if e.latent_size:   # latent -> hidden after the combine
         ops.append(_gemm(ctx, "moe.latent_up", T, m.hidden, e.latent_size, "fwd"))
     return ops + shared
@@ -448,7 +456,7 @@ def backward_of(ctx: Context, fwd: list[Op]) -> list[Op]:
             out.append(_elementwise(ctx, op.name, kind, tokens, width, "bwd", dtype))
         elif op.name == "attention.cp_ring":
             out += _cp_ring(ctx, "bwd")
-        elif op.kind == "collective":
+        elif op.kind == "collective" and op.name not in moe_dispatch.FORWARD_ONLY:
             out.append(Op(op.name + ".bwd", op.kind, "bwd", op.time_s, bytes=op.bytes, shape=op.shape,
                           group=op.group, overlap_s=op.overlap_s))
     return out

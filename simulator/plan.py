@@ -27,6 +27,7 @@ PRECISIONS = ("bf16", "fp16", "fp8", "nvfp4")
 # FSDP2's gradient reduce-scatter: after every micro-batch (torchtitan's train_step) or only after
 # the last, the others accumulating unsharded gradients (FSDPModule.set_requires_gradient_sync)
 FSDP_GRAD_SYNC = ("every_microbatch", "last_microbatch")
+MOE_DISPATCHERS = ("alltoall", "hybridep", "none")   # simulator/moe_dispatch.py
 # the tensor-core dtype a plan precision runs its quantized GEMMs in (hardware_specs DTYPES)
 PRECISION_GEMM_DTYPE = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "nvfp4": "fp4"}
 
@@ -86,6 +87,19 @@ class ParallelPlan:
                        --te-precision-config-file matchers (extensions/TransformerEngineMixedPrecision.md);
                        applied only in quantized layers, as Megatron-Core skips an override where the
                        layer itself runs unquantized
+    moe_dispatcher     MoE token dispatcher (simulator/moe_dispatch.py): alltoall (Megatron-Core's
+                       MoEAlltoAllTokenDispatcher: permute, all-to-all, sort by local expert) | hybridep
+                       (MoEFlexTokenDispatcher with the HybridEP backend: permutation fused into the
+                       communication kernels) | none (no routing work beyond the router GEMM and the
+                       all-to-alls); None: the framework's (Kernels.moe_dispatcher)
+    moe_permute_fusion Transformer Engine's fused permute / unpermute / sort-chunks kernels
+                       (--moe-permute-fusion); None: the framework's
+    moe_router_fusion  Transformer Engine's fused top-k and aux-loss score kernels (--moe-router-fusion);
+                       None: the framework's
+    moe_host_sync      whether the dispatcher synchronises the host each MoE forward to read the
+                       token counts; None: as the dispatcher does (every dropless forward; never with
+                       token drop and padding); False where a static budget avoids it
+                       (--moe-expert-rank-capacity-factor with HybridEP, as full-iteration CUDA graphs need)
     stage_clusters     heterogeneous pipelines: the catalog cluster of each stage (None: every stage
                        on the simulated hardware); each stage is costed on its cluster's accelerator,
                        calibration, fabric and HBM, and sends between stages on different clusters
@@ -125,6 +139,10 @@ class ParallelPlan:
     stage_clusters: Optional[tuple[str, ...]] = None
     bf16_layers: Optional[tuple[int, int]] = None
     gemm_precision: Optional[tuple[tuple[str, str], ...]] = None
+    moe_dispatcher: Optional[str] = None
+    moe_permute_fusion: Optional[bool] = None
+    moe_router_fusion: Optional[bool] = None
+    moe_host_sync: Optional[bool] = None
 
     # ---- derived -------------------------------------------------------------------------
     @property
@@ -220,7 +238,7 @@ def plan_from_dict(data: dict, origin: str = "plan") -> ParallelPlan:
     values = {k: getattr(checked, k) for k in data}
     for name, allowed in (("schedule", SCHEDULES), ("recompute", RECOMPUTE), ("recipe", RECIPES),
                           ("precision", PRECISIONS), ("attention", ATTENTIONS),
-                          ("fsdp_grad_sync", FSDP_GRAD_SYNC)):
+                          ("fsdp_grad_sync", FSDP_GRAD_SYNC), ("moe_dispatcher", MOE_DISPATCHERS)):
         if values.get(name) is not None and values[name] not in allowed:
             field = f"{origin}: {name}" if origin else name
             raise SpecError(field, f"must be one of {', '.join(allowed)}; got {values[name]!r}")

@@ -74,13 +74,35 @@ def unmodelled(rec: dict) -> list[str]:
     if rec["fused_grouped_mlp"] == "True":
         out.append("CuteDSL fused grouped MLP (costed as separate grouped GEMMs and activation)")
     if rec["dispatcher"]:
-        out.append(f"flex token dispatcher {rec['dispatcher']} (costed as all-to-all)")
+        out.append(f"flex token dispatcher {rec['dispatcher']} (its all-to-all at the collective model's "
+                   "all-to-all cost; permutation fused into it, preprocessing and host sync costed)")
     if rec["cpu_offload_layers"]:
         out.append(f"activation offload of {rec['cpu_offload_layers']} layers to the CPU")
     return out
 
 
-def recipe_fields(row: dict, model_name: str, tp: int, ep: int, precision: str, fills: list[str]) -> dict:
+def moe_routing(rec: dict, model_name: str) -> dict:
+    """The MoE routing a recipe runs (simulator/moe_dispatch.py): the dispatcher its
+    ``moe_flex_dispatcher_backend`` names (apply_flex_dispatcher_backend: the flex dispatcher with
+    HybridEP), else the model provider's ``moe_token_dispatcher_type`` "alltoall"; the host
+    synchronisation off under full-iteration CUDA graphs, which the performance scripts pair with
+    ``moe_expert_rank_capacity_factor`` (a static HybridEP budget: no host sync; e.g.
+    scripts/performance/configs/qwen/qwen3_llm_pretrain.py, deepseek_llm_pretrain.py,
+    gpt_oss_llm_pretrain.py at v0.5.0, perf_recipes/deepseek/common.py at v0.6.0); the router fusion the
+    scripts set (cfg.model.moe_router_fusion = True in the DeepSeek, GPT-OSS and Qwen3 scripts from v0.2.0
+    on, the Nemotron-H perf recipes from v0.6.0). Permute fusion: the providers' True (the profile's)."""
+    name = model_name.lower()
+    fused_router = any(k in name for k in ("deepseek", "gpt oss", "qwen3")) or (
+        "nemotron" in name and rec["tag"] >= "v0.6.0")
+    out = {"moe_dispatcher": "hybridep" if rec["dispatcher"] == "hybridep" else "alltoall",
+           "moe_router_fusion": fused_router}
+    if rec["cuda_graphs"] == "full_iteration":
+        out["moe_host_sync"] = False
+    return out
+
+
+def recipe_fields(row: dict, model_name: str, tp: int, ep: int, precision: str, fills: list[str],
+                  moe: bool = False) -> dict:
     """The plan fields a Megatron-Bridge row's recipe sets (vp, mbs, zero_stage, recompute,
     tp_comm_overlap, ep_comm_overlap), each named in ``fills`` with the recipe it came from; what the
     recipe runs that meshcast does not model is listed there too. Empty where no recipe matched."""
@@ -96,11 +118,13 @@ def recipe_fields(row: dict, model_name: str, tp: int, ep: int, precision: str, 
            "ep_comm_overlap": rec["moe_a2a_overlap"] == "True" and ep > 1}
     if rec["megatron_fsdp"] == "True":
         out["zero_stage"] = 3
+    if moe:
+        out.update(moe_routing(rec, model_name))
     mods = set(rec["recompute_modules"].split())
     out["recompute"] = "full" if rec["recompute_num_layers"] else "selective" if mods & MODELLED_MODULES else "none"
     if rec["recompute_num_layers"]:
         out["recompute_layers"] = int(rec["recompute_num_layers"])
-    read = [f"{k}={v}" for k, v in out.items() if v not in (None, False, "none")]
+    read = [f"{k}={v}" for k, v in out.items() if v not in (None, False, "none") or k == "moe_host_sync"]
     fills.append(f"recipe {src}: " + (", ".join(read) if read else "no recompute, no TP or EP comm overlap"))
     missing = unmodelled(rec)
     if missing:

@@ -428,8 +428,8 @@ def plan_from_row(row: dict, model: ModelSpec, fills: list[str] | None = None) -
             raise MeshcastError(name, "not stated in the source")
     rec = (row.get("recompute") or "").lower()
     recompute = "full" if rec.startswith("full") else "selective" if "selective" in rec else "none"
-    bridge = (recipe_fields(row, model.name or "", tp, _int(row, "ep") or 1, row_precision(row, []), fills)
-              if fam == "megatron-bridge" else {})
+    bridge = (recipe_fields(row, model.name or "", tp, _int(row, "ep") or 1, row_precision(row, []), fills,
+                           moe=model.moe is not None) if fam == "megatron-bridge" else {})
     zero = bridge["zero_stage"] if "zero_stage" in bridge and not (row.get("zero_stage") or "").strip() \
         else row_zero_stage(row, fam, fills)
     if not rec and bridge:
@@ -455,7 +455,9 @@ def plan_from_row(row: dict, model: ModelSpec, fills: list[str] | None = None) -
                         framework=framework, attention=row_attention(fam, fa, fills),
                         tp_comm_overlap=bridge.get("tp_comm_overlap", False),
                         ep_comm_overlap=bridge.get("ep_comm_overlap", False),
-                        recompute_layers=bridge.get("recompute_layers"), **mixed)
+                        recompute_layers=bridge.get("recompute_layers"),
+                        **{k: bridge[k] for k in ("moe_dispatcher", "moe_router_fusion", "moe_host_sync") if k in bridge},
+                        **mixed)
 
 
 # MosaicML llm-foundry's benchmark tables (scripts/train/benchmarking/README.md: the H100 tables and the

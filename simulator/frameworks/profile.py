@@ -74,6 +74,13 @@ class Kernels(_Strict):
     # loss_parallel, which torchtitan turns on with tp: log-softmax and NLL decomposed into eager ops,
     # torch/distributed/tensor/parallel/loss.py; simulator.memory.LOSS_PARALLEL_BYTES_PER_LOGIT)
     tp_loss: Literal["vocab_parallel", "dtensor_loss_parallel"] = "vocab_parallel"
+    # MoE token routing (simulator/moe_dispatch.py): the token dispatcher ("none": no routing work
+    # beyond the router GEMM and the all-to-alls, "alltoall": Megatron-Core's MoEAlltoAllTokenDispatcher,
+    # "hybridep": its MoEFlexTokenDispatcher with the HybridEP backend) and whether Transformer
+    # Engine's fused permute and router kernels run (--moe-permute-fusion, --moe-router-fusion)
+    moe_dispatcher: Literal["none", "alltoall", "hybridep"] = "none"
+    moe_permute_fusion: bool = False
+    moe_router_fusion: bool = False
     # the same choices for a build without its fused extensions (apex, Transformer Engine),
     # which a plan marks by running the attention backend ``unfused_torch``; None: as above
     without_extensions: "KernelChoices | None" = None

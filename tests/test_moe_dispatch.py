@@ -1,0 +1,121 @@
+"""MoE token routing as Megatron-Core's dispatchers run it (simulator/moe_dispatch.py, issue #12):
+byte counts written from the formulas in docs/cost_model.md, not from running the code."""
+from dataclasses import replace
+
+import pytest
+
+from hardware_specs.catalog import load_hardware
+from models.catalog import load_model
+from simulator import DEFAULT_CALIBRATION, ParallelPlan
+from simulator.engine import _fabric, device_model, simulate
+from simulator.lowering import Context, layer_ops
+from simulator.plan import plan_from_dict, resolve_plan
+
+# Qwen3-30B-A3B's MoE (128 experts, top-8, hidden 2048), 4 layers
+H, E, K = 2048, 128, 8
+
+
+def _model(**moe):
+    m = load_model("qwen3-30b-a3b")
+    return m.model_copy(update={"num_layers": 4, "moe": m.moe.model_copy(update=moe)})
+
+
+def _ctx(model, **plan) -> Context:
+    hw = load_hardware("dgx-h100", 8)
+    p = resolve_plan(model, ParallelPlan(**{"tp": 1, "ep": 8, "mbs": 1, "gbs": 8, "seq": 4096, **plan}), 8)
+    return Context(model, p, device_model(hw.accelerator, DEFAULT_CALIBRATION), _fabric(hw, DEFAULT_CALIBRATION))
+
+
+def _ops(ctx, name, phase="fwd"):
+    return [op for op in layer_ops(ctx, "moe", recompute=False) if op.name == name and op.phase == phase]
+
+
+def test_fused_permute_moves_each_routed_row_twice():
+    """TE moe_permute_with_probs: each of the T·k rows read and written at 2 bytes per element,
+    plus its fp32 probability read and written and the row map (r1 w4 per [T, E] element)."""
+    ctx = _ctx(_model())
+    T = 4096
+    (op,) = _ops(ctx, "moe.permute")
+    assert op.bytes == T * K * H * 2 * 2 + T * K * 8 + 5 * T * E
+    rows = T * K * H * 2 * 2
+    assert rows / op.bytes > 0.98     # the token rows are nearly all the bytes
+
+
+def test_unfused_permute_and_unpermute_move_more():
+    fused, eager = _ctx(_model()), _ctx(_model(), moe_permute_fusion=False)
+    for name in ("moe.permute", "moe.unpermute"):
+        for phase in ("fwd", "bwd"):
+            assert _ops(eager, name, phase)[0].bytes > _ops(fused, name, phase)[0].bytes
+    # eager unpermute promotes to fp32: at least the fp32 product written and the scatter-add source read
+    assert _ops(eager, "moe.unpermute")[0].bytes >= 4096 * K * H * (2 + 4 + 4)
+
+
+def test_sort_chunks_only_with_several_local_experts():
+    many = _ctx(_model())                                         # 16 local experts
+    one = _ctx(_model(num_experts=8, top_k=2), ep=8)              # 1 local expert
+    assert _ops(many, "moe.sort_chunks") and _ops(many, "moe.restore_chunks")
+    assert not _ops(one, "moe.sort_chunks") and not _ops(one, "moe.restore_chunks")
+
+
+def test_token_drop_pads_expert_gemm_to_capacity():
+    """Drop and pad: each local expert runs capacity·ep rows, capacity = ceil(T·k/E·cf)."""
+    T = 4096
+    dropless, padded = _ctx(_model()), _ctx(_model(capacity_factor=1.25))
+    m0 = _ops(dropless, "moe.experts.up")[0].shape[0]
+    m1 = _ops(padded, "moe.experts.up")[0].shape[0]
+    assert m0 == T * K * 8 // E
+    assert m1 == -(-T * K * 125 // (E * 100)) * 8
+    assert m1 > m0
+
+
+def test_host_sync_dropless_not_with_padding_or_static_budget():
+    assert _ops(_ctx(_model()), "moe.host_sync")
+    assert not _ops(_ctx(_model(capacity_factor=1.0)), "moe.host_sync")          # sizes known on the host
+    assert not _ops(_ctx(_model(), moe_dispatcher="hybridep", moe_host_sync=False), "moe.host_sync")
+    (sync,) = _ops(_ctx(_model()), "moe.host_sync")
+    cal = DEFAULT_CALIBRATION
+    assert sync.time_s == pytest.approx(cal.kernel_launch_s + cal.host_op_s)
+    # no backward twin: the backward reuses the host-side splits
+    assert not _ops(_ctx(_model()), "moe.host_sync", "bwd")
+
+
+def test_hybridep_fuses_the_permutations():
+    ctx = _ctx(_model(), moe_dispatcher="hybridep")
+    names = {op.name for op in layer_ops(ctx, "moe", recompute=False)}
+    assert not names & {"moe.permute", "moe.unpermute", "moe.sort_chunks", "moe.restore_chunks"}
+    assert {"moe.router_topk", "moe.routing_map_all_gather", "moe.host_sync"} <= names
+    assert "moe.routing_map_all_gather.bwd" not in names                   # metadata: no gradient
+    (gather,) = _ops(ctx, "moe.routing_map_all_gather")
+    assert gather.bytes == 4096 * E                                         # bool [T, E] per rank
+
+
+def test_router_fusion_fewer_bytes_and_launches():
+    fused, eager = _ctx(_model(), moe_router_fusion=True), _ctx(_model())
+    for phase in ("fwd", "bwd"):
+        f, e = _ops(fused, "moe.router_topk", phase)[0], _ops(eager, "moe.router_topk", phase)[0]
+        assert f.bytes < e.bytes and f.shape[1] < e.shape[1]
+
+
+def test_dense_layers_and_dispatcher_none_have_no_routing_ops():
+    ctx = _ctx(_model())
+    dense = {op.name for op in layer_ops(ctx, "dense", recompute=False)}
+    assert not any(n.startswith(("moe.", "moe_")) for n in dense)
+    none = _ctx(_model(), moe_dispatcher="none")
+    names = {op.name for op in layer_ops(none, "moe", recompute=False)}
+    assert not names & {"moe.router_topk", "moe.permute", "moe.host_sync", "moe.counts_all_gather"}
+
+
+def test_routing_slows_the_step_and_frameworks_without_a_dispatcher_are_unchanged():
+    hw = load_hardware("dgx-h100", 8)
+    m = _model()
+    plan = ParallelPlan(tp=1, ep=8, mbs=1, gbs=8, seq=4096)
+    with_routing = simulate(m, hw, plan, DEFAULT_CALIBRATION).step_time_s
+    without = simulate(m, hw, replace(plan, moe_dispatcher="none"), DEFAULT_CALIBRATION).step_time_s
+    assert with_routing > without
+
+
+def test_plan_field_is_validated():
+    from hardware_specs.errors import SpecError
+    with pytest.raises(SpecError, match="moe_dispatcher"):
+        plan_from_dict({"moe_dispatcher": "deepep"})
+    assert plan_from_dict({"moe_dispatcher": "hybridep"}).moe_dispatcher == "hybridep"

@@ -119,3 +119,15 @@ def test_plan_field_is_validated():
     with pytest.raises(SpecError, match="moe_dispatcher"):
         plan_from_dict({"moe_dispatcher": "deepep"})
     assert plan_from_dict({"moe_dispatcher": "hybridep"}).moe_dispatcher == "hybridep"
+
+
+def test_routing_runs_on_the_sequence_parallel_shard():
+    """Under tp with sequence parallelism the MoE layer routes the rank's own S/tp tokens
+    (MoELayer.forward): the router and the pre-dispatch permutation move half the bytes at tp = 2;
+    the sort by local expert works on the rows after the tensor-parallel gather and does not."""
+    one, two = _ctx(_model(), ep=4), _ctx(_model(), tp=2, ep=4, sequence_parallel=True)
+    T = 4096
+    (op,) = _ops(two, "moe.permute")
+    assert op.bytes == (T // 2) * K * H * 2 * 2 + (T // 2) * K * 8 + 5 * (T // 2) * E
+    assert _ops(two, "moe.router_topk")[0].bytes == pytest.approx(_ops(one, "moe.router_topk")[0].bytes / 2)
+    assert _ops(two, "moe.sort_chunks")[0].bytes == _ops(one, "moe.sort_chunks")[0].bytes

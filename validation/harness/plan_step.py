@@ -248,6 +248,16 @@ def _torch_native_group(model: str, seq: int, gbs: int = 8) -> list[dict]:
             case(T, model, seq, 2, pp=2, vp=2, gbs=gbs), sync_each(case(T, model, seq, 2, cp=2, zero=3, gbs=gbs))]
 
 
+def _megatron_group(model: str, seq: int, recompute: str, gbs: int = 8) -> list[dict]:
+    """The Megatron-Core local plans of one model that sets 9 and 11 run side by side: dp +
+    distributed optimizer, tp, tp + sp, pp 1F1B, interleaved, and dp + distributed optimizer with
+    ``recompute``."""
+    F = "megatron-core-local"
+    return [case(F, model, seq, 2, zero=1, gbs=gbs), case(F, model, seq, 2, tp=2, gbs=gbs),
+            case(F, model, seq, 2, tp=2, sp=True, gbs=gbs), case(F, model, seq, 2, pp=2, gbs=gbs),
+            case(F, model, seq, 2, pp=2, vp=2, gbs=gbs), case(F, model, seq, 2, zero=1, gbs=gbs, recompute=recompute)]
+
+
 def native10_grid() -> list[dict]:
     """An eleventh pre-registered two-GPU set (logs/prereg11_h200x2_plan.txt), the first predicted
     with the step power model and run with NVML clocks per record: llama-3b at s4096 under
@@ -255,12 +265,7 @@ def native10_grid() -> list[dict]:
     pp, interleaved, full recompute) and llama-4b under torch-native parallelism (never run
     torch-native: DDP, FSDP2, DTensor TP + SP, pp, interleaved, cp), every plan followed by its
     twin; registered rule as sets 9-10: each plan under its own twin's host factor."""
-    F = "megatron-core-local"
-    cases = [case(F, "llama-3b", 4096, 2, zero=1, gbs=8), case(F, "llama-3b", 4096, 2, tp=2, gbs=8),
-             case(F, "llama-3b", 4096, 2, tp=2, sp=True, gbs=8), case(F, "llama-3b", 4096, 2, pp=2, gbs=8),
-             case(F, "llama-3b", 4096, 2, pp=2, vp=2, gbs=8),
-             case(F, "llama-3b", 4096, 2, zero=1, gbs=8, recompute="full")]
-    return with_twins(cases + _torch_native_group("llama-4b", 2048))
+    return with_twins(_megatron_group("llama-3b", 4096, "full") + _torch_native_group("llama-4b", 2048))
 
 
 def native9_grid() -> list[dict]:
@@ -286,12 +291,7 @@ def native8_grid() -> list[dict]:
     optimizer, tp, tp + sp, pp, interleaved, selective recompute) and a torch-native group
     (llama-2b s4096, GQA 5:1: DDP, FSDP2, DTensor TP + SP, pp, interleaved, cp), every plan
     followed by its twin; registered rule: each plan under its own twin's host factor."""
-    F = "megatron-core-local"
-    cases = [case(F, "gpt-2.7b", 2048, 2, zero=1, gbs=8), case(F, "gpt-2.7b", 2048, 2, tp=2, gbs=8),
-             case(F, "gpt-2.7b", 2048, 2, tp=2, sp=True, gbs=8), case(F, "gpt-2.7b", 2048, 2, pp=2, gbs=8),
-             case(F, "gpt-2.7b", 2048, 2, pp=2, vp=2, gbs=8),
-             case(F, "gpt-2.7b", 2048, 2, zero=1, gbs=8, recompute="selective")]
-    return with_twins(cases + _torch_native_group("llama-2b", 4096))
+    return with_twins(_megatron_group("gpt-2.7b", 2048, "selective") + _torch_native_group("llama-2b", 4096))
 
 
 def native7_grid() -> list[dict]:

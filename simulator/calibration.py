@@ -262,7 +262,22 @@ def _check_parameters(params, origin: str) -> dict:
         loc = ".".join(str(p) for p in err["loc"])
         msg = "unknown parameter" if err["type"] == "extra_forbid" or err["type"] == "extra_forbidden" else err["msg"]
         raise SpecError(f"{origin}: parameters.{loc}", f"{msg[0].lower()}{msg[1:]}, got {err.get('input')!r}") from None
+    _check_step_power(params.get("step_power"), origin)
     return params
+
+
+def _check_step_power(sp: dict | None, origin: str) -> None:
+    """A non-empty ``step_power`` holds every key the step power model reads and no other."""
+    from simulator.power import STEP_POWER_KEYS, STEP_POWER_OPTIONAL
+    if not sp:
+        return
+    for key in STEP_POWER_KEYS:
+        if key not in sp:
+            raise SpecError(f"{origin}: parameters.step_power.{key}",
+                            "missing: the step power model (simulator/power.py) needs it once step_power is given")
+    for key in sp:
+        if key not in STEP_POWER_KEYS + STEP_POWER_OPTIONAL:
+            raise SpecError(f"{origin}: parameters.step_power.{key}", "unknown parameter of the step power model")
 
 
 def calibration_from_dict(data: dict, origin: str = "profile") -> Calibration:

@@ -119,6 +119,11 @@ def fit_power_model(mf_records: list[dict], info: dict, settle_s: float = 5.0) -
 # attention and mixed runs).
 
 STEP_POWER_CLASSES = ("tensor", "tensor_fp8", "attention", "memory")
+# the keys a calibration's ``step_power`` must hold (``memory_rate`` is optional: memory-bound
+# kernels then count at activity 1)
+STEP_POWER_KEYS = ("limit", "static", "idle", *(f"{c}_{p}" for c in STEP_POWER_CLASSES for p in ("fixed", "clock")),
+                   "tensor_rate", "tensor_fp8_rate", "attention_rate")
+STEP_POWER_OPTIONAL = ("memory_rate",)
 CLOCKED_CLASSES = ("tensor", "tensor_fp8", "attention")
 REFERENCE_RATE = {"tensor": "tensor_rate", "tensor_fp8": "tensor_fp8_rate", "attention": "attention_rate"}
 
@@ -211,7 +216,8 @@ def fit_step_power(records: list[dict], info: dict, settle_s: float = 5.0) -> di
     * tensor_fp8 and attention: one capped sustained point each, split into A and B in the bf16
       GEMM's proportion (no full-clock point was measured for them);
     * reference rates ``tensor_rate``, ``tensor_fp8_rate``, ``attention_rate`` (FLOP/s): the
-      burst rates of the bf16 and fp8 GEMMs and of the attention run (activity ρ = 1 there);
+      burst rates of the bf16 and fp8 GEMMs and of the attention run (activity ρ = 1 there), and
+      ``memory_rate`` (B/s) the add's;
     * φ: least squares over the bf16 GEMMs' sustained/burst time ratios.
 
     Returns dict(step_power_w, gemm_clock_bound_fraction, points) where ``points`` keeps the
@@ -257,7 +263,8 @@ def fit_step_power(records: list[dict], info: dict, settle_s: float = 5.0) -> di
                       ("attention_fwd_bwd",))}
     sp.update(tensor_rate=rate[("gemm", 8192, 8192, 8192, "bfloat16")],
               tensor_fp8_rate=rate[("gemm", 8192, 8192, 8192, "float8_e4m3fn")],
-              attention_rate=rate[("attention_fwd_bwd",)])
+              attention_rate=rate[("attention_fwd_bwd",)],
+              memory_rate=next(r["bytes"] for r in groups[("add",)] if r.get("bytes")) / add["burst_s"])
     bf16 = [v for k, v in pts.items() if k[0] == "gemm" and k[4] == "bfloat16"]
     xs = [1.0 / v["x"] - 1.0 for v in bf16]
     ys = [v["sustained_s"] / v["burst_s"] - 1.0 for v in bf16]

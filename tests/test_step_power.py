@@ -112,3 +112,17 @@ def test_step_clock_reported_and_burst_step_kept():
     assert r.clock_fraction < 0.97 and r.step_time_s > r.full_clock_step_time_s
     d = r.to_dict()
     assert d["clock_fraction"] == r.clock_fraction and d["full_clock_step_time_s"] == r.full_clock_step_time_s
+
+
+def test_an_incomplete_step_power_names_the_missing_key():
+    from hardware_specs.errors import SpecError
+    from simulator.calibration import calibration_from_dict
+    with pytest.raises(SpecError) as e:
+        calibration_from_dict({"parameters": {"step_power": {"limit": 700.0, "static": 80.0}}}, origin="my.yaml")
+    assert "parameters.step_power.idle" in str(e.value)
+    with pytest.raises(SpecError) as e:
+        d = json.loads(SUSTAINED.read_text())
+        sp = dict(fit_step_power(d["records"], d["info"])["step_power"], watts=1.0)
+        calibration_from_dict({"parameters": {"step_power": sp}}, origin="my.yaml")
+    assert "step_power.watts" in str(e.value)
+    assert calibration_from_dict({"parameters": {"step_power": {}}}).step_power == {}

@@ -27,7 +27,7 @@ from simulator.lowering import Context, embedding_ops, last_stage_ops, layer_ops
 from simulator.memory import (DS_REDUCE_BUCKET, StageFootprint, fits_in, kinds_in, layer_activations_by_kind,
                               layer_kind_params, moe_layers_in, stage_footprint, stage_memory, stage_params)
 from simulator.ops import Op
-from simulator.power import activity, step_clock_fraction
+from simulator.power import activity, step_clock_fraction, work_class
 from simulator.plan import ParallelPlan, check_precision, precision_peak_dtype, resolve_plan, split_note
 from hardware_specs.errors import PlanError
 from simulator.result import Result, StageCost
@@ -142,18 +142,11 @@ class OpsSummary:
 
 
 def power_class(op: Op) -> str | None:
-    """The step power model's class of an op (simulator/power.py): ``tensor`` for bf16/fp16/tf32
-    GEMMs, ``tensor_fp8`` for fp8/fp4 GEMMs, ``attention`` for fused attention kernels,
-    ``memory`` for memory-bound kernels, the SSD scan and attention that materialises its
-    scores; None for collectives and host synchronisations (counted with the idle time)."""
-    if op.kind == "gemm":
-        return "tensor_fp8" if len(op.shape) > 4 and op.shape[4] in ("fp8", "fp4") else "tensor"
-    if op.kind == "attention":
-        return "memory" if op.shape and op.shape[-1] in UNFUSED_ATTENTION else "attention"
-    return None if op.kind in ("collective", "host_sync") else "memory"
-
-
-UNFUSED_ATTENTION = ("unfused", "unfused_torch", "math")
+    """The step power model's class of an op (simulator/power.py work_class): a GEMM's dtype is
+    its shape's fifth entry, an attention op's backend its last."""
+    dtype = op.shape[4] if op.kind == "gemm" and len(op.shape) > 4 else None
+    backend = op.shape[-1] if op.kind == "attention" and op.shape else None
+    return work_class(op.kind, dtype, backend)
 
 
 def _power_seconds(ops: list[Op], sp: dict | None) -> dict:

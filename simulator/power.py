@@ -51,6 +51,14 @@ def time_ratio(clock_fraction: float, clock_bound_fraction: float) -> float:
     return clock_bound_fraction / clock_fraction + (1.0 - clock_bound_fraction)
 
 
+def clock_bound_fraction(points: list[tuple[float, float]]) -> float:
+    """φ by least squares of (ratio − 1) = φ·(1/x − 1) over (clock fraction x, sustained/burst
+    time ratio) points, clamped to [0, 1] (time_ratio's model through the origin)."""
+    xs = [1.0 / x - 1.0 for x, _ in points]
+    ys = [r - 1.0 for _, r in points]
+    return min(1.0, max(0.0, sum(a * b for a, b in zip(xs, ys)) / sum(a * a for a in xs)))
+
+
 def fit_power_model(mf_records: list[dict], info: dict, settle_s: float = 5.0) -> dict:
     """Fit P_static, κ per dtype and φ from a sustained.py file: returns a dict with
     ``static_w``, ``power_limit_w``, ``max_clock_mhz``, ``kappa_w_per_ghz3`` {dtype: κ},
@@ -82,10 +90,7 @@ def fit_power_model(mf_records: list[dict], info: dict, settle_s: float = 5.0) -
     kappa = {d: statistics.median(v) for d, v in kappas.items()}
     frac = {d: sustained_clock_mhz(limit, static, k, fmax) / fmax for d, k in kappa.items()}
     # φ by least squares of (ratio − 1) = φ (f_max/f − 1) over the shapes
-    xs = [fmax / s["clock_mhz"] - 1.0 for s in shapes]
-    ys = [s["sustained_s"] / s["burst_s"] - 1.0 for s in shapes]
-    phi = sum(x * y for x, y in zip(xs, ys)) / sum(x * x for x in xs)
-    phi = min(1.0, max(0.0, phi))
+    phi = clock_bound_fraction([(s["clock_mhz"] / fmax, s["sustained_s"] / s["burst_s"]) for s in shapes])
     for s in shapes:
         d = TORCH_TO_DTYPE[s["shape"][3]]
         s["measured_ratio"] = s["sustained_s"] / s["burst_s"]
@@ -119,6 +124,20 @@ def fit_power_model(mf_records: list[dict], info: dict, settle_s: float = 5.0) -
 # attention and mixed runs).
 
 STEP_POWER_CLASSES = ("tensor", "tensor_fp8", "attention", "memory")
+UNFUSED_ATTENTION = ("unfused", "unfused_torch", "math")     # attention that materialises its scores
+
+
+def work_class(kind: str, dtype: str | None = None, backend: str | None = None) -> str | None:
+    """The power class of a kernel of ``kind`` (gemm, attention, collective, host_sync, or any
+    memory-bound kind): ``tensor`` for bf16/fp16/tf32 GEMMs, ``tensor_fp8`` for fp8/fp4 GEMMs,
+    ``attention`` for fused attention, ``memory`` for memory-bound kernels, the SSD scan and
+    attention that materialises its scores; None for collectives and host synchronisations
+    (counted with the idle time)."""
+    if kind == "gemm":
+        return "tensor_fp8" if dtype in ("fp8", "fp4") else "tensor"
+    if kind == "attention":
+        return "memory" if backend in UNFUSED_ATTENTION else "attention"
+    return None if kind in ("collective", "host_sync") else "memory"
 # the keys a calibration's ``step_power`` must hold (``memory_rate`` is optional: memory-bound
 # kernels then count at activity 1)
 STEP_POWER_KEYS = ("limit", "static", "idle", *(f"{c}_{p}" for c in STEP_POWER_CLASSES for p in ("fixed", "clock")),
@@ -266,8 +285,6 @@ def fit_step_power(records: list[dict], info: dict, settle_s: float = 5.0) -> di
               attention_rate=rate[("attention_fwd_bwd",)],
               memory_rate=next(r["bytes"] for r in groups[("add",)] if r.get("bytes")) / add["burst_s"])
     bf16 = [v for k, v in pts.items() if k[0] == "gemm" and k[4] == "bfloat16"]
-    xs = [1.0 / v["x"] - 1.0 for v in bf16]
-    ys = [v["sustained_s"] / v["burst_s"] - 1.0 for v in bf16]
-    phi = min(1.0, max(0.0, sum(a * b for a, b in zip(xs, ys)) / sum(a * a for a in xs)))
+    phi = clock_bound_fraction([(v["x"], v["sustained_s"] / v["burst_s"]) for v in bf16])
     return dict(step_power={k: float(f"{v:.5g}") for k, v in sp.items()}, gemm_clock_bound_fraction=round(phi, 4),
                 points={" ".join(str(x) for x in k): v for k, v in pts.items()})

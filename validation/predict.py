@@ -9,8 +9,8 @@ from simulator.calibration import Calibration
 from simulator.comm import COLLECTIVES, collective_time, fabric_from_hardware
 from simulator.compute import (ELEMENTWISE_PASSES, attention_time, elementwise_time, gemm_time, grouped_gemm_time,
                                memory_time)
-from simulator.engine import UNFUSED_ATTENTION, device_model, simulate
-from simulator.power import step_clock_fraction
+from simulator.engine import device_model, simulate
+from simulator.power import step_clock_fraction, work_class
 from simulator.plan import ParallelPlan
 from validation.records import record_dtype
 
@@ -99,13 +99,8 @@ def kernel_device(rec: dict, hw: Hardware, cal: Calibration):
         return device_model(hw.accelerator, cal)
     if not cal.step_power:
         return device_model(hw.accelerator, cal, sustained=True)
-    kind = rec["kind"]
-    if kind == "gemm":
-        cls = "tensor_fp8" if record_dtype(rec) in ("fp8", "fp4") else "tensor"
-    elif kind.startswith("attention"):
-        cls = "memory" if rec.get("backend") in UNFUSED_ATTENTION else "attention"
-    else:
-        cls = "memory"
+    kind = "attention" if rec["kind"].startswith("attention") else rec["kind"]
+    cls = work_class(kind, record_dtype(rec), rec.get("backend", "flash"))
     x = step_clock_fraction(cal.step_power, {cls: (1.0, 1.0)}, cal.gemm_clock_bound_fraction)
     return device_model(hw.accelerator, cal, clock=round(x, 4))
 

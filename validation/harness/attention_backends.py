@@ -385,8 +385,8 @@ def main():
     import common
     nvml = None
     try:
-        import sustained
-        nvml = sustained.Nvml(0) if common.on_cuda() else None
+        from nvml import Nvml
+        nvml = Nvml(0) if common.on_cuda() else None
         if nvml is not None and nvml.h is None:
             nvml = None
     except Exception as exc:  # noqa: BLE001

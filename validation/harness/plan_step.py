@@ -258,6 +258,32 @@ def _megatron_group(model: str, seq: int, recompute: str, gbs: int = 8) -> list[
             case(F, model, seq, 2, pp=2, vp=2, gbs=gbs), case(F, model, seq, 2, zero=1, gbs=gbs, recompute=recompute)]
 
 
+def native11_grid() -> list[dict]:
+    """A twelfth pre-registered two-GPU set (logs/prereg12_h200x2_plan.txt): set 11's Megatron-Core
+    interleaved plan that ran out of memory after four earlier cases (predicted 121 GiB) first, in
+    a fresh process, then set 10's plans again on another machine (llama-4b s2048 mbs2 Megatron-Core
+    local, gpt-2.7b s3072 torch-native; set 10 measured every plan 5-13% slower than predicted, so a
+    repeat says whether that was its machine or the model), every plan followed by its twin."""
+    F = "megatron-core-local"
+    first = [case(F, "llama-3b", 4096, 2, pp=2, vp=2, gbs=8)]
+    repeat = [c for c in native9_grid() if not c["name"].startswith("host-") and not unsupported_reason(c)]
+    return with_twins(first + repeat)
+
+
+def h100a_grid() -> list[dict]:
+    """The first pre-registered plan steps on another GPU type (logs/prereg_h100a_plan.txt): one H100
+    80 GB, Megatron-Core local and torch-native single-GPU steps of five models, a plan predicted not
+    to fit (llama-4b mbs2: 18 bytes per parameter plus activations above 80 GB), every plan followed
+    by its twin (the host speed of that machine)."""
+    F, T = "megatron-core-local", "torchtitan"
+    return with_twins([case(F, "llama-1b", 2048, 1, gbs=8), case(F, "gpt-1.3b", 2048, 1, gbs=8),
+                       case(F, "llama-1b", 4096, 1, gbs=4, recompute="selective"),
+                       case(F, "llama-3b", 4096, 1, gbs=4, recompute="full"),
+                       case(T, "llama-1b", 2048, 1, gbs=8), case(T, "gpt-2.7b", 3072, 1, gbs=8),
+                       case(T, "llama-3b", 2048, 1, gbs=8),
+                       case(F, "llama-4b", 2048, 1, mbs=2, gbs=8, risky=True)])
+
+
 def native10_grid() -> list[dict]:
     """An eleventh pre-registered two-GPU set (logs/prereg11_h200x2_plan.txt), the first predicted
     with the step power model and run with NVML clocks per record: llama-3b at s4096 under
@@ -463,7 +489,8 @@ def prereg2_grid() -> list[dict]:
 NAMED_GRIDS = {"host": host_grid, "prereg": prereg_grid, "prereg2": prereg2_grid, "native2": native2_grid,
                "native3": native3_grid, "native4": native4_grid, "native5": native5_grid,
                "native6": native6_grid, "native7": native7_grid, "native8": native8_grid,
-               "native9": native9_grid, "native10": native10_grid}
+               "native9": native9_grid, "native10": native10_grid,
+               "native11": native11_grid, "h100a": h100a_grid}
 
 
 def twin_of(c: dict) -> dict:

@@ -232,7 +232,7 @@ def _step(model: ModelSpec, hardware: Hardware, plan: ParallelPlan, calibration:
     again at the power-limited clock (docs/cost_model.md "Clocks and power")."""
     st = _step_at(model, hardware, plan, calibration, 1.0)
     st.full_clock_step = st.step
-    x = step_power_clock(st, calibration)
+    x = step_power_clock(st, calibration, hardware.accelerator.calibration_profile)
     if x >= 1.0 - CLOCK_STEP / 2:
         return st
     capped = _step_at(model, hardware, plan, calibration, round(x / CLOCK_STEP) * CLOCK_STEP)
@@ -240,13 +240,15 @@ def _step(model: ModelSpec, hardware: Hardware, plan: ParallelPlan, calibration:
     return capped
 
 
-def step_power_clock(st: _Step, calibration: Calibration) -> float:
+def step_power_clock(st: _Step, calibration: Calibration, own_profile: str | None) -> float:
     """The clock fraction of a step costed at full clock (simulator/power.py step_clock_fraction):
     the mix of work of its busiest stage's GPU over the step, per power class (its micro-batches'
     op classes, the optimizer as memory-bound work, the rest of the step idle or communicating).
-    1.0 without a step power model or for plans whose stages run on different accelerators."""
+    1.0 without a step power model, for a profile other than the accelerator's own
+    (``own_profile``: its watts are another board's, so a transferred profile runs at full clock) or
+    for plans whose stages run on different accelerators."""
     sp = calibration.step_power
-    if not sp or st.stage_devices is not None:
+    if not sp or st.stage_devices is not None or own_profile != calibration.name:
         return 1.0
     m = st.plan.microbatches()
     i = max(range(len(st.stages)), key=lambda j: st.stages[j].forward_s + st.stages[j].backward_s)

@@ -257,13 +257,15 @@ def test_published_runs_more():
     # MoE token routing (simulator/moe_dispatch.py; HybridEP, router fusion, static budget read from the
     # recipes): megatron-bridge 13.2 -> 12.2%, the file without Nemotron 3 12.45 -> 11.8%, all rows 15.4 -> 13.9%
     assert src["megatron-bridge"]["mape"] <= 0.1220
-    assert sum(abs(c.error) for c in before) / len(before) <= 0.1180   # narrow-load misaligned GEMMs: 0.12458 -> 0.12454
+    # H100 rows at their power-limited clock (session 11): the file without Nemotron 3 11.77 -> 11.46%
+    assert sum(abs(c.error) for c in before) / len(before) <= 0.1146   # narrow-load misaligned GEMMs: 0.12458 -> 0.12454
     # with the 24 Nemotron 3 rows (hybrid Mamba-2 blocks; 58.7%, every one predicted too fast): 17.9%;
     # with MTP (Super: two repeated depths, bf16) 16.4%; with issue #12's GEMM structure 16.1%; with
     # Super NVFP4's bf16 layers and modules read and the footnoted regression row skipped 15.6%;
     # with the Megatron-Bridge recipes read 15.4%
     # -> 14.0% with the routing costed on each rank's sequence-parallel shard (moe_dispatch.local_tokens)
-    assert sum(abs(c.error) for c in done) / len(done) <= 0.1400
+    # -> 13.7% with H100 rows at their power-limited clock
+    assert sum(abs(c.error) for c in done) / len(done) <= 0.1372
     allowed = ("zero_stage: Megatron-Bridge's Nemotron 3 Ultra", "framework: MaxText", "precision: pytorch: fp8",
                "measured: Megatron-Bridge docs/performance-summary-archive.md")
     assert all(s.reason.startswith(allowed) for s in skipped), {s.reason for s in skipped}
@@ -287,9 +289,12 @@ def _published_both() -> tuple:
 # megatron-llama 14.3 -> 14.45%, nemo 13.7 -> 13.8% (up: the refit moves every GEMM and, through
 # gemm_peak_fraction.bf16, the attention rate); korthikanti 2.9 -> 2.4%, llm-foundry 13.3 -> 12.9%,
 # narayanan 37.9 -> 37.3%, megatron-bridge 14.6 -> 14.5%, overall (260 rows) 14.9 -> 14.7%
-PUBLISHED_SOURCE_RATCHETS = {"dgxc-benchmarking": 0.104, "flashattention2": 0.13, "korthikanti2022": 0.025,
-                             "llm-foundry": 0.122, "megatron-bridge": 0.122, "megatron-llama": 0.145,
-                             "narayanan2021": 0.247, "nemo": 0.137}   # nemo 13.80 -> 13.68% (narrow-load misaligned GEMMs)
+PUBLISHED_SOURCE_RATCHETS = {"dgxc-benchmarking": 0.1033, "flashattention2": 0.13, "korthikanti2022": 0.025,
+                             "llm-foundry": 0.1142, "megatron-bridge": 0.122, "megatron-llama": 0.1466,
+                             "narayanan2021": 0.247, "nemo": 0.1333}   # nemo 13.80 -> 13.68% (narrow-load misaligned GEMMs)
+# H100 rows at the clock their average power allows (the H100 step_power, h100_sustained_power.json, session 11;
+# nothing fitted to a row): llm-foundry 12.12 -> 11.42%, nemo 13.68 -> 13.33%, dgxc-benchmarking 10.37 -> 10.33%,
+# but megatron-llama 14.45 -> 14.66% (its H100 rows were predicted slow already; a lower clock slows them more)
 # narayanan2021 37.3 -> 25.1%: its ZeRO-3 rows read with DeepSpeed's 2021 ZeRO-3 (deepspeed-0.3, session 9);
 # -> 24.7% costed in fp16 (DeepSpeed had no bf16 before v0.5.x); megatron-bridge 13.2 -> 12.2% with MoE token
 # routing (simulator/moe_dispatch.py). dgxc-benchmarking 10.34 -> 10.46% with it (Grok-1's tp4 rows), then 10.37%
@@ -320,8 +325,9 @@ def test_published_coverage_and_figures_ratchet():
     # -> 15.2% (llm-foundry's MPTs with their learned positions and biases, no ALiBi: read from v0.3.0)
     # -> 14.4% (MoE token routing as Megatron-Core's dispatchers run it, simulator/moe_dispatch.py; without
     # Nemotron 3 13.0 -> 12.7%); routing on each rank's sequence-parallel shard: 14.44%, without Nemotron 3 12.68%
-    assert sum(abs(c.error) for c in done) / len(done) <= 0.1444
-    assert len(before) == 259 and sum(abs(c.error) for c in before) / len(before) <= 0.1269
+    # -> 14.2% (H100 rows at their power-limited clock; without Nemotron 3 12.68 -> 12.41%)
+    assert sum(abs(c.error) for c in done) / len(done) <= 0.1420
+    assert len(before) == 259 and sum(abs(c.error) for c in before) / len(before) <= 0.1242
     src = per_source(before)
     for name, ratchet in PUBLISHED_SOURCE_RATCHETS.items():
         assert src[name]["mape"] <= ratchet + 5e-4, name
@@ -421,7 +427,7 @@ def test_sustained_and_burst_gemms():
     assert len(errs["sustained"]) >= 40 and sum(errs["sustained"]) / len(errs["sustained"]) <= 0.03
     mf = load_measurements(MEAS / "h100_sustained.json")
     cal = calibration_for(hardware_for(mf).accelerator)[0]
-    burst_only = _gemm_pairs("h100_sustained.json", replace(cal, sustained_clock_fraction={}))
+    burst_only = _gemm_pairs("h100_sustained.json", replace(cal, sustained_clock_fraction={}, step_power={}))
     worse = [abs(p / r["time_s"] - 1) for r, p in burst_only if r["regime"] == "sustained"]
     assert sum(worse) / len(worse) > 0.10
 

@@ -329,3 +329,53 @@ def test_set11_clocks_as_pre_registered():
 def test_set11_every_verdict_right():
     s, _ = _per_plan(SET11)
     assert s.fit_correct == s.fit_total
+
+
+# ---- the first plan steps on an H100 (h100a; logs/prereg_h100a_plan.txt, model of 956cb28) ----------
+H100A = ROOT / "validation" / "measurements" / "h100_plan_h100a.json"
+
+
+def test_h100a_as_pre_registered_with_per_plan_twins():
+    """Eight single-GPU plans predicted before any plan step had run on an H100 (session 11), on a
+    machine whose host issued kernels 1.4-2.5x slower than the reference: under the registered
+    per-plan twin rule 4.4% time over the 7 that ran (worst +10.7%: Megatron-Core selective
+    recompute at s4096, predicted slow; full recompute +7.7%), 2.7% peak memory (selective -6.2%),
+    and every verdict right, llama-4b at mbs 2 (103 GiB predicted) out of memory on 80 GB."""
+    s, groups = _per_plan(H100A)
+    assert s.count == 8 and s.mape <= 0.0445 and s.worst_abs_error <= 0.108 and s.memory_mape <= 0.0275
+    assert (s.fit_correct, s.fit_total) == (8, 8)
+    assert all(g.pick_ok for g in groups if g.timed)
+
+
+@pytest.mark.xfail(strict=True, reason="h100a: Megatron-Core selective recompute +10.7% time (GPU-bound, "
+                                       "predicted slow)")
+def test_h100a_meets_the_issue_targets():
+    s, _ = _per_plan(H100A)
+    assert s.worst_abs_error <= 0.10
+
+
+# ---- the twelfth pre-registered set (native11; logs/prereg12_h200x2_plan.txt, model of 956cb28) -----
+SET12 = ROOT / "validation" / "measurements" / "h200x2_plan_native11.json"
+
+
+def test_set12_as_pre_registered_with_per_plan_twins():
+    """11 plans predicted before the run (session 11): set 11's Megatron-Core interleaved plan
+    first, in a fresh process, then set 10's plans again on another machine. Under the registered
+    per-plan twin rule: 6.7% time (worst +12.2%: torch-native FSDP2, whose twin ran slower than the
+    plan itself), 2.7% peak memory, every verdict right, the interleaved plan included (126.5 GiB
+    allocated against 121 predicted: set 11's out-of-memory came from the four cases before it),
+    both picks right. Set 10's Megatron-Core llama-4b mbs 2 plans are again 3-9% slower than
+    predicted, on another machine: a model gap, not set 10's machine. Tau 0.87 and 0.67."""
+    s, groups = _per_plan(SET12)
+    assert s.count == 11 and s.mape <= 0.0675 and s.worst_abs_error <= 0.123 and s.memory_mape <= 0.0275
+    assert (s.fit_correct, s.fit_total) == (11, 11)
+    timed = [g for g in groups if g.timed >= 3]
+    assert len(timed) == 2 and all(g.pick_ok for g in groups if g.timed)
+    assert sorted(round(g.kendall_tau, 2) for g in timed) >= [0.67, 0.87]
+
+
+@pytest.mark.xfail(strict=True, reason="set 12: torch-native FSDP2 +12.2% (twin noise), Megatron-Core llama-4b "
+                                       "mbs2 plans -3 to -9% again; tau 0.87 / 0.67")
+def test_set12_meets_the_issue_targets():
+    s, groups = _per_plan(SET12)
+    assert s.worst_abs_error <= 0.10 and all(g.kendall_tau >= 0.9 for g in groups if g.timed >= 3)

@@ -79,13 +79,29 @@ def _gemm(ctx: Context, name: str, m: int, n: int, k: int, phase: str, batch: in
     ``bias``: the linear layer has a bias (its gradient is reduced in backward). The plan's
     ``gemm_precision`` may set another dtype for this GEMM (plan.gemm_precision_override)."""
     dtype = dtype or gemm_precision_override(ctx.plan, name) or ctx.gemm_dtype
-    t = gemm_time(ctx.dev, m, n, k, dtype, batch)
+    t = expert_gemm_time(ctx, m, n, k, dtype, batch) if batch > 1 else gemm_time(ctx.dev, m, n, k, dtype)
     if dtype == "fp8":
         t += memory_time(ctx.dev, 3.0 * m * k * batch)
     elif dtype == "fp4" and quantize:
         t += nvfp4_quantize_time(ctx.dev, m * k * batch)
     return Op(name, "gemm", phase, t, gemm_flops(m, n, k, batch), gemm_bytes(m, n, k, dtype, batch),
               (m, n, k, batch, dtype, bias))
+
+
+def expert_gemm_time(ctx: Context, m: int, n: int, k: int, dtype: str, experts: int) -> float:
+    """Seconds of one GEMM over ``experts`` local experts of ``m`` rows each, as the framework runs
+    it (``Kernels.expert_gemm``). "grouped": one batched kernel whose tiles fill every SM in waves
+    (compute.gemm_time with ``batch``). "per_expert": Transformer Engine's GroupedLinear issues one
+    cuBLAS GEMM per expert (``multi_stream_cublas_gemm``, transformer_engine/common/gemm/
+    cublaslt_gemm.cu, TE v2.12-v2.16), each with its own tile waves and fixed cost: the sum of
+    ``experts`` single GEMMs. ASSUMPTION: the GEMMs do not run concurrently although TE spreads them
+    over its compute streams (``nvte_get_num_compute_streams``, 4): cuBLAS's Hopper and Blackwell
+    kernels launch enough one-CTA-per-SM thread blocks to take every free SM, so a GEMM on another
+    stream starts as SMs free up, filling at most the last wave of the one before; the sum is an upper
+    bound, the batched kernel the lower one."""
+    if get_framework(ctx.plan.framework).kernels.expert_gemm == "per_expert":
+        return experts * gemm_time(ctx.dev, m, n, k, dtype)
+    return gemm_time(ctx.dev, m, n, k, dtype, experts)
 
 
 def _gemm_bwd(ctx: Context, fwd: Op) -> list[Op]:
@@ -533,47 +549,85 @@ def mamba_local_dims(ctx: Context) -> tuple[int, int]:
 
 
 def _ssd_scan(ctx: Context, phase: str) -> Op:
-    """The SSD chunked scan of one Mamba-2 mixer on one device (simulator/ssm.py)."""
+    """The SSD chunked scan of one Mamba-2 mixer on one device (simulator/ssm.py), with the gate
+    z fused into it as Megatron-Core's training path runs it: ``use_mamba_mem_eff_path`` (default
+    True) calls mamba_ssm's ``mamba_split_conv1d_scan_combined`` without ``rmsnorm_weight``, so
+    ``_mamba_chunk_scan_combined_fwd(z=z)`` writes y·silu(z) and keeps the ungated y for backward,
+    whose ``_chunk_scan_bwd_dz`` reads them again (ssm.ssd_cost ``gate``: bytes only)."""
     s, p = ctx.model.mamba, ctx.plan
     heads, groups = mamba_local_dims(ctx)
     bwd = phase == "bwd"
-    cost = ssd_cost(ctx.tokens, heads, s.head_dim, groups, s.state_size, s.chunk_size, p.mbs, backward=bwd)
+    cost = ssd_cost(ctx.tokens, heads, s.head_dim, groups, s.state_size, s.chunk_size, p.mbs, backward=bwd,
+                    gate=True)
     return Op("mamba.ssd_scan", "ssm", phase, ssd_time(ctx.dev, cost, bwd), cost.flops, cost.bytes,
               shape=(p.mbs, heads, s.head_dim, groups, s.state_size, s.chunk_size))
 
 
 def mamba_block_fwd(ctx: Context) -> list[Op]:
-    """One Mamba-2 block as Megatron-Core's MambaLayer runs it: pre-norm, (SP all-gather), in_proj
-    (column-parallel: z, x, B, C, dt for this rank's heads and groups), the depthwise causal
-    conv1d with SiLU over x, B, C (causal-conv1d: read and write each element; backward reads the
-    input and the output gradient, writes the input gradient: 8 bytes per element), the SSD scan,
-    the gated RMSNorm y·silu(z) (one fused kernel: read y and z, write 2 bytes; backward 10),
-    out_proj (row-parallel), TP reduce-scatter or all-reduce, residual add: the collectives of
-    an attention block."""
+    """One Mamba-2 block as Megatron-Core's MambaLayer runs it in training (``MambaMixer._ssm_training``,
+    the ``use_mamba_mem_eff_path`` default: mamba_ssm ``mamba_split_conv1d_scan_combined``): pre-norm,
+    (SP all-gather), in_proj (column-parallel: z, x, B, C, dt for this rank's heads and groups), the
+    sequence-major layout copies (:func:`mamba_layout_copies`), the depthwise causal conv1d with SiLU
+    over x, B, C (:func:`mamba_conv1d_bytes`), the SSD scan with the gate fused into it
+    (:func:`_ssd_scan`), the grouped RMSNorm of the gated output (``RMSNormGated`` called without z:
+    read y, write 2 bytes per element; backward reads y and the gradient and writes the input
+    gradient: 6 bytes), out_proj (row-parallel), TP reduce-scatter or all-reduce, residual add: the
+    collectives of an attention block."""
     m, p = ctx.model, ctx.plan
     s = m.mamba
     T, h, tp = ctx.tokens, m.hidden, p.tp
     heads, groups = mamba_local_dims(ctx)
     d_local = heads * s.head_dim
     conv_local = d_local + 2 * groups * s.state_size
+    in_width = 2 * d_local + 2 * groups * s.state_size + heads
     rd = _residual_dtype(ctx)
     ops = [_elementwise(ctx, "mamba.norm", m.norm, ctx.sp_tokens, h, "fwd", rd)]
     act = T * h * ACT_BYTES
     if p.sp:
         ops.append(ctx.comm("mamba.sp_all_gather", "all_gather", act / tp, "tp", "fwd"))
-    ops.append(_gemm(ctx, "mamba.in_proj", T, 2 * d_local + 2 * groups * s.state_size + heads, h, "fwd"))
-    conv_f, conv_b = 4.0 * T * conv_local, 8.0 * T * conv_local
+    ops.append(_gemm(ctx, "mamba.in_proj", T, in_width, h, "fwd"))
+    ops += mamba_layout_copies(ctx, in_width, d_local)
+    conv_f, conv_b = mamba_conv1d_bytes(T, conv_local)
     ops += [Op("mamba.conv1d", "memory", "fwd", memory_time(ctx.dev, conv_f), bytes=conv_f),
-            Op("mamba.conv1d", "memory", "bwd", memory_time(ctx.dev, conv_b), bytes=conv_b)]
+            Op("mamba.conv1d", "memory", "bwd", memory_time(ctx.dev, conv_b, launches=2), bytes=conv_b)]
     ops.append(_ssd_scan(ctx, "fwd"))
-    norm_f, norm_b = 6.0 * T * d_local, 10.0 * T * d_local
-    ops += [Op("mamba.gated_norm", "memory", "fwd", memory_time(ctx.dev, norm_f), bytes=norm_f),
-            Op("mamba.gated_norm", "memory", "bwd", memory_time(ctx.dev, norm_b), bytes=norm_b)]
+    norm_f, norm_b = 4.0 * T * d_local, 6.0 * T * d_local
+    ops += [Op("mamba.out_norm", "memory", "fwd", memory_time(ctx.dev, norm_f), bytes=norm_f),
+            Op("mamba.out_norm", "memory", "bwd", memory_time(ctx.dev, norm_b), bytes=norm_b)]
     out = _gemm(ctx, "mamba.out_proj", T, h, d_local, "fwd")
     ops.append(out)
     ops += _tp_reduce(ctx, "mamba", act, out.time_s)
     ops.append(_elementwise(ctx, "mamba.residual", "add", ctx.sp_tokens, h, "fwd", rd))
     return ops + _autocast_ops(ctx, "mamba", mamba_params(m) / tp)
+
+
+def mamba_conv1d_bytes(tokens: int, channels: int) -> tuple[float, float]:
+    """HBM bytes (forward, backward) of the causal conv1d + SiLU over x, B, C (``channels`` per
+    token, bf16). Forward (causal-conv1d ``causal_conv1d_fwd``): read and write each element, 4
+    bytes. Backward: ``MambaSplitConv1dScanCombinedFn.backward`` (mamba_ssm ssd_combined.py) saves
+    zxbcdt, not the conv output, so it re-runs ``causal_conv1d_fwd`` (4 bytes) before the scan's
+    backward, then ``causal_conv1d_bwd`` reads the input and the output gradient and writes the
+    input gradient (6 bytes): 10 bytes per element in two kernels. (Before: 8 bytes, one kernel,
+    without the recomputation.)"""
+    return 4.0 * tokens * channels, 10.0 * tokens * channels
+
+
+def mamba_layout_copies(ctx: Context, in_width: int, d_local: int) -> list[Op]:
+    """The mixer's layout copies with more than one sequence per micro-batch. Megatron-Core works
+    sequence-major (l, b, d); ``MambaMixer._ssm_training`` rearranges in_proj's output to batch-major
+    for the kernel (``rearrange(zxBCdt, "l b d -> b l d").contiguous()``) and the scan's output back
+    (``rearrange(y, "b l d -> l b d").contiguous()``): with b = mbs > 1 each is a copy (read and write
+    2 bytes per element; with b = 1 both are views). In backward, the kernel's batch-major dzxBCdt
+    reaches in_proj's backward as a permuted view, which Transformer Engine makes contiguous (one copy
+    of the in_proj width); y's gradient is read through its strides by the scan's Triton kernels
+    (stride 1 on the last dimension: no copy)."""
+    if ctx.plan.mbs <= 1:
+        return []
+    T = ctx.tokens
+    fwd = 4.0 * T * (in_width + d_local)
+    bwd = 4.0 * T * in_width
+    return [Op("mamba.layout_copies", "memory", "fwd", memory_time(ctx.dev, fwd, launches=2), bytes=fwd),
+            Op("mamba.layout_copies", "memory", "bwd", memory_time(ctx.dev, bwd), bytes=bwd)]
 
 
 def main_grad_accumulation(ctx: Context, block: str, params: float, tensors: int = 1) -> list[Op]:

@@ -256,16 +256,18 @@ def test_published_runs_more():
     # TP comm overlap, Megatron-FSDP): 13.2%, the file without Nemotron 3 12.6 -> 12.5%
     # MoE token routing (simulator/moe_dispatch.py; HybridEP, router fusion, static budget read from the
     # recipes): megatron-bridge 13.2 -> 12.2%, the file without Nemotron 3 12.45 -> 11.8%, all rows 15.4 -> 13.9%
-    assert src["megatron-bridge"]["mape"] <= 0.1220
-    # H100 rows at their power-limited clock (session 11): the file without Nemotron 3 11.77 -> 11.46%
-    assert sum(abs(c.error) for c in before) / len(before) <= 0.1146   # narrow-load misaligned GEMMs: 0.12458 -> 0.12454
+    # TE's expert GEMMs one cuBLAS call per local expert (lowering.expert_gemm_time): megatron-bridge 12.2 -> 11.8%,
+    # the file without Nemotron 3 11.8 -> 11.6%, all rows 14.0 -> 12.9% (with the Mamba training path)
+    assert src["megatron-bridge"]["mape"] <= 0.1179
+    # H100 rows at their power-limited clock (session 11): the file without Nemotron 3 11.6 -> 11.3%
+    assert sum(abs(c.error) for c in before) / len(before) <= 0.1131   # narrow-load misaligned GEMMs: 0.12458 -> 0.12454
     # with the 24 Nemotron 3 rows (hybrid Mamba-2 blocks; 58.7%, every one predicted too fast): 17.9%;
     # with MTP (Super: two repeated depths, bf16) 16.4%; with issue #12's GEMM structure 16.1%; with
     # Super NVFP4's bf16 layers and modules read and the footnoted regression row skipped 15.6%;
     # with the Megatron-Bridge recipes read 15.4%
     # -> 14.0% with the routing costed on each rank's sequence-parallel shard (moe_dispatch.local_tokens)
-    # -> 13.7% with H100 rows at their power-limited clock
-    assert sum(abs(c.error) for c in done) / len(done) <= 0.1372
+    # -> 12.9% (Mamba training path, TE's per-expert GEMMs) -> 12.6% with H100 rows at their power-limited clock
+    assert sum(abs(c.error) for c in done) / len(done) <= 0.1258
     allowed = ("zero_stage: Megatron-Bridge's Nemotron 3 Ultra", "framework: MaxText", "precision: pytorch: fp8",
                "measured: Megatron-Bridge docs/performance-summary-archive.md")
     assert all(s.reason.startswith(allowed) for s in skipped), {s.reason for s in skipped}
@@ -289,11 +291,13 @@ def _published_both() -> tuple:
 # megatron-llama 14.3 -> 14.45%, nemo 13.7 -> 13.8% (up: the refit moves every GEMM and, through
 # gemm_peak_fraction.bf16, the attention rate); korthikanti 2.9 -> 2.4%, llm-foundry 13.3 -> 12.9%,
 # narayanan 37.9 -> 37.3%, megatron-bridge 14.6 -> 14.5%, overall (260 rows) 14.9 -> 14.7%
-PUBLISHED_SOURCE_RATCHETS = {"dgxc-benchmarking": 0.1033, "flashattention2": 0.13, "korthikanti2022": 0.025,
-                             "llm-foundry": 0.1142, "megatron-bridge": 0.122, "megatron-llama": 0.1466,
+PUBLISHED_SOURCE_RATCHETS = {"dgxc-benchmarking": 0.1029, "flashattention2": 0.13, "korthikanti2022": 0.025,
+                             "llm-foundry": 0.1142, "megatron-bridge": 0.118, "megatron-llama": 0.1466,
                              "narayanan2021": 0.247, "nemo": 0.1333}   # nemo 13.80 -> 13.68% (narrow-load misaligned GEMMs)
+# megatron-bridge 12.17 -> 11.79%, dgxc-benchmarking 10.37 -> 10.33% with Transformer Engine's expert GEMMs run one
+# cuBLAS call per local expert (lowering.expert_gemm_time, session 11)
 # H100 rows at the clock their average power allows (the H100 step_power, h100_sustained_power.json, session 11;
-# nothing fitted to a row): llm-foundry 12.12 -> 11.42%, nemo 13.68 -> 13.33%, dgxc-benchmarking 10.37 -> 10.33%,
+# nothing fitted to a row): llm-foundry 12.12 -> 11.42%, nemo 13.68 -> 13.33%, dgxc-benchmarking 10.33 -> 10.28%,
 # but megatron-llama 14.45 -> 14.66% (its H100 rows were predicted slow already; a lower clock slows them more)
 # narayanan2021 37.3 -> 25.1%: its ZeRO-3 rows read with DeepSpeed's 2021 ZeRO-3 (deepspeed-0.3, session 9);
 # -> 24.7% costed in fp16 (DeepSpeed had no bf16 before v0.5.x); megatron-bridge 13.2 -> 12.2% with MoE token
@@ -315,7 +319,9 @@ def test_published_coverage_and_figures_ratchet():
     # SSD scan's Triton kernels measured (h200_ssd_scan.json, fitted --only ssd, transferred to h100-sxm)
     # -> 32.6% with MoE token routing (simulator/moe_dispatch.py: HybridEP's routing-map all-gather, router, host sync)
     # -> 33.4% with the routing on each rank's sequence-parallel shard (Super's tp2 rows, already too fast, faster)
-    assert len(nemotron3) == 24 and sum(abs(c.error) for c in nemotron3) / len(nemotron3) <= 0.3341
+    # -> 31.7% with the Mamba training path as Megatron-Core runs it (gate fused into the scan, conv1d recomputed
+    # in backward, layout copies with mbs > 1) -> 23.6% with TE's expert GEMMs one cuBLAS call per local expert
+    assert len(nemotron3) == 24 and sum(abs(c.error) for c in nemotron3) / len(nemotron3) <= 0.2358
     assert all(c.error > 0 for c in nemotron3)                                  # every one predicted too fast
     # 18.7% -> 17.4% (MTP) -> 17.2% (GEMM) -> 16.7% (Super NVFP4 read as run, regression row skipped)
     # -> 16.6% (each Megatron-Bridge row's recipe read: validation/bridge_recipes.py; narrow-load misaligned
@@ -325,17 +331,19 @@ def test_published_coverage_and_figures_ratchet():
     # -> 15.2% (llm-foundry's MPTs with their learned positions and biases, no ALiBi: read from v0.3.0)
     # -> 14.4% (MoE token routing as Megatron-Core's dispatchers run it, simulator/moe_dispatch.py; without
     # Nemotron 3 13.0 -> 12.7%); routing on each rank's sequence-parallel shard: 14.44%, without Nemotron 3 12.68%
-    # -> 14.2% (H100 rows at their power-limited clock; without Nemotron 3 12.68 -> 12.41%)
-    assert sum(abs(c.error) for c in done) / len(done) <= 0.1420
-    assert len(before) == 259 and sum(abs(c.error) for c in before) / len(before) <= 0.1242
+    # -> 14.29% (Mamba training path) -> 13.50% (TE's expert GEMMs one cuBLAS call per local expert; without
+    # Nemotron 3 12.68 -> 12.56%) -> 13.25% (H100 rows at their power-limited clock; without Nemotron 3 12.30%)
+    assert sum(abs(c.error) for c in done) / len(done) <= 0.1326
+    assert len(before) == 259 and sum(abs(c.error) for c in before) / len(before) <= 0.1230
     src = per_source(before)
     for name, ratchet in PUBLISHED_SOURCE_RATCHETS.items():
         assert src[name]["mape"] <= ratchet + 5e-4, name
     regime = per_regime(before)
     # Megatron-Bridge recipes read: MoE 18.05 -> 16.3% (A2A overlap of the MXFP8 recipes), Blackwell 13.7 -> 13.2%
     # MoE token routing (simulator/moe_dispatch.py): MoE 16.3 -> 14.8%, Blackwell 13.2 -> 12.2%
-    assert regime["moe"]["count"] >= 51 and regime["moe"]["mape"] <= 0.1484
-    assert regime["blackwell"]["count"] >= 75 and regime["blackwell"]["mape"] <= 0.1218
+    # TE's expert GEMMs one cuBLAS call per local expert: MoE 14.8 -> 14.2%, Blackwell 12.2 -> 11.8%
+    assert regime["moe"]["count"] >= 51 and regime["moe"]["mape"] <= 0.1423
+    assert regime["blackwell"]["count"] >= 75 and regime["blackwell"]["mape"] <= 0.1179
 
 
 def test_bridge_rows_read_their_recipe():
@@ -357,9 +365,9 @@ def test_published_uses_90_percent_of_rows():
     assert len(done) >= 0.9 * (len(done) + len(skipped))
 
 
-@pytest.mark.xfail(strict=True, reason="overall 15.2%, Narayanan 24.7% (DeepSpeed 2021 ZeRO-3 rows), Megatron-Bridge "
-                                       "19.4%, MoE 23.5%, Blackwell 19.4% (Nemotron 3 38.8%, GPT-OSS BF16 +45% to "
-                                       "+80%); without Nemotron 3: 13.0%, MoE 16.3%, Blackwell 13.2% (docs/validation.md)")
+@pytest.mark.xfail(strict=True, reason="overall 13.25%, Narayanan 24.7% (DeepSpeed 2021 ZeRO-3 rows), Megatron-Bridge "
+                                       "14.6%, MoE 17.2%, Blackwell 14.6% (Nemotron 3 23.6%, GPT-OSS BF16 +31% to "
+                                       "+62%; Blackwell 14.65% meets its 15%); without Nemotron 3: 12.3%, MoE 14.2%, Blackwell 11.8%")
 def test_published_targets_overall_source_moe_blackwell():
     from validation.published import per_regime, per_source
     done, _ = _published_both()
@@ -367,6 +375,16 @@ def test_published_targets_overall_source_moe_blackwell():
     assert all(v["mape"] <= 0.20 for v in per_source(done).values())
     regime = per_regime(done)
     assert regime["moe"]["mape"] <= 0.15 and regime["blackwell"]["mape"] <= 0.15
+
+
+def test_published_blackwell_target_met_and_all_rows_ratchet():
+    """Over every row, Nemotron 3 included: Blackwell 14.65% meets the issue's 15% (since TE's
+    per-expert GEMMs and the Mamba training path, session 11); MoE 17.2% does not (the xfail above)."""
+    from validation.published import per_regime
+    done, _ = _published_both()
+    regime = per_regime(done)
+    assert regime["blackwell"]["count"] == 99 and regime["blackwell"]["mape"] <= 0.1466
+    assert regime["moe"]["count"] == 75 and regime["moe"]["mape"] <= 0.1723
 
 
 def test_published_layer_times_within_10_percent():

@@ -160,3 +160,26 @@ def test_planner_search_says_hybrids_are_simulate_only():
     from planners.search import _check_searchable
     with pytest.raises(MeshcastError, match="hybrid Mamba-2"):
         _check_searchable(load_model(NANO))
+
+
+def test_mamba_training_path_gate_conv_recompute_and_layout_copies():
+    """The mixer as Megatron-Core's _ssm_training runs it: the gate fused into the scan (bytes only),
+    the conv1d re-run in backward (10 bytes per element), a plain grouped RMSNorm after the scan, and
+    the batch-major layout copies only with more than one sequence per micro-batch."""
+    from simulator.ssm import ssd_cost
+    hw = load_hardware("dgx-h100", 8)
+    m = load_model(NANO)
+    dev, fab = device_model(hw.accelerator, DEFAULT), _fabric(hw, DEFAULT)
+    s = m.mamba
+    for mbs in (1, 2):
+        p = resolve_plan(m, ParallelPlan(tp=1, ep=8, mbs=mbs, gbs=64, seq=8192), 8)
+        ops = layer_ops(Context(m, p, dev, fab), "mamba", recompute=False)
+        by = {(op.name, op.phase): op for op in ops}
+        T = mbs * 8192
+        scan = by[("mamba.ssd_scan", "fwd")]
+        gated = ssd_cost(T, s.num_heads, s.head_dim, s.n_groups, s.state_size, s.chunk_size, mbs, gate=True)
+        assert scan.bytes == pytest.approx(gated.bytes)
+        conv = s.num_heads * s.head_dim + 2 * s.n_groups * s.state_size
+        assert by[("mamba.conv1d", "bwd")].bytes == pytest.approx(10.0 * T * conv)
+        assert by[("mamba.out_norm", "fwd")].bytes == pytest.approx(4.0 * T * s.num_heads * s.head_dim)
+        assert (("mamba.layout_copies", "fwd") in by) == (mbs > 1)

@@ -131,3 +131,19 @@ def test_routing_runs_on_the_sequence_parallel_shard():
     assert op.bytes == (T // 2) * K * H * 2 * 2 + (T // 2) * K * 8 + 5 * (T // 2) * E
     assert _ops(two, "moe.router_topk")[0].bytes == pytest.approx(_ops(one, "moe.router_topk")[0].bytes / 2)
     assert _ops(two, "moe.sort_chunks")[0].bytes == _ops(one, "moe.sort_chunks")[0].bytes
+
+
+def test_te_expert_gemms_one_cublas_call_per_local_expert():
+    """megatron-core (Transformer Engine's GroupedLinear -> multi_stream_cublas_gemm) costs the local
+    experts' GEMM as the sum of one GEMM per expert; a framework with one grouped kernel (torchtitan:
+    torch._grouped_mm) as the batched GEMM. The sum is never faster than the batched kernel."""
+    from simulator.compute import gemm_time
+    from simulator.lowering import expert_gemm_time
+    m = _model()
+    for framework, per_expert in (("megatron-core", True), ("torchtitan", False)):
+        ctx = _ctx(m, framework=framework)
+        rows, local = 4096 * K * 8 // E, E // 8
+        t = expert_gemm_time(ctx, rows, 768, H, "bf16", local)
+        one, batched = gemm_time(ctx.dev, rows, 768, H, "bf16"), gemm_time(ctx.dev, rows, 768, H, "bf16", local)
+        assert t == pytest.approx(local * one if per_expert else batched)
+        assert local * one >= batched

@@ -81,6 +81,12 @@ class Kernels(_Strict):
     moe_dispatcher: Literal["none", "alltoall", "hybridep"] = "none"
     moe_permute_fusion: bool = False
     moe_router_fusion: bool = False
+    # how the local experts' GEMMs run (simulator.lowering.expert_gemm_time): "grouped" (one grouped or
+    # batched kernel over every expert: torch._grouped_mm, the grouped_gemm package's CUTLASS kernel) or
+    # "per_expert" (Transformer Engine's GroupedLinear through general_grouped_gemm ->
+    # nvte_multi_tensor_gemm -> multi_stream_cublas_gemm: one cuBLAS GEMM per expert, TE <= 2.16 on
+    # Blackwell, and on Hopper unless NVTE_USE_CUTLASS_GROUPED_GEMM is set)
+    expert_gemm: Literal["grouped", "per_expert"] = "grouped"
     # the same choices for a build without its fused extensions (apex, Transformer Engine),
     # which a plan marks by running the attention backend ``unfused_torch``; None: as above
     without_extensions: "KernelChoices | None" = None

@@ -22,6 +22,8 @@ with its bandwidth protocol; both lines and the threshold are calibrated. Ring c
 spend δ·S/β on the rank's own shard S (B/n; all_gather: B), work that crosses no link but runs in
 the same kernel and channels (δ = ``collective_shard_steps[kind]``, fitted): this is why the bus
 bandwidth of all-gather and reduce-scatter rises from two ranks to four, (n-1)/(n-1+δ) of β.
+All-to-all has no such term: NCCL copies the rank's own block on separate channels and warps,
+concurrently with the peer traffic (:func:`self_copy_in_series`).
 
 A group spanning several level-0 domains with k members in each runs hierarchically
 (reduce-scatter inside the domain, the collective across domains on B/k, all-gather inside):
@@ -141,18 +143,30 @@ def flat_time(level: Level, kind: str, nbytes: float, n: int, fraction: float = 
     else:
         a, b = level.alpha_s, level.beta_Bps
     t = _alpha_beta(kind, nbytes, n, a * alpha_fraction, b * fraction, level.hop_s)
-    return t + shard_steps * shard_bytes(kind, nbytes, n) / (b * fraction) + \
+    own = shard_bytes(kind, nbytes, n) if self_copy_in_series(kind) else 0.0
+    return t + shard_steps * own / (b * fraction) + \
         _chain_fill(kind, nbytes, n, level.chunk_bytes, b * fraction)
 
 
 def shard_bytes(kind: str, nbytes: float, n: int) -> float:
-    """The rank's own shard of a ring collective: the input of an all-gather, 1/n of the buffer
-    of reduce-scatter, all-reduce and all-to-all; 0 for broadcast and send/recv."""
+    """The rank's own shard of a ring collective, bytes: the input of an all-gather, 1/n of the
+    buffer of reduce-scatter and all-reduce; 0 for broadcast, send/recv and all-to-all
+    (:func:`self_copy_in_series`)."""
     if kind == "all_gather":
         return nbytes
-    if kind in ("reduce_scatter", "all_reduce", "all_to_all"):
+    if kind in ("reduce_scatter", "all_reduce"):
         return nbytes / n
     return 0.0
+
+
+def self_copy_in_series(kind: str) -> bool:
+    """Whether the rank's own block costs time after its link traffic. Not for all-to-all: NCCL
+    (2.28.9) runs it as grouped send/recv whose round 0 is the rank's send to itself
+    (``enqueue.cc`` ``scheduleP2pTasksToPlan``), a plain copy by warps of their own
+    (``device/sendrecv.h``, ``isCopy`` -> ``reduceCopy``), on channels that start at
+    ``reverseBits(round)`` (``include/channel.h`` ``ncclP2pChannelBaseForRound``: on 2 GPUs the
+    self copy on channels 0-15, the peer's send/recv on 16-31): it overlaps the peer traffic."""
+    return kind in ("all_reduce", "all_gather", "reduce_scatter")
 
 
 def _chain_fill(kind: str, nbytes: float, n: int, chunk: float, b: float) -> float:

@@ -15,7 +15,8 @@ channels of every call; tests/test_nccl.py replays it; docs/cost_model.md §3):
   while ``nBytes < nChannels × nThreads × threadThreshold`` (``comm.h``: 8 for LL and LL128, 64
   for Simple; ring LL × nRanks).
 * ``enqueue.cc`` ``addP2pToPlan`` (send/recv, all-to-all): LL up to ``p2pnChannelsPerPeer ×
-  NCCL_P2P_LL_THRESHOLD`` (16 KiB) per peer, Simple above; no tuner.
+  NCCL_P2P_LL_THRESHOLD`` (16 KiB) per peer, Simple above; no tuner; 32/n channels per peer,
+  doubled while a part exceeds 16 MiB (2 GPUs: 16 channels up to 256 MiB per peer, 32 above).
 
 Only the ring is modelled within a node: NCCL's tuner picks it over the tree at every size on 2
 H200s (log), and NVLink SHARP (NVLS) is off on the machines measured (NCCL_NVLS_ENABLE=0).
@@ -109,10 +110,22 @@ def protocol(kind: str, nbytes: float, n: int, bus_Bps: float, hw: str, ll_max_B
 
 def max_channels(kind: str, n: int) -> int:
     """Channels a call of this kind can use at most: NCCL's 24 coll channels (H100/H200), or for
-    point-to-point 32/n per peer (enqueue.cc ``addP2pToPlan`` nChannelsMin; n = 2 for send/recv)."""
-    if kind in P2P_KINDS:
-        return max(1, P2P_CHANNELS_PER_PEER // (n if kind == "all_to_all" else 2))
-    return COLL_CHANNELS
+    point-to-point 32 per peer (``p2pnChannelsPerPeer``), reached only by large messages
+    (:func:`_p2p_channels`)."""
+    return P2P_CHANNELS_PER_PEER if kind in P2P_KINDS else COLL_CHANNELS
+
+
+def _p2p_min_channels(kind: str, n: int) -> int:
+    """Channels per peer a point-to-point call starts from: 32 halved while channels x n ranks
+    exceeds NCCL's 32 p2p channels (enqueue.cc ``scheduleP2pTasksToPlan`` nChannelsMin; n = 2
+    for send/recv)."""
+    return max(1, P2P_CHANNELS_PER_PEER // (n if kind == "all_to_all" else 2))
+
+
+def _p2p_max_part(proto: str) -> float:
+    """Largest part of a point-to-point message per channel on one node before NCCL doubles the
+    channels, bytes: 32 x stepSize (addP2pToPlan maxPartSize; Simple 32 x 512 KiB = 16 MiB)."""
+    return 32 * ((512 << 10) if proto == "Simple" else (64 << 10))
 
 
 def active_channels(kind: str, nbytes: float, n: int, proto: str) -> float:
@@ -122,7 +135,8 @@ def active_channels(kind: str, nbytes: float, n: int, proto: str) -> float:
     most = max_channels(kind, n)
     if kind in P2P_KINDS:
         peer = nbytes / n if kind == "all_to_all" else nbytes
-        return max(1.0, min(most, peer / _p2p_part(proto)))
+        start = max(1.0, min(_p2p_min_channels(kind, n), peer / _p2p_part(proto)))
+        return min(most, max(start, peer / _p2p_max_part(proto)))
     return max(1.0, min(most, tuner_bytes(kind, nbytes, n) / _per_channel(proto, n)))
 
 
@@ -139,10 +153,21 @@ def _per_channel(proto: str, n: int) -> float:
 def channels(kind: str, nbytes: float, n: int, proto: str) -> int:
     """Channels (thread blocks) a call runs on at this size (enqueue.cc ``topoGetAlgoInfo``): the
     largest count c <= :func:`max_channels` with tuner bytes >= c x threads x threshold, at least
-    1. Point-to-point: the bytes per peer over parts of at least stepSize/8 (64 KiB with Simple,
-    8 KiB with LL; ``addP2pToPlan``)."""
-    most = max_channels(kind, n)
+    1. Point-to-point: :func:`_p2p_channels`."""
     if kind in P2P_KINDS:
-        peer = nbytes / n if kind == "all_to_all" else nbytes
-        return int(max(1, min(most, -(-peer // _p2p_part(proto)))))
+        return _p2p_channels(kind, nbytes / n if kind == "all_to_all" else nbytes, n, proto)
+    most = max_channels(kind, n)
     return int(max(1, min(most, tuner_bytes(kind, nbytes, n) // _per_channel(proto, n))))
+
+
+def _p2p_channels(kind: str, peer: float, n: int, proto: str) -> int:
+    """Channels of one peer's ``peer`` bytes (enqueue.cc ``addP2pToPlan``, one node): parts of at
+    least stepSize/8 (64 KiB with Simple, 8 KiB with LL) on at most :func:`_p2p_min_channels`,
+    then doubled while a part exceeds :func:`_p2p_max_part` and the count is at most 16. On 2
+    GPUs a send/recv or an all-to-all's per-peer block runs on 16 channels up to 256 MiB and on
+    32 above (the all-to-all's self copy then shares those channels, each work on half the warps:
+    device/sendrecv.h)."""
+    c = int(max(1, min(_p2p_min_channels(kind, n), -(-peer // _p2p_part(proto)))))
+    while max(_p2p_part(proto), -(-peer // c)) > _p2p_max_part(proto) and c <= P2P_CHANNELS_PER_PEER // 2:
+        c *= 2
+    return c

@@ -468,8 +468,8 @@ def _run4_by_kind(min_bytes: int = 0):
 
 
 def test_collectives_separate_run_ratchet():
-    # per kind, all sizes: 15.5 / 38.9 / 23.7 / 15.3 / 39.7 / 9.6 %; >= 4 MiB: 6.1-15.4 %
-    today = {"all_gather": 0.156, "all_reduce": 0.39, "all_to_all": 0.238, "broadcast": 0.154,
+    # per kind, all sizes: 15.5 / 38.9 / 23.3 / 15.3 / 39.7 / 9.6 %; >= 4 MiB: 6.1-15.4 %
+    today = {"all_gather": 0.156, "all_reduce": 0.39, "all_to_all": 0.234, "broadcast": 0.154,
              "reduce_scatter": 0.398, "send_recv": 0.097}
     got = _run4_by_kind()
     assert all(got[k] <= v for k, v in today.items())
@@ -478,17 +478,26 @@ def test_collectives_separate_run_ratchet():
 
 # two later separate runs (session 7: run6, run7 on fresh 2xH200 machines; never fitted), all sizes and
 # >= 4 MiB per kind, today's profile: the small-message latency moves between machines (33-67 us) and
-# the profile sits in the slow mode (its fit run's); at >= 4 MiB all-to-all is predicted 17-20% slow
-# at 1-4 GiB in every run, the fit run included (docs/validation.md, "Collectives on 2xH200")
+# the profile sits in the slow mode (its fit run's); at >= 4 MiB all-to-all is predicted 8-12% slow
+# at 1-4 GiB in every run, the fit run included (17-20% before its own block was taken as a concurrent
+# copy, comm.self_copy_in_series; docs/validation.md, "Collectives on 2xH200")
 LATER_RUNS_TODAY = {
-    "run6": ({"all_gather": 0.196, "all_reduce": 0.171, "all_to_all": 0.309, "broadcast": 0.21,
+    "run6": ({"all_gather": 0.196, "all_reduce": 0.171, "all_to_all": 0.285, "broadcast": 0.21,
               "reduce_scatter": 0.267, "send_recv": 0.144},
-             {"all_gather": 0.161, "all_reduce": 0.164, "all_to_all": 0.361, "broadcast": 0.05,
+             {"all_gather": 0.161, "all_reduce": 0.164, "all_to_all": 0.302, "broadcast": 0.05,
               "reduce_scatter": 0.15, "send_recv": 0.11}),
-    "run7": ({"all_gather": 0.20, "all_reduce": 0.13, "all_to_all": 0.64, "broadcast": 0.183,
+    "run7": ({"all_gather": 0.20, "all_reduce": 0.13, "all_to_all": 0.619, "broadcast": 0.183,
               "reduce_scatter": 0.438, "send_recv": 0.209},
-             {"all_gather": 0.095, "all_reduce": 0.159, "all_to_all": 0.137, "broadcast": 0.045,
+             {"all_gather": 0.095, "all_reduce": 0.159, "all_to_all": 0.085, "broadcast": 0.045,
               "reduce_scatter": 0.18, "send_recv": 0.228}),
+    # run8 (session 11, a fresh 2xH200 machine): measured before the all-to-all change above and first
+    # evaluated after it was merged (9.5 -> 9.3% all sizes, 10.4 -> 9.7% >= 4 MiB): all-to-all within the
+    # issue's 10% on a run nobody developed on; all-gather 31% / send-recv 36% (this machine's small-message
+    # mode: the other runs' median predicts it no better, 23% / 35%)
+    "run8": ({"all_gather": 0.312, "all_reduce": 0.192, "all_to_all": 0.093, "broadcast": 0.288,
+              "reduce_scatter": 0.207, "send_recv": 0.359},
+             {"all_gather": 0.204, "all_reduce": 0.137, "all_to_all": 0.097, "broadcast": 0.097,
+              "reduce_scatter": 0.147, "send_recv": 0.17}),
 }
 
 
@@ -501,7 +510,7 @@ def test_collectives_later_runs_ratchet(run):
 
 
 @pytest.mark.xfail(strict=True, reason="later 2-GPU runs: every kind <= 10% is below the machines' reproducibility "
-                                       "(run7's floor averages 19.9%); all-to-all 1-4 GiB predicted 17-20% slow")
+                                       "(run7's floor averages 19.9%); all-to-all 1-4 GiB predicted 8-12% slow")
 def test_collectives_later_runs_target():
     assert all(max(_separate_run_by_kind(run).values()) <= 0.10 for run in LATER_RUNS_TODAY)
 
@@ -509,9 +518,9 @@ def test_collectives_later_runs_target():
 # meshcast's per-kind MAPE on a held-out run over the reproducibility floor of that run (the MAPE
 # of the median of the other runs), today's values (docs/measurements.md)
 FLOOR_RATIO_TODAY = {
-    "run4": {"all_gather": 0.47, "all_reduce": 0.77, "all_to_all": 1.03, "broadcast": 0.99,
+    "run4": {"all_gather": 0.47, "all_reduce": 0.77, "all_to_all": 1.02, "broadcast": 0.99,
              "reduce_scatter": 1.52, "send_recv": 0.80},
-    "run5": {"all_gather": 0.75, "all_reduce": 0.86, "all_to_all": 1.59, "broadcast": 0.69,
+    "run5": {"all_gather": 0.75, "all_reduce": 0.86, "all_to_all": 1.54, "broadcast": 0.69,
              "reduce_scatter": 1.39, "send_recv": 0.94},
 }
 
@@ -529,8 +538,9 @@ def test_collectives_reproducibility_floor(run):
     assert all(model[k] / floor[k] <= FLOOR_RATIO_TODAY[run][k] for k in floor)
 
 
-@pytest.mark.xfail(strict=True, reason="reduce-scatter 1.52x / 1.39x the reproducibility floor on the held-out runs "
-                                       "(4-16 MiB predicted 25-37% slow in every run); all-to-all 1.59x on run5 "
+@pytest.mark.xfail(strict=True, reason="reduce-scatter 1.51x / 1.38x the reproducibility floor on the held-out runs "
+                                       "(4-16 MiB predicted 25-37% slow in every run: its fitted fixed cost, not "
+                                       "an NCCL choice); all-to-all 1.53x on run5 "
                                        "(two modes across machines, ~35 vs ~75 us, the profile in the slow one)")
 def test_collectives_at_the_reproducibility_floor():
     from validation.collective_spread import reproducibility_floor

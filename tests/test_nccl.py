@@ -85,9 +85,18 @@ def test_point_to_point_threshold_and_channels():
     assert nccl.protocol("send_recv", 512 << 10, 2, BUS, "nvlink", HOPPER, True) == "LL"
     assert nccl.protocol("send_recv", 1 << 20, 2, BUS, "nvlink", HOPPER, True) == "Simple"
     assert nccl.protocol("all_to_all", 2 << 20, 4, BUS, "nvlink", HOPPER, True) == "LL"
-    assert nccl.max_channels("send_recv", 2) == 16 and nccl.max_channels("all_to_all", 4) == 8
     assert nccl.channels("send_recv", 64 << 10, 2, "Simple") == 1 and nccl.channels("send_recv", 64 << 20, 2, "Simple") == 16
+    assert nccl.channels("all_to_all", 8 << 20, 4, "Simple") == 8
 
+
+def test_point_to_point_channels_double_above_16_mib_parts():
+    """addP2pToPlan doubles a peer's channels while a part exceeds 32 x 512 KiB: 2 GPUs, 16
+    channels up to 256 MiB per peer, 32 above (an all-to-all of 1 GiB and 4 GiB: 32)."""
+    assert nccl.channels("send_recv", 256 << 20, 2, "Simple") == 16
+    assert nccl.channels("send_recv", 1 << 30, 2, "Simple") == 32
+    assert [nccl.channels("all_to_all", b, 2, "Simple") for b in (256 << 20, 1 << 30, 4 << 30)] == [16, 32, 32]
+    assert [nccl.channels("all_to_all", b, 4, "Simple") for b in (256 << 20, 1 << 30, 4 << 30)] == [8, 16, 32]
+    assert nccl.max_channels("send_recv", 2) == 32
 
 def test_active_channels_grow_with_size_to_the_maximum():
     for kind in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv", "all_to_all"):

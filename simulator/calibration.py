@@ -63,7 +63,9 @@ class Calibration:
                                  FLOP of its datasheet dense bf16 peak: a tile's main loop takes at
                                  least (tm + tn)·k·bytes / (this x bf16 peak / SMs) seconds; 0: no cap
       kernel_launch_s            fixed per-kernel cost seen by CUDA events (launch + tail)
-      gemm_setup_s               extra fixed cost of a library GEMM (heuristic, larger kernel)
+      gemm_launch_s              fixed seconds of one library GEMM call with no work, as CUDA
+                                 events see it (launch, kernel prologue and epilogue); GEMMs take
+                                 it instead of kernel_launch_s (was kernel_launch_s + gemm_setup_s)
       gemm_fp8_fixed_s           extra fixed cost of an fp8 scaled matmul (torch._scaled_mm:
                                  scale loads and the scaled epilogue), per call
       sustained_clock_fraction[dtype]  SM clock under sustained tensor-core load (at the power
@@ -138,7 +140,7 @@ class Calibration:
     gemm_grouped_fixed_s: float = 0.0
     gemm_sm_load_bytes_per_flop: float = 0.0
     kernel_launch_s: float = 5.0e-6
-    gemm_setup_s: float = 1.0e-6
+    gemm_launch_s: float = 6.0e-6
     gemm_fp8_fixed_s: float = 0.0
     sustained_clock_fraction: dict = field(default_factory=dict)
     step_power: dict = field(default_factory=dict)

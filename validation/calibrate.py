@@ -216,7 +216,7 @@ def physical_violations(cal: Calibration) -> list[str]:
             v = getattr(eff, name)
             if not 0 <= v <= 1e-3:
                 out.append(f"links.{link}.{name} = {v:.3g} s is not a microsecond-scale latency")
-    for name in ("kernel_launch_s", "gemm_setup_s", "gemm_fp8_fixed_s", "gemm_unaligned_fixed_s", "gemm_split_k_fixed_s",
+    for name in ("kernel_launch_s", "gemm_launch_s", "gemm_fp8_fixed_s", "gemm_unaligned_fixed_s", "gemm_split_k_fixed_s",
                  "gemm_grouped_fixed_s", "ssd_kernel_fixed_s"):
         v = getattr(cal, name)
         if not 0 <= v <= 1e-4:

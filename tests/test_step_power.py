@@ -22,17 +22,27 @@ SUSTAINED = ROOT / "validation/measurements/h200_sustained.json"
 CLOCKS1 = ROOT / "validation/measurements/h200_plan_clocks1.json"
 
 
+def _fit_file(path: Path) -> dict:
+    d = json.loads(path.read_text())
+    return fit_step_power(d["records"], d["info"])
+
+
+def _profile_of(path: Path, fitted: dict):
+    """The calibration of the GPU that ``path`` ran on, after checking it carries ``fitted``'s step_power."""
+    cal = calibration_for(hardware_for(load_measurements(path)).accelerator)[0]
+    for k, v in fitted["step_power"].items():
+        assert cal.step_power[k] == pytest.approx(v, rel=1e-3, abs=1e-9), k
+    return cal
+
+
 @pytest.fixture(scope="module")
 def fit():
-    d = json.loads(SUSTAINED.read_text())
-    return fit_step_power(d["records"], d["info"])
+    return _fit_file(SUSTAINED)
 
 
 def test_the_profile_carries_the_fit(fit):
     """The H200 profile's step_power and φ are fit_step_power's on the committed file."""
-    cal = calibration_for(hardware_for(load_measurements(SUSTAINED)).accelerator)[0]
-    for k, v in fit["step_power"].items():
-        assert cal.step_power[k] == pytest.approx(v, rel=1e-3), k
+    cal = _profile_of(SUSTAINED, fit)
     assert cal.gemm_clock_bound_fraction == pytest.approx(fit["gemm_clock_bound_fraction"], abs=1e-3)
 
 
@@ -135,16 +145,13 @@ H100_PLANS = ROOT / "validation/measurements/h100_plan_h100a.json"
 
 @pytest.fixture(scope="module")
 def fit_h100():
-    d = json.loads(H100_SUSTAINED.read_text())
-    return fit_step_power(d["records"], d["info"])
+    return _fit_file(H100_SUSTAINED)
 
 
 def test_the_h100_profile_carries_its_fit(fit_h100):
     """The H100 profile's step_power is fit_step_power's on its own sustained run; its φ stays the
     one fitted on the longer 40 s windows of h100_sustained.json (this run's 22 s windows: 0.386)."""
-    cal = calibration_for(hardware_for(load_measurements(H100_SUSTAINED)).accelerator)[0]
-    for k, v in fit_h100["step_power"].items():
-        assert cal.step_power[k] == pytest.approx(v, rel=1e-3, abs=1e-9), k
+    cal = _profile_of(H100_SUSTAINED, fit_h100)
     assert fit_h100["gemm_clock_bound_fraction"] == pytest.approx(0.386, abs=0.001)
     assert cal.gemm_clock_bound_fraction == pytest.approx(0.3528)
 

@@ -262,6 +262,22 @@ def _megatron_group(model: str, seq: int, recompute: str, gbs: int = 8) -> list[
             case(F, model, seq, 2, pp=2, vp=2, gbs=gbs), case(F, model, seq, 2, zero=1, gbs=gbs, recompute=recompute)]
 
 
+def native12_grid() -> list[dict]:
+    """A thirteenth pre-registered two-GPU set (logs/prereg13_h200x2_plan.txt), registered with the
+    model of session 11 before the Megatron-Core local kernel reconciliation of that session was
+    merged (its developer never saw this set): llama-2b at s4096 and micro-batch 2 under
+    Megatron-Core local (never run under Megatron: dp + distributed optimizer, tp, tp + sp, pp,
+    interleaved, selective recompute) and llama-3b at s3072 under torch-native parallelism (DDP,
+    FSDP2, DTensor TP + SP, pp, interleaved, cp), every plan followed by its twin."""
+    F = "megatron-core-local"
+    # the largest predicted peak (interleaved, 129 GiB of 140) first, in a fresh process (set 12)
+    cases = [case(F, "llama-2b", 4096, 2, pp=2, vp=2, mbs=2, gbs=16),
+             case(F, "llama-2b", 4096, 2, zero=1, mbs=2, gbs=16), case(F, "llama-2b", 4096, 2, tp=2, mbs=2, gbs=16),
+             case(F, "llama-2b", 4096, 2, tp=2, sp=True, mbs=2, gbs=16), case(F, "llama-2b", 4096, 2, pp=2, mbs=2, gbs=16),
+             case(F, "llama-2b", 4096, 2, zero=1, mbs=2, gbs=16, recompute="selective")]
+    return with_twins(cases + _torch_native_group("llama-3b", 3072))
+
+
 def native11_grid() -> list[dict]:
     """A twelfth pre-registered two-GPU set (logs/prereg12_h200x2_plan.txt): set 11's Megatron-Core
     interleaved plan that ran out of memory after four earlier cases (predicted 121 GiB) first, in
@@ -494,7 +510,7 @@ NAMED_GRIDS = {"host": host_grid, "prereg": prereg_grid, "prereg2": prereg2_grid
                "native3": native3_grid, "native4": native4_grid, "native5": native5_grid,
                "native6": native6_grid, "native7": native7_grid, "native8": native8_grid,
                "native9": native9_grid, "native10": native10_grid,
-               "native11": native11_grid, "h100a": h100a_grid}
+               "native11": native11_grid, "native12": native12_grid, "h100a": h100a_grid}
 
 
 def twin_of(c: dict) -> dict:

@@ -278,6 +278,19 @@ def native12_grid() -> list[dict]:
     return with_twins(cases + _torch_native_group("llama-3b", 3072))
 
 
+def native12b_grid() -> list[dict]:
+    """Set 13 again on a second machine, the plans whose records the first run lost (its launcher
+    was stopped by the call's time limit before it wrote them; their times are in
+    logs/h200x2_plan_native12_run.log): as registered (logs/prereg13_h200x2_plan.txt) but without
+    the interleaved plan (out of memory there, recorded) and the two host-bound torch-native plans
+    (TP + SP, cp: 25-39 s each), each plan followed at once by its twin so that a budget stop
+    leaves whole pairs."""
+    keep = [c for c in native12_grid() if not c["name"].startswith("host-")
+            and not (c["framework"] == "megatron-core-local" and c["plan"]["vp"] > 1)
+            and not (c["framework"] == "torchtitan" and (c["plan"]["tp"] > 1 or c["plan"]["cp"] > 1))]
+    return [x for c in keep for x in (c, twin_of(c))]
+
+
 def native11_grid() -> list[dict]:
     """A twelfth pre-registered two-GPU set (logs/prereg12_h200x2_plan.txt): set 11's Megatron-Core
     interleaved plan that ran out of memory after four earlier cases (predicted 121 GiB) first, in
@@ -510,7 +523,8 @@ NAMED_GRIDS = {"host": host_grid, "prereg": prereg_grid, "prereg2": prereg2_grid
                "native3": native3_grid, "native4": native4_grid, "native5": native5_grid,
                "native6": native6_grid, "native7": native7_grid, "native8": native8_grid,
                "native9": native9_grid, "native10": native10_grid,
-               "native11": native11_grid, "native12": native12_grid, "h100a": h100a_grid}
+               "native11": native11_grid, "native12": native12_grid, "native12b": native12b_grid,
+               "h100a": h100a_grid}
 
 
 def twin_of(c: dict) -> dict:

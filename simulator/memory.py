@@ -663,9 +663,18 @@ def stage_memory(ctx: Context, stage: int, layers: range, first: bool, last: boo
     fp = footprint or stage_footprint(ctx, layers, first, last, per_layer)
     flight = in_flight(p.pipeline_schedule, p.pp, p.vp, p.microbatches(), stage)
     activations, grads, live = peak_live_bytes(p, fp, flight)
-    total = live * (1 + FRAGMENTATION) + WORKSPACE_BYTES
-    return MemoryBreakdown(stage, fp.weights, grads, fp.opt, activations, fp.logits, WORKSPACE_BYTES, live, total,
+    workspace = process_bytes(p)
+    total = live * (1 + FRAGMENTATION) + workspace
+    return MemoryBreakdown(stage, fp.weights, grads, fp.opt, activations, fp.logits, workspace, live, total,
                            capacity, flight)
+
+
+def process_bytes(p) -> float:
+    """Device bytes outside the live tensors that the fit verdict adds once per device: the plan's
+    framework's measured non-allocator memory (``process_memory_bytes``: CUDA context, library
+    handles, communicator buffers), else the planning allowance ``WORKSPACE_BYTES``."""
+    measured = get_framework(p.framework).process_memory_bytes
+    return WORKSPACE_BYTES if measured is None else measured
 
 
 def peak_live_bytes(p, fp: StageFootprint, flight: float) -> tuple[float, float, float]:
@@ -702,4 +711,4 @@ def stage_total_bytes(p, fp: StageFootprint, stage: int) -> float:
     """The fit-verdict bytes of one stage (live x fragmentation + workspace), without building a
     MemoryBreakdown: the planner's batch path."""
     flight = in_flight(p.pipeline_schedule, p.pp, p.vp, p.microbatches(), stage)
-    return peak_live_bytes(p, fp, flight)[2] * (1 + FRAGMENTATION) + WORKSPACE_BYTES
+    return peak_live_bytes(p, fp, flight)[2] * (1 + FRAGMENTATION) + process_bytes(p)

@@ -8,7 +8,7 @@ simulator.frameworks.rules.
 """
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -160,6 +160,10 @@ class FrameworkProfile(_Strict):
     # bucket only when nothing is in flight, gradients all-reduced in reduce_bucket_size buckets:
     # simulator.zero3_2021)
     zero3_gather: Literal["prefetched", "per_param_sync"] = "prefetched"
+    # device bytes one rank's process holds outside PyTorch's caching allocator (CUDA context, library
+    # handles, communicator buffers), measured for this framework; None: the planning allowance
+    # simulator.memory.WORKSPACE_BYTES (simulator.memory.process_bytes)
+    process_memory_bytes: Optional[float] = None
     sources: tuple[str, ...] = ()
 
     @property

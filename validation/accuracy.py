@@ -120,7 +120,7 @@ def summarize(results: list[RecordResult], baseline: list[RecordResult] | None =
 MEASURED_FIELDS = {"time_s", "time_min_s", "time_max_s", "reps", "peak_memory_bytes", "tokens_per_s", "oom",
                    "error", "tag", "allocated_before_bytes", "synced_step_s", "time_batched_s", "flops",
                    "bytes_min", "buffer_mb", "params", "peak_reserved_bytes", "step_times_s", "run", "optimizer",
-                   "norm_impl", "synced_fwd_bwd_s", "synced_opt_s"}
+                   "norm_impl", "synced_fwd_bwd_s", "synced_opt_s", "outside_allocator_bytes"}
 
 
 def case_key(rec: dict) -> tuple:

@@ -495,14 +495,24 @@ def _separate_projection_bytes(ctx: Context, extra: int) -> float:
 
 
 def _eager_swiglu_bytes(ctx: Context, f: int) -> float:
-    """The bf16 silu output an eager SwiGLU, F.silu(w1(x)) * w3(x), saves beyond its two inputs:
-    the product saves both operands for its backward (torch's derivative of mul needs each factor
-    for the other's gradient, tools/autograd/derivatives.yaml), and silu saves its input, so w1's
-    output, silu's output and w3's output are all kept, where a fused SwiGLU keeps only w1|w3's
-    output. ``f``: the local FFN width."""
-    if not _separates(ctx):
-        return 0.0
-    return 2 * ctx.tokens * f
+    """What an eager (unfused) SwiGLU saves beyond the fc1 output and the fc2 input, bytes. The
+    product saves both operands for its backward (torch's derivative of mul needs each factor for
+    the other's gradient, tools/autograd/derivatives.yaml) and silu saves its input:
+
+    * separate projections, F.silu(w1(x)) * w3(x) (torchtitan): silu's bf16 output (2 B per
+      element), w1's and w3's outputs being the inputs already counted;
+    * Megatron-Core's MLP without bias_activation_fusion (``elementwise: unfused``: its local spec;
+      megatron/core/transformer/mlp.py ``glu``, 0.19.2): ``silu(x_glu) * (x_linear +
+      glu_linear_offset)`` on chunks of the fused fc1 output, so silu's output and the sum (a new
+      tensor even at the default offset 0.0) are saved: 4 B per element.
+
+    A fused SwiGLU (Transformer Engine, apex, Megatron's bias_swiglu_impl) keeps only fc1's output.
+    ``f``: the local FFN width."""
+    if _separates(ctx):
+        return 2 * ctx.tokens * f
+    if get_framework(ctx.plan.framework).kernels.elementwise == "unfused" and ctx.plan.recipe == "megatron":
+        return 4 * ctx.tokens * f
+    return 0.0
 
 
 def _moe_activation_bytes(ctx: Context) -> float:

@@ -307,7 +307,9 @@ def test_set11_as_pre_registered_with_per_plan_twins():
     launcher blamed the OOM child's exit on it: fixed since)."""
     s, groups = _per_plan(SET11)
     assert s.count == 11 and s.mape <= 0.0322 and s.worst_abs_error <= 0.079 and s.memory_mape <= 0.0171
-    assert (s.fit_correct, s.fit_total) == (10, 11)
+    # today (session 11, developed after seeing it): memory 0.6% with Megatron's unfused SwiGLU bytes, and
+    # the interleaved plan predicted not to fit (live 125 GiB x 1.05 + Megatron's 8.74 GiB outside the allocator)
+    assert s.memory_mape <= 0.0060 and (s.fit_correct, s.fit_total) == (11, 11)
     assert len(groups) == 2 and all(g.pick_ok and g.kendall_tau == 1.0 for g in groups)
 
 
@@ -325,8 +327,10 @@ def test_set11_clocks_as_pre_registered():
         assert abs(p.clock_fraction - r["sm_clock_mhz"] / 1980.0) <= 0.035
 
 
-@pytest.mark.xfail(strict=True, reason="set 11: Megatron interleaved predicted to fit (121 GiB) ran out of memory")
 def test_set11_every_verdict_right():
+    """As registered, interleaved (121 GiB) was predicted to fit and ran out of memory; right since
+    session 11 (its peak 125 GiB with the SwiGLU bytes, plus Megatron's measured memory outside
+    the allocator): not a held-out verdict."""
     s, _ = _per_plan(SET11)
     assert s.fit_correct == s.fit_total
 
@@ -368,17 +372,23 @@ def test_set12_as_pre_registered_with_per_plan_twins():
     predicted, on another machine: a model gap, not set 10's machine. Tau 0.87 and 0.67."""
     s, groups = _per_plan(SET12)
     assert s.count == 11 and s.mape <= 0.0675 and s.worst_abs_error <= 0.123 and s.memory_mape <= 0.0275
-    assert (s.fit_correct, s.fit_total) == (11, 11)
+    # today: memory 0.65% with Megatron's unfused SwiGLU bytes, but the interleaved plan (126.5 GiB allocated,
+    # 129.7 reserved) is now predicted at 140.4 GiB with the 5% allowance and the 8.74 GiB outside the
+    # allocator, over the 139.8 GiB line: 10/11 (a conservative miss)
+    assert s.memory_mape <= 0.0066 and (s.fit_correct, s.fit_total) == (10, 11)
     timed = [g for g in groups if g.timed >= 3]
-    assert len(timed) == 2 and all(g.pick_ok for g in groups if g.timed)
+    # the one-plan group (the interleaved plan) has no pick today: its only plan is predicted not to fit
+    assert len(timed) == 2 and all(g.pick_ok for g in timed)
     assert sorted(round(g.kendall_tau, 2) for g in timed) >= [0.67, 0.87]
 
 
 @pytest.mark.xfail(strict=True, reason="set 12: torch-native FSDP2 +12.2% (twin noise), Megatron-Core llama-4b "
-                                       "mbs2 plans -3 to -9% again; tau 0.87 / 0.67")
+                                       "mbs2 plans -3 to -9% again; tau 0.87 / 0.67; interleaved predicted at 140.4 "
+                                       "GiB of 139.8 ran (10/11 verdicts today)")
 def test_set12_meets_the_issue_targets():
     s, groups = _per_plan(SET12)
     assert s.worst_abs_error <= 0.10 and all(g.kendall_tau >= 0.9 for g in groups if g.timed >= 3)
+    assert s.fit_correct == s.fit_total
 
 
 # ---- the thirteenth pre-registered set (native12 / native12b; logs/prereg13_h200x2_plan.txt, model of 7e6b3bb) --

@@ -269,13 +269,14 @@ def _megatron_family_memory():
 
 
 def test_megatron_family_memory_ratchet():
-    mem = _megatron_family_memory()
-    assert mem.pop("recompute selective") <= 0.057               # 5.6%
-    assert all(v <= 0.05 for v in mem.values())                  # 1.3-4.4%
+    # 0.6-1.4% per family since Megatron-Core's unfused SwiGLU saves silu's output and the
+    # x_linear + glu_linear_offset sum (session 11, read from mlp.py; developed after seeing these
+    # files): selective recompute 5.6 -> 1.3%, the others 1.3-4.4% -> 0.6-1.4%
+    assert all(v <= 0.0145 for v in _megatron_family_memory().values())
 
 
-@pytest.mark.xfail(strict=True, reason="selective recompute peak memory 5.6% (1 of its 3 plans -7.6%)")
 def test_megatron_family_memory_target():
+    """Met since session 11 (was: selective recompute 5.6%)."""
     assert all(v <= 0.05 for v in _megatron_family_memory().values())
 
 
@@ -402,7 +403,7 @@ def test_expandable_segments_rerun_of_wrong_verdicts():
     mf = load_measurements(MEAS / "h200x2_plan_expandable.json")
     assert not unsupported and mf.info["env"]["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
     ran = [r for r in res if not r.record["oom"]]
-    assert len(ran) == 3 and all(-0.045 <= r.memory_error <= 0 for r in ran)
+    assert len(ran) == 3 and all(-0.045 <= r.memory_error <= 0.005 for r in ran)   # -3.7 to +0.3% since session 11's SwiGLU bytes
     assert s.fit_correct == 4 and s.fit_total == 4
 
 
@@ -482,9 +483,9 @@ def test_fifth_preregistered_set():
     assert all(g.pick_ok for g in groups) and len(groups) == 10
 
 
-@pytest.mark.xfail(strict=True, reason="fifth pre-registered set: Megatron-Core local peak memory 4.0% (4.6% as "
-                                       "pre-registered), selective recompute 6.0% under (llama-3b s3072)")
 def test_fifth_preregistered_set_memory_target_per_plan():
+    """Met since session 11's SwiGLU bytes (developed after seeing the set; was 4.0% with selective
+    recompute 6.0% under, 4.6% as pre-registered): every plan within 2.1%."""
     res = evaluated("h200x2_plan_native4.json")[0]
     assert all(abs(r.memory_error) <= 0.05 for r in res)
 

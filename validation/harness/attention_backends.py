@@ -405,11 +405,7 @@ def main():
     if nvml is not None:
         info["nvml"] = nvml.static()
     common.log("info:", info)
-    rec = common.Recorder(args.out, info)
-    flush = common.Flusher()
-    torch.manual_seed(0)
-    dl = common.Deadline(args.budget_s)
-    dl.start_section("attention_backends")
+    rec, flush, dl = common.start_seeded_run(args.out, info, args.budget_s, "attention_backends")
     t0 = time.time()
     common.run_within_budget(cs, dl, rec, lambda c: run_case(c, flush, nvml, rec), label)
     counts = {}

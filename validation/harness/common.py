@@ -179,6 +179,18 @@ class Flusher:
             self.buf.fill_(self.flag + 1)
 
 
+def start_seeded_run(out: str, info: dict, budget_s: float, section: str) -> tuple[Recorder, Flusher, Deadline]:
+    """The opening of a single-GPU kernel suite: its Recorder (writing ``out``), an L2 Flusher,
+    torch's RNG seeded at 0 (the same inputs every run) and a Deadline of ``budget_s`` seconds
+    with ``section`` started."""
+    rec = Recorder(out, info)
+    flush = Flusher()
+    torch.manual_seed(0)
+    dl = Deadline(budget_s)
+    dl.start_section(section)
+    return rec, flush, dl
+
+
 def _stats(times):
     return {
         "time_s": float(statistics.median(times)),

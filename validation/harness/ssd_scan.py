@@ -289,11 +289,7 @@ def main():
                               call="mamba_ssm.ops.triton.ssd_combined.mamba_chunk_scan_combined",
                               timing="common.time_fn: L2 flush before each call, 2 warm-ups, median of 5..50 calls",
                               estimated_s=round(estimate_total_s(cs), 1))
-    rec = common.Recorder(args.out, info)
-    flush = common.Flusher()
-    torch.manual_seed(0)
-    dl = common.Deadline(args.budget_s)
-    dl.start_section("ssd_scan")
+    rec, flush, dl = common.start_seeded_run(args.out, info, args.budget_s, "ssd_scan")
     t0 = time.time()
     info["autotune_seconds"] = autotune(scan, cs, flush)
     rec.flush()

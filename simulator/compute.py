@@ -366,7 +366,7 @@ def attention_time(dev: DeviceModel, batch: int, heads: int, seq_q: int, seq_kv:
             t += _fused_pass(dev, backend, batch, heads, kv_heads, seq_q, seq_kv, head_dim, causal, bwd=True)
         return t
     if backend == "unfused_torch":
-        return _unfused_torch_attention_time(dev, batch, heads, kv_heads, seq_q, seq_kv, head_dim, direction)
+        return _unfused_torch_attention_time(dev, batch, heads, kv_heads, seq_q, seq_kv, head_dim, direction, causal)
     if backend == "math":
         return _math_attention_time(dev, batch, heads, seq_q, seq_kv, head_dim, causal, direction)
     if backend == "unfused":
@@ -625,16 +625,16 @@ def _unfused_attention_time(dev: DeviceModel, batch: int, heads: int, seq_q: int
 
 
 def _unfused_torch_attention_time(dev: DeviceModel, batch: int, heads: int, kv_heads: int, seq_q: int,
-                                  seq_kv: int, head_dim: int, direction: str) -> float:
+                                  seq_kv: int, head_dim: int, direction: str, causal: bool = True) -> float:
     """Megatron-Core's local DotProductAttention (no apex, no Transformer Engine): the sum of its
     kernels, :func:`unfused_torch_attention_parts`."""
     dirs = ("fwd", "bwd") if direction == "fwd_bwd" else (direction,)
     return sum(t for d in dirs for _, t in unfused_torch_attention_parts(dev, batch, heads, kv_heads, seq_q, seq_kv,
-                                                                         head_dim, d))
+                                                                         head_dim, d, causal))
 
 
 def unfused_torch_attention_parts(dev: DeviceModel, batch: int, heads: int, kv_heads: int, seq_q: int, seq_kv: int,
-                                  head_dim: int, direction: str) -> list[tuple[str, float]]:
+                                  head_dim: int, direction: str, causal: bool = True) -> list[tuple[str, float]]:
     """(kernel family, seconds) of each kernel Megatron-Core's DotProductAttention launches with
     FusedScaleMaskSoftmax's PyTorch fallback (megatron/core/transformer/dot_product_attention.py,
     megatron/core/fusions/fused_softmax.py forward_torch_softmax; no apex, no Transformer Engine),
@@ -654,7 +654,8 @@ def unfused_torch_attention_parts(dev: DeviceModel, batch: int, heads: int, kv_h
     which ATen runs as a clone (a device-to-device memcpy: read 4, write 4) and masked_fill_ on it
     (read 4, write 4); dS to bf16 (read 4, write 2); the two GEMMs of QK^T, each scaled by the
     baddbmm's alpha (a bf16 multiply of dQ and dK); the repeated keys' and values' gradients summed
-    back to kv_heads.
+    back to kv_heads. Without a mask (``causal`` False: AttnMaskType.no_mask) FusedScaleMaskSoftmax
+    skips mask_func, so neither the mask build nor masked_fill_ (nor its gradient's clone and fill) runs.
 
     Kernel classes (PyTorch's TensorIterator, aten/src/ATen/native/cuda/Loops.cuh): contiguous
     same-dtype kernels run vectorized (16-byte loads): ``.bfloat16()`` (bfloat16_copy_kernel,
@@ -663,9 +664,8 @@ def unfused_torch_attention_parts(dev: DeviceModel, batch: int, heads: int, kv_h
     h200_kernels.json-style copies and adds); the memcpy at the copy fraction. Kernels that take
     the non-vectorized paths -- ``.float()`` (a dtype-converting copy: unrolled_elementwise_kernel
     with dynamic casts) and ``masked_fill_`` with a broadcast mask (a non-contiguous iterator:
-    elementwise_kernel<128, 2> with offset calculators) -- have no committed kernel measurement;
-    ASSUMPTION: they run at the generic memory-bound fraction ``hbm_fraction`` (docs/measurements.md
-    says how far the profiled kernels are from it)."""
+    elementwise_kernel<128, 2> with offset calculators) -- at their own measured rates,
+    :func:`nonvectorized_time`. The fp32 softmax forward per element (:func:`elementwise_time`)."""
     bh = batch * heads
     n = bh * seq_q * seq_kv                                   # score elements
     rows, row = bh * seq_q, seq_kv
@@ -674,11 +674,12 @@ def unfused_torch_attention_parts(dev: DeviceModel, batch: int, heads: int, kv_h
         repeat = 2 * batch * seq_kv * head_dim * 2 * (kv_heads + heads)
     qk = gemm_time(dev, seq_q, seq_kv, head_dim, "bf16", bh)
     pv = gemm_time(dev, seq_q, head_dim, seq_kv, "bf16", bh)
+    masked = 1.0 if causal else 0.0
     if direction == "fwd":
-        mask_build = seq_q * seq_kv * (4 + 8 + 5)             # ones (w4), triu (r4 w4), .bool() (r4 w1)
+        mask_build = masked * seq_q * seq_kv * (4 + 8 + 5)    # ones (w4), triu (r4 w4), .bool() (r4 w1)
         return [("gemm", qk + pv),
-                ("cast_to_fp32", memory_time(dev, 6.0 * n)),
-                ("mask", memory_time(dev, 8.0 * n)),
+                ("cast_to_fp32", nonvectorized_time(dev, 6.0 * n, cast=True)),
+                ("mask", nonvectorized_time(dev, masked * 8.0 * n)),
                 ("softmax_fwd", elementwise_time(dev, "softmax", rows, row, "fp32")),
                 ("cast_to_bf16", memory_time(dev, 6.0 * n, op="copy")),
                 ("small", memory_time(dev, repeat, launches=2) + memory_time(dev, mask_build, launches=3))]
@@ -686,11 +687,11 @@ def unfused_torch_attention_parts(dev: DeviceModel, batch: int, heads: int, kv_h
     reduce = 2 * batch * seq_kv * head_dim * 2 * (kv_heads + heads) if kv_heads != heads else 0.0
     return [("gemm", gemm_time(dev, seq_q, seq_kv, head_dim, "bf16", bh) + gemm_time(dev, seq_kv, head_dim, seq_q, "bf16", bh)
              + gemm_time(dev, seq_q, head_dim, seq_kv, "bf16", bh) + gemm_time(dev, seq_kv, head_dim, seq_q, "bf16", bh)),
-            ("cast_to_fp32", memory_time(dev, 6.0 * n)),
+            ("cast_to_fp32", nonvectorized_time(dev, 6.0 * n, cast=True)),
             ("softmax_bwd_mul", memory_time(dev, 12.0 * n, op="add")),
             ("softmax_bwd", memory_time(dev, 12.0 * n, op="add")),
-            ("memcpy", memory_time(dev, 8.0 * n, op="copy")),
-            ("mask", memory_time(dev, 8.0 * n)),
+            ("memcpy", memory_time(dev, masked * 8.0 * n, op="copy")),
+            ("mask", nonvectorized_time(dev, masked * 8.0 * n)),
             ("cast_to_bf16", memory_time(dev, 6.0 * n, op="copy")),
             ("small", memory_time(dev, grads, launches=2) + memory_time(dev, reduce, launches=2))]
 
@@ -710,6 +711,22 @@ def _math_attention_time(dev: DeviceModel, batch: int, heads: int, seq_q: int, s
              + gemm_time(dev, seq_q, head_dim, seq_kv, "fp32", bh) + gemm_time(dev, seq_kv, head_dim, seq_q, "fp32", bh)
              + memory_time(dev, scores * (3 + mask_passes), launches=2) + memory_time(dev, qkv, launches=3))
     return {"fwd": t_fwd, "bwd": t_bwd, "fwd_bwd": t_fwd + t_bwd}[direction]
+
+
+def nonvectorized_time(dev: DeviceModel, nbytes: float, cast: bool = False, launches: int = 1) -> float:
+    """Seconds to stream ``nbytes`` (reads + writes) through a PyTorch TensorIterator kernel that
+    cannot take the vectorized path (aten/src/ATen/native/cuda/CUDALoops.cuh): a broadcast or
+    strided iterator (``elementwise_kernel<128, N>`` with offset calculators: ``masked_fill_`` with
+    an [s, s] mask over [b·h, s, s] scores) or a mixed-dtype one (``unrolled_elementwise_kernel``:
+    fp32 ``main_grad.add_(bf16 grad)``), at ``memory_op_fraction["nonvectorized"]``; a
+    dtype-converting copy to a wider dtype (``.float()`` of bf16: unrolled, dynamic casts), ``cast``,
+    at ``memory_op_fraction["cast_unrolled"]``. Both fitted on the ``torch_paths`` kernel suite
+    (validation/harness/torch_paths.py); a GPU whose profile lacks them uses ``hbm_fraction``."""
+    if nbytes <= 0:
+        return 0.0
+    key = "cast_unrolled" if cast else "nonvectorized"
+    frac = dev.cal.memory_op_fraction.get(key, dev.cal.hbm_fraction)
+    return nbytes / (dev.accelerator.hbm_bandwidth_Bps * frac) + launches * dev.cal.kernel_launch_s
 
 
 def memory_time(dev: DeviceModel, nbytes: float, launches: int = 1, op: str | None = None) -> float:
@@ -744,7 +761,14 @@ def block_softmax_rate(dev: DeviceModel, row: int, dtype: str) -> float:
 def elementwise_time(dev: DeviceModel, op: str, tokens: int, hidden: int, dtype: str = "bf16",
                      backward: bool = False) -> float:
     """Time of a memory-bound op over a [tokens, hidden] tensor; backward moves ~1.5x the bytes.
-    Softmax over long rows is the slower of HBM and its latency-bound rate (block_softmax_rate)."""
+    Softmax over long rows is the slower of HBM and its latency-bound rate (block_softmax_rate).
+    PyTorch's softmax forward over fp32 rows costs per *element* what its bf16 rows cost (its row
+    kernels are bound by the work per element, not by bytes: torch_paths.json, fp32 rows of
+    2048-8192 within -9..+4% of bf16 rows of as many elements on H100 and H200), floored by
+    streaming the fp32 bytes (read 4, write 4) at the vectorized copy rate."""
+    if op == "softmax" and dtype == "fp32" and not backward:
+        return max(elementwise_time(dev, op, tokens, hidden, "bf16"),
+                   memory_time(dev, 8.0 * tokens * hidden, op="copy"))
     passes = ELEMENTWISE_PASSES[op] * (1.5 if backward else 1.0)
     nbytes = tokens * hidden * DTYPE_BYTES[dtype] * passes
     t = memory_time(dev, nbytes, op=op)

@@ -54,7 +54,8 @@ def _mape(errs: list) -> float:
 
 
 # ---- attention, per backend (forward and forward+backward pooled) ----------------------------------
-ATTENTION_FRESH = {"cudnn": 0.044, "flash": 0.063, "math": 0.066, "efficient": 0.092, "unfused_torch": 0.255}
+# unfused_torch 25.5 -> 5.7% in session 12 (see ATTENTION_TODAY in test_attention_backends.py)
+ATTENTION_FRESH = {"cudnn": 0.044, "flash": 0.063, "math": 0.066, "efficient": 0.092, "unfused_torch": 0.057}
 
 
 @pytest.mark.parametrize("backend", sorted(ATTENTION_FRESH))
@@ -70,7 +71,7 @@ def test_fresh_attention_target_met(backend):
 
 @pytest.mark.parametrize("backend", [b for b, v in ATTENTION_FRESH.items() if v > TARGET])
 @pytest.mark.xfail(strict=True, reason="fresh run: memory-efficient 9.2% (10 shapes it accepts; it refused 18 GQA "
-                                       "ones), Megatron's local pattern 25.5% (forward 31.0%: predicted slow)")
+                                       "ones)")
 def test_fresh_attention_target_unmet(backend):
     assert _mape(_errors(ATTENTION, "backend")[backend]) <= TARGET
 

@@ -47,7 +47,7 @@ COMPUTE_PARAMS = [Param(f"gemm_peak_fraction.{d}", 0.05, 1.0) for d in ("bf16", 
     Param("attention_softmax_fraction", 0.05, 1.0),
     Param("attention_tile_overhead", 0.0, 16.0),
     Param("softmax_row_latency_s", 0.0, 50e-6),
-] + [Param(f"memory_op_fraction.{k}", 0.1, 1.0) for k in ELEMENTWISE_KINDS + ("copy",)] + [
+] + [Param(f"memory_op_fraction.{k}", 0.1, 1.0) for k in ELEMENTWISE_KINDS + ("copy", "nonvectorized", "cast_unrolled")] + [
     # fused attention kernels other than FlashAttention-2 (simulator.compute.fused_attention_params);
     # only records with that ``backend`` move them; FlashAttention-3 (fa3) is never fitted
     Param(f"attention_kernel_{name}.{be}_{d}", lo, hi) for be in FITTED_ATTENTION_KERNELS

@@ -7,8 +7,8 @@ from hardware_specs.catalog import Hardware
 from models.schema import ModelSpec
 from simulator.calibration import Calibration
 from simulator.comm import COLLECTIVES, collective_time, fabric_from_hardware
-from simulator.compute import (ELEMENTWISE_PASSES, attention_time, elementwise_time, gemm_time, grouped_gemm_time,
-                               memory_time)
+from simulator.compute import (DTYPE_BYTES, ELEMENTWISE_PASSES, attention_time, elementwise_time, gemm_time,
+                               grouped_gemm_time, memory_time, nonvectorized_time)
 from simulator.engine import device_model, simulate
 from simulator.power import step_clock_fraction, work_class
 from simulator.plan import ParallelPlan
@@ -18,7 +18,13 @@ ELEMENTWISE_KINDS = ("layernorm", "rmsnorm", "gelu", "softmax", "silu_mul", "add
 # the Mamba-2 SSD scan (validation/harness/ssd_scan.py): fitted only through its own parameters
 # (calibrate --only ssd; a full calibrate fits them with the rest)
 SSD_KINDS = ("ssd_scan",)
-KERNEL_KINDS = ("copy", "gemm", "attention_fwd", "attention_fwd_bwd") + ELEMENTWISE_KINDS + SSD_KINDS
+# PyTorch's non-vectorized TensorIterator paths (validation/harness/torch_paths.py): fitted through
+# memory_op_fraction nonvectorized / cast_unrolled only
+TORCH_PATH_KINDS = ("masked_fill_broadcast", "add_mixed", "cast_to_fp32")
+KERNEL_KINDS = ("copy", "gemm", "attention_fwd", "attention_fwd_bwd") + ELEMENTWISE_KINDS + SSD_KINDS + TORCH_PATH_KINDS
+# predicted from parameters other records fit, never fitted themselves (torch_paths.py): a clone
+# (the copy fraction) and PyTorch's two-kernel softmax backward (the add fraction)
+CHECK_KINDS = ("clone", "softmax_bwd")
 # predicted, never fitted (not in KERNEL_KINDS, which calibrate fits): MoE expert layers
 GROUPED_KINDS = ("grouped_gemm",)
 GROUPED_IMPLS = ("grouped_mm", "bmm", "loop")
@@ -52,6 +58,8 @@ def predict_record(rec: dict, hw: Hardware, cal: Calibration) -> Prediction:
     try:
         if kind in KERNEL_KINDS:
             return Prediction(kernel_time(rec, hw, cal))
+        if kind in CHECK_KINDS:
+            return Prediction(kernel_time(rec, hw, cal))
         if kind in GROUPED_KINDS:
             return Prediction(grouped_gemm_record_time(rec, hw, cal))
         if kind in COLLECTIVES:
@@ -76,6 +84,8 @@ def kernel_time(rec: dict, hw: Hardware, cal: Calibration) -> float:
         return gemm_time(dev, rec["m"], rec["n"], rec["k"], record_dtype(rec))
     if kind in SSD_KINDS:
         return ssd_record_time(rec, dev)
+    if kind in TORCH_PATH_KINDS or kind in CHECK_KINDS:
+        return torch_path_time(rec, dev)
     if kind.startswith("attention"):
         direction = "fwd" if kind == "attention_fwd" else "fwd_bwd"
         backend = rec.get("backend", "flash")
@@ -83,11 +93,43 @@ def kernel_time(rec: dict, hw: Hardware, cal: Calibration) -> float:
             raise Unsupported(f"unknown attention backend {backend!r}")
         if rec.get("unsupported"):
             raise Unsupported(f"the {backend} backend refused this shape on the GPU")
-        return attention_time(dev, rec["batch"], rec["heads"], rec["seq"], rec["seq"], rec["head_dim"],
-                              bool(rec.get("causal", False)), rec.get("kv_heads") or rec["heads"],
-                              backend, direction)
+        t = attention_time(dev, rec["batch"], rec["heads"], rec["seq"], rec["seq"], rec["head_dim"],
+                           bool(rec.get("causal", False)), rec.get("kv_heads") or rec["heads"],
+                           backend, direction)
+        return t + harness_mask_clone_s(rec, dev)
     assert kind in ELEMENTWISE_PASSES
     return elementwise_time(dev, kind, rec["tokens"], rec["hidden"], record_dtype(rec))
+
+
+def harness_mask_clone_s(rec: dict, dev) -> float:
+    """Seconds the attention suite's Megatron-local pattern spent beyond Megatron-Core itself: until
+    session 12 it masked the fp32 scores out of place (``scores.masked_fill(mask, v)``, which ATen
+    runs as a clone and ``masked_fill_``), where Megatron masks in place
+    (megatron/core/transformer/utils.py attention_mask_func: ``masked_fill_``). Records of the fixed
+    harness carry ``mask_inplace: true`` and pay nothing here; older causal ones pay the clone
+    (read 4, write 4 bytes per score at the copy fraction)."""
+    if rec.get("backend") != "unfused_torch" or not rec.get("causal") or rec.get("mask_inplace"):
+        return 0.0
+    return memory_time(dev, 8.0 * rec["batch"] * rec["heads"] * rec["seq"] ** 2, op="copy")
+
+
+def torch_path_time(rec: dict, dev) -> float:
+    """Seconds of one torch_paths record (docs/measurements.md "PyTorch's own paths"): the broadcast
+    masked_fill_ of fp32 scores (8 bytes per score) and the mixed-dtype add (10 bytes per element)
+    at the non-vectorized rate, the bf16 -> fp32 cast (6) at the unrolled cast rate, a clone (8, the
+    copy fraction), and the softmax backward as PyTorch runs it: grad·out, then the row kernel, 6
+    passes over the rows at the vectorized add fraction (simulator.compute)."""
+    kind = rec["kind"]
+    if kind == "masked_fill_broadcast":
+        return nonvectorized_time(dev, 8.0 * rec["bh"] * rec["seq"] ** 2)
+    if kind == "add_mixed":
+        return nonvectorized_time(dev, 10.0 * rec["elements"])
+    if kind == "cast_to_fp32":
+        return nonvectorized_time(dev, 6.0 * rec["elements"], cast=True)
+    if kind == "clone":
+        return memory_time(dev, 8.0 * rec["elements"], op="copy")
+    size = DTYPE_BYTES[record_dtype(rec)]
+    return memory_time(dev, 6.0 * size * rec["tokens"] * rec["hidden"], launches=2, op="add")
 
 
 def kernel_device(rec: dict, hw: Hardware, cal: Calibration):

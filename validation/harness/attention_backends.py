@@ -197,7 +197,7 @@ def build_forward(c, q, k, v):
         # FusedScaleMaskSoftmax's torch fallback: inputs [s, b, heads, d] (layout sbhd; here the
         # views q/k/v [b, heads, s, d] of such storage), GQA keys/values repeat_interleave'd to every
         # head, scores = baddbmm(empty, q, k^T, beta=0, alpha=1/sqrt(d)) over [b*heads, s, s],
-        # .float(), causal masked_fill(-10000), fp32 softmax, back to bf16, bmm with v, and the
+        # .float(), causal masked_fill_(-10000) in place, fp32 softmax, back to bf16, bmm with v, and the
         # context made contiguous as [s, b, heads*d]
         scale = 1.0 / math.sqrt(d)
         mask = torch.triu(torch.ones(s, s, device=dev, dtype=torch.bool), 1) if c["causal"] else None
@@ -213,7 +213,7 @@ def build_forward(c, q, k, v):
             buf = torch.empty(b * h, s, s, device=dev, dtype=dt)
             scores = torch.baddbmm(buf, qf, kf.transpose(1, 2), beta=0.0, alpha=scale).float()
             if mask is not None:
-                scores = scores.masked_fill(mask, -10000.0)
+                scores.masked_fill_(mask, -10000.0)          # in place, as attention_mask_func
             p = torch.softmax(scores, dim=-1).to(dt)
             ctx = torch.bmm(p, vf).view(b, h, s, d)
             return ctx.permute(2, 0, 1, 3).contiguous()                     # [s, b, heads, d]
@@ -302,6 +302,8 @@ def run_case(c, flush, nvml, rec):
                 layout=c.get("layout", "bshd"))
     if c["kv_heads"] != c["heads"]:
         base["kv_heads"] = c["kv_heads"]
+    if c["backend"] == "unfused_torch":
+        base["mask_inplace"] = True        # since session 12 (before: out of place, an extra clone)
     flops = fwd_flops(c) * (3.0 if c["direction"] == "fwd_bwd" else 1.0)
     try:
         fn, setup = make_call(c, dev, dt)

@@ -17,7 +17,6 @@ The case list, the shape rule and the time estimate are plain Python (no torch i
 """
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import random
@@ -357,11 +356,10 @@ def default_choices():
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out")
-    ap.add_argument("--budget-s", type=float, default=200.0)
-    ap.add_argument("--small", action="store_true", help="three tiny shapes (CPU code-path check)")
-    ap.add_argument("--dry-run", action="store_true", help="list the cases and the time estimate; no torch")
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from suite_cli import suite_parser
+    ap = suite_parser(__doc__, 200.0, "three tiny shapes (CPU code-path check)",
+                      "list the cases and the time estimate; no torch")
     ap.add_argument("--backends", default=",".join(BACKENDS),
                     help="comma-separated subset of " + ",".join(BACKENDS) + " (e.g. cuDNN in its own process)")
     ap.add_argument("--fresh-seed", type=int, default=None,

@@ -34,7 +34,6 @@ The case list, the estimate and ``--dry-run`` are plain Python (no torch import)
 """
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import random
@@ -257,13 +256,11 @@ def autotune(scan, cs, flush) -> dict:
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out")
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from suite_cli import suite_parser
+    ap = suite_parser(__doc__, BUDGET_S, "three tiny shapes (code-path check)", "list the cases and the time estimate; no torch")
     ap.add_argument("--mamba-src", help="directory with the staged mamba_ssm tree (stage_mamba_ssd.sh)")
-    ap.add_argument("--budget-s", type=float, default=BUDGET_S)
     ap.add_argument("--seed", type=int, default=RANDOM_SEED, help="seed of the random held-out draw")
-    ap.add_argument("--small", action="store_true", help="three tiny shapes (code-path check)")
-    ap.add_argument("--dry-run", action="store_true", help="list the cases and the time estimate; no torch")
     args = ap.parse_args()
     cs = cases(args.small, args.seed)
     if args.dry_run:

@@ -27,7 +27,6 @@ difference at small sizes is the per-kernel fixed cost a queued stream does not 
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -130,12 +129,9 @@ def run_case(c: dict, flush, rec) -> None:
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out")
-    ap.add_argument("--budget-s", type=float, default=240.0)
-    ap.add_argument("--small", action="store_true", help="tiny shapes (CPU code-path check)")
-    ap.add_argument("--dry-run", action="store_true", help="list the cases; no torch")
-    args = ap.parse_args()
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from suite_cli import suite_parser
+    args = suite_parser(__doc__, 240.0, "tiny shapes (CPU code-path check)", "list the cases; no torch").parse_args()
     cs = cases(args.small)
     if args.dry_run:
         for c in cs:

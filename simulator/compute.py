@@ -678,8 +678,8 @@ def unfused_torch_attention_parts(dev: DeviceModel, batch: int, heads: int, kv_h
     if direction == "fwd":
         mask_build = masked * seq_q * seq_kv * (4 + 8 + 5)    # ones (w4), triu (r4 w4), .bool() (r4 w1)
         return [("gemm", qk + pv),
-                ("cast_to_fp32", nonvectorized_time(dev, 6.0 * n, cast=True)),
-                ("mask", nonvectorized_time(dev, masked * 8.0 * n)),
+                ("cast_to_fp32", cast_to_fp32_time(dev, n)),
+                ("mask", masked_fill_time(dev, masked * n)),
                 ("softmax_fwd", elementwise_time(dev, "softmax", rows, row, "fp32")),
                 ("cast_to_bf16", memory_time(dev, 6.0 * n, op="copy")),
                 ("small", memory_time(dev, repeat, launches=2) + memory_time(dev, mask_build, launches=3))]
@@ -687,11 +687,11 @@ def unfused_torch_attention_parts(dev: DeviceModel, batch: int, heads: int, kv_h
     reduce = 2 * batch * seq_kv * head_dim * 2 * (kv_heads + heads) if kv_heads != heads else 0.0
     return [("gemm", gemm_time(dev, seq_q, seq_kv, head_dim, "bf16", bh) + gemm_time(dev, seq_kv, head_dim, seq_q, "bf16", bh)
              + gemm_time(dev, seq_q, head_dim, seq_kv, "bf16", bh) + gemm_time(dev, seq_kv, head_dim, seq_q, "bf16", bh)),
-            ("cast_to_fp32", nonvectorized_time(dev, 6.0 * n, cast=True)),
-            ("softmax_bwd_mul", memory_time(dev, 12.0 * n, op="add")),
-            ("softmax_bwd", memory_time(dev, 12.0 * n, op="add")),
-            ("memcpy", memory_time(dev, masked * 8.0 * n, op="copy")),
-            ("mask", nonvectorized_time(dev, masked * 8.0 * n)),
+            ("cast_to_fp32", cast_to_fp32_time(dev, n)),
+            ("softmax_bwd_mul", softmax_backward_kernel_time(dev, n)),
+            ("softmax_bwd", softmax_backward_kernel_time(dev, n)),
+            ("memcpy", fp32_clone_time(dev, masked * n)),
+            ("mask", masked_fill_time(dev, masked * n)),
             ("cast_to_bf16", memory_time(dev, 6.0 * n, op="copy")),
             ("small", memory_time(dev, grads, launches=2) + memory_time(dev, reduce, launches=2))]
 
@@ -727,6 +727,35 @@ def nonvectorized_time(dev: DeviceModel, nbytes: float, cast: bool = False, laun
     key = "cast_unrolled" if cast else "nonvectorized"
     frac = dev.cal.memory_op_fraction.get(key, dev.cal.hbm_fraction)
     return nbytes / (dev.accelerator.hbm_bandwidth_Bps * frac) + launches * dev.cal.kernel_launch_s
+
+
+def masked_fill_time(dev: DeviceModel, scores: float) -> float:
+    """Seconds of ``masked_fill_`` of ``scores`` fp32 elements in place by a broadcast bool mask
+    (read 4, write 4 bytes each; the mask stays in L2), on the non-vectorized path."""
+    return nonvectorized_time(dev, 8.0 * scores)
+
+
+def cast_to_fp32_time(dev: DeviceModel, elements: float) -> float:
+    """Seconds of ``.float()`` of ``elements`` bf16 values (read 2, write 4 bytes each), unrolled cast path."""
+    return nonvectorized_time(dev, 6.0 * elements, cast=True)
+
+
+def mixed_add_time(dev: DeviceModel, elements: float) -> float:
+    """Seconds of an fp32 ``a.add_(b)`` with b bf16 over ``elements`` (read 4 + 2, write 4 bytes each):
+    Megatron DDP's ``main_grad.add_(grad)``, on the non-vectorized (unrolled, mixed-dtype) path."""
+    return nonvectorized_time(dev, 10.0 * elements)
+
+
+def fp32_clone_time(dev: DeviceModel, elements: float) -> float:
+    """Seconds of cloning ``elements`` fp32 values (a device-to-device copy: read 4, write 4 bytes each)."""
+    return memory_time(dev, 8.0 * elements, op="copy")
+
+
+def softmax_backward_kernel_time(dev: DeviceModel, elements: float, dtype: str = "fp32") -> float:
+    """Seconds of one of the two kernels PyTorch's CUDA softmax backward runs over ``elements``
+    (``grad * output``, then the row kernel): three passes of ``dtype`` each, vectorized, at the
+    calibrated ``add`` fraction."""
+    return memory_time(dev, 3.0 * DTYPE_BYTES[dtype] * elements, op="add")
 
 
 def memory_time(dev: DeviceModel, nbytes: float, launches: int = 1, op: str | None = None) -> float:

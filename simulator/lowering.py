@@ -23,7 +23,7 @@ from simulator.comm import Fabric, collective_time
 from simulator.frameworks import get_framework
 from simulator.compute import (DTYPE_BYTES, DeviceModel, attention_flops, attention_time, elementwise_time,
                                flash_attention_bytes, gemm_bytes, gemm_flops, gemm_time, memory_time,
-                               nonvectorized_time, nvfp4_quantize_time)
+                               mixed_add_time, nvfp4_quantize_time)
 from simulator import moe_dispatch
 from simulator.ops import Op
 from simulator.plan import PRECISION_GEMM_DTYPE, ParallelPlan, gemm_precision_override
@@ -637,14 +637,14 @@ def main_grad_accumulation(ctx: Context, block: str, params: float, tensors: int
     tensor and micro-batch: read the fp32 main_grad (4), read the bf16 grad (2), write fp32 (4)
     bytes per parameter. A mixed-dtype add takes TensorIterator's unrolled casting path, not the
     vectorized one (``unrolled_elementwise_kernel<CUDAFunctor_add<float>>``): costed at the measured
-    non-vectorized rate, :func:`simulator.compute.nonvectorized_time`."""
+    non-vectorized rate, :func:`simulator.compute.mixed_add_time`."""
     kind = get_framework(ctx.plan.framework).kernels.choices(ctx.plan.attention).grad_accumulation
     if kind == "autograd_fp32":
         return _autograd_accumulation(ctx, block, params, tensors)
     if kind != "unfused_fp32" or params <= 0:
         return []
     nbytes = 10.0 * params
-    return [Op(f"{block}.main_grad_accumulate", "memory", "bwd", nonvectorized_time(ctx.dev, nbytes), bytes=nbytes)]
+    return [Op(f"{block}.main_grad_accumulate", "memory", "bwd", mixed_add_time(ctx.dev, params), bytes=nbytes)]
 
 
 def _autograd_accumulation(ctx: Context, block: str, params: float, tensors: int) -> list[Op]:

@@ -7,8 +7,9 @@ from hardware_specs.catalog import Hardware
 from models.schema import ModelSpec
 from simulator.calibration import Calibration
 from simulator.comm import COLLECTIVES, collective_time, fabric_from_hardware
-from simulator.compute import (DTYPE_BYTES, ELEMENTWISE_PASSES, attention_time, elementwise_time, gemm_time,
-                               grouped_gemm_time, memory_time, nonvectorized_time)
+from simulator.compute import (ELEMENTWISE_PASSES, attention_time, cast_to_fp32_time, elementwise_time,
+                               fp32_clone_time, gemm_time, grouped_gemm_time, masked_fill_time, memory_time, mixed_add_time,
+                               softmax_backward_kernel_time)
 from simulator.engine import device_model, simulate
 from simulator.power import step_clock_fraction, work_class
 from simulator.plan import ParallelPlan
@@ -110,7 +111,7 @@ def harness_mask_clone_s(rec: dict, dev) -> float:
     (read 4, write 4 bytes per score at the copy fraction)."""
     if rec.get("backend") != "unfused_torch" or not rec.get("causal") or rec.get("mask_inplace"):
         return 0.0
-    return memory_time(dev, 8.0 * rec["batch"] * rec["heads"] * rec["seq"] ** 2, op="copy")
+    return fp32_clone_time(dev, rec["batch"] * rec["heads"] * rec["seq"] ** 2)
 
 
 def torch_path_time(rec: dict, dev) -> float:
@@ -121,15 +122,14 @@ def torch_path_time(rec: dict, dev) -> float:
     passes over the rows at the vectorized add fraction (simulator.compute)."""
     kind = rec["kind"]
     if kind == "masked_fill_broadcast":
-        return nonvectorized_time(dev, 8.0 * rec["bh"] * rec["seq"] ** 2)
+        return masked_fill_time(dev, rec["bh"] * rec["seq"] ** 2)
     if kind == "add_mixed":
-        return nonvectorized_time(dev, 10.0 * rec["elements"])
+        return mixed_add_time(dev, rec["elements"])
     if kind == "cast_to_fp32":
-        return nonvectorized_time(dev, 6.0 * rec["elements"], cast=True)
+        return cast_to_fp32_time(dev, rec["elements"])
     if kind == "clone":
-        return memory_time(dev, 8.0 * rec["elements"], op="copy")
-    size = DTYPE_BYTES[record_dtype(rec)]
-    return memory_time(dev, 6.0 * size * rec["tokens"] * rec["hidden"], launches=2, op="add")
+        return fp32_clone_time(dev, rec["elements"])
+    return 2 * softmax_backward_kernel_time(dev, rec["tokens"] * rec["hidden"], record_dtype(rec))
 
 
 def kernel_device(rec: dict, hw: Hardware, cal: Calibration):

@@ -199,6 +199,11 @@ def grid(name: str) -> list[dict]:
         return [dict(c, profile=True, profile_top_n=400) for c in (
             case(F, "llama-4b", 2048, 1, mbs=2, gbs=8), case(F, "llama-2b", 4096, 1, mbs=2, gbs=8),
             case(F, "llama-3b", 4096, 1, gbs=8, recompute="selective"))]
+    if name == "gemm-trace":   # one H200, session 13: every GEMM of the profile2 steps, in the step and alone
+        tr = lambda c: dict(c, gemm_trace=True, profile=True, profile_top_n=400)  # noqa: E731
+        return [tr(case(F, "llama-4b", 2048, 1, mbs=2, gbs=8)), tr(case(F, "llama-2b", 4096, 1, mbs=2, gbs=8)),
+                tr(case(F, "llama-3b", 4096, 1, gbs=8, recompute="selective")),
+                tr(case(F, "gpt-1.3b", 2048, 1, mbs=4, gbs=8)), tr(case(T, "llama-4b", 2048, 1, gbs=8))]
     if name == "n2":
         return [case(T, "llama-1b", 4096, 2, zero=0, gbs=4), case(T, "llama-1b", 4096, 2, zero=3, gbs=4),
                 case(T, "llama-1b", 4096, 2, tp=2, sp=True, gbs=4), case(T, "llama-7b", 2048, 2, zero=3, gbs=4)]
@@ -540,7 +545,8 @@ def twin_of(c: dict) -> dict:
     twin = case(c["framework"], family, c["model"]["seq"], p["world"], tp=p["tp"], pp=p["pp"], vp=p["vp"],
                 cp=p.get("cp", 1), zero=p["zero_stage"], sp=p["sequence_parallel"], recompute=p["recompute"],
                 mbs=p["mbs"], gbs=p["gbs"], layers=c["model"]["layers"])
-    return {**{k: v for k, v in c.items() if k not in ("model", "plan", "name", "risky", "profile", "host_profile")},
+    return {**{k: v for k, v in c.items() if k not in ("model", "plan", "name", "risky", "profile", "host_profile",
+                                                    "gemm_trace")},
             **twin}
 
 
@@ -1349,6 +1355,9 @@ def child_main(args):
                 phases.update(kernel_profile(ctx, step, c.get("profile_top_n", 30)))
             if c.get("host_profile"):
                 phases.update(host_profile(ctx, step))
+            if c.get("gemm_trace") and ctx.cuda:
+                import gemm_trace
+                phases.update(gemm_trace.trace(step, c.get("gemm_trace_budget_s", 120.0)))
         except Exception as exc:  # noqa: BLE001
             oom = common.is_oom(exc)
             err = common.short_exc(exc, limit=800 if oom else 300)   # an OOM's text names reserved vs allocated

@@ -23,12 +23,10 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, replace
 
-from simulator.calibration import calibration_for
 from simulator.compute import gemm_time
 from simulator.engine import _step
-from validation.hardware import hardware_for
+from validation.kernel_reconcile import profiled_steps
 from validation.predict import plan_model, record_plan
-from validation.records import load_measurements
 
 DEFAULT_FILE = "validation/measurements/profiles/h200_plan_gemmtrace.json"
 DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
@@ -70,14 +68,10 @@ def layout(strides: list) -> str:
 
 def rows(path: str = DEFAULT_FILE) -> list[GemmRow]:
     """Every traced call of every record with an in-step time, predicted on the step's device model."""
-    mf = load_measurements(path)
-    hw = hardware_for(mf)
-    cal = calibration_for(hw.accelerator)[0]
+    hw, cal, recs = profiled_steps(path, "gemm_calls")
     out = []
-    for rec in mf.records:
-        calls = rec.get("gemm_calls") or []
-        if not calls:
-            continue
+    for rec in recs:
+        calls = rec["gemm_calls"]
         dev = _step(plan_model(rec), replace(hw, num_gpus=rec["world"]), record_plan(rec), cal).ctx.dev
         step = f"{rec['framework']} {rec['name']} s{rec['seq']}"
         for c in calls:

@@ -141,15 +141,20 @@ def modelled_families(rec: dict, hw: Hardware, cal) -> dict[str, float]:
     return out
 
 
-def reconcile(path: str = DEFAULT_FILE) -> list[dict]:
-    """Per profiled record: its label, measured and modelled seconds per family, and totals."""
+def profiled_steps(path: str, field: str) -> tuple[Hardware, object, list[dict]]:
+    """(hardware, calibration, records) of a plan-step file: its ``plan_step`` records that carry
+    ``field`` (``profile_top``, ``gemm_calls``), with the file's hardware and its profile."""
     mf = load_measurements(path)
     hw = hardware_for(mf)
     cal = calibration_for(hw.accelerator)[0]
+    return hw, cal, [r for r in mf.records if r.get("kind") == "plan_step" and r.get(field)]
+
+
+def reconcile(path: str = DEFAULT_FILE) -> list[dict]:
+    """Per profiled record: its label, measured and modelled seconds per family, and totals."""
+    hw, cal, recs = profiled_steps(path, "profile_top")
     rows = []
-    for rec in mf.records:
-        if rec.get("kind") != "plan_step" or not rec.get("profile_top"):
-            continue
+    for rec in recs:
         label = f"{rec['name']} s{rec['seq']} tp{rec['tp']} dp{rec['dp']} pp{rec['pp']}"
         meas, mod = measured_families(rec), modelled_families(rec, hw, cal)
         st = _step(plan_model(rec), replace(hw, num_gpus=rec["world"]), record_plan(rec), cal)

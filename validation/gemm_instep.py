@@ -23,13 +23,12 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, replace
 
-from simulator.compute import gemm_time
+from simulator.compute import TORCH_DTYPES, gemm_time
 from simulator.engine import _step
 from validation.kernel_reconcile import profiled_steps
 from validation.predict import plan_model, record_plan
 
 DEFAULT_FILE = "validation/measurements/profiles/h200_plan_gemmtrace.json"
-DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
 
 @dataclass(frozen=True)
@@ -78,7 +77,7 @@ def rows(path: str = DEFAULT_FILE) -> list[GemmRow]:
             if not c.get("in_step_s"):
                 continue
             m, n, k, batch = gemm_dims(c["shapes"])
-            pred = gemm_time(dev, m, n, k, DTYPES.get(c["dtype"], "bf16"), batch)
+            pred = gemm_time(dev, m, n, k, TORCH_DTYPES[c["dtype"]], batch)
             cls = "batched" if c["op"] in ("bmm", "baddbmm") else "linear"
             out.append(GemmRow(step, cls, layout(c["strides"]), m, n, k, batch, c["count"], c["in_step_s"], pred))
     return out

@@ -11,8 +11,9 @@ module tells which side is off, per GEMM:
 * :func:`profile_by_shape` runs one more step under ``torch.profiler`` with input shapes recorded
   and sums the device seconds each (op, shapes) launched: the GEMM's time *inside* the step;
 * :func:`replay_isolated` rebuilds each call from its shapes and strides (random data, and again on
-  the step's own operands) and times it alone exactly as the fit suites time theirs (``common.time_fn``: CUDA events per call, median),
-  and back to back in a CUDA graph (``common.time_graph``).
+  the step's own operands) and times it alone exactly as the fit suites time theirs
+  (``common.time_fn``: CUDA events per call, median), and back to back in a CUDA graph
+  (``common.time_graph``).
 
 :func:`trace` puts the three together as the record field ``gemm_calls``: a list of
 dicts (see :func:`trace`). Inside-step seconds are per call (device time of the op's kernels over

@@ -120,6 +120,10 @@ class Calibration:
       softmax_row_latency_s      seconds one thread block spends on one row of PyTorch's
                                  block softmax (rows longer than 2048): with few rows in flight
                                  per SM, Little's law caps its bandwidth below HBM's
+      softmax_masked_cost        the row work of PyTorch's fp32 softmax forward per score a mask
+                                 set to -10000 (Megatron's attention_mask_func), relative to an
+                                 ordinary score (1: no difference); fitted on the isolated
+                                 causal vs N(0,1) pairs of instep_conditions.py
       memory_op_fraction[op]     achieved fraction of HBM bandwidth of one memory-bound kernel
                                  family (layernorm, softmax, ...); default hbm_fraction
       collective_fraction[kind]  NCCL's achieved bandwidth of a collective relative to all_reduce
@@ -156,6 +160,7 @@ class Calibration:
     ssd_host_s: dict = field(default_factory=dict)
     comm_overlap_slowdown: float = 0.2
     softmax_row_latency_s: float = 5.0e-6
+    softmax_masked_cost: float = 1.0
     host_op_s: float = 0.0
     fsdp_unit_host_s: float = 0.0
     ddp_tensor_host_s: float = 0.0

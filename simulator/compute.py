@@ -665,7 +665,8 @@ def unfused_torch_attention_parts(dev: DeviceModel, batch: int, heads: int, kv_h
     the non-vectorized paths -- ``.float()`` (a dtype-converting copy: unrolled_elementwise_kernel
     with dynamic casts) and ``masked_fill_`` with a broadcast mask (a non-contiguous iterator:
     elementwise_kernel<128, 2> with offset calculators) -- at their own measured rates,
-    :func:`nonvectorized_time`. The fp32 softmax forward per element (:func:`elementwise_time`)."""
+    :func:`nonvectorized_time`. The fp32 softmax forward per element (:func:`elementwise_time`), the
+    scores above the causal diagonal (-10000 after the mask) at ``softmax_masked_cost``."""
     bh = batch * heads
     n = bh * seq_q * seq_kv                                   # score elements
     rows, row = bh * seq_q, seq_kv
@@ -680,7 +681,8 @@ def unfused_torch_attention_parts(dev: DeviceModel, batch: int, heads: int, kv_h
         return [("gemm", qk + pv),
                 ("cast_to_fp32", cast_to_fp32_time(dev, n)),
                 ("mask", masked_fill_time(dev, masked * n)),
-                ("softmax_fwd", elementwise_time(dev, "softmax", rows, row, "fp32")),
+                ("softmax_fwd", elementwise_time(dev, "softmax", rows, row, "fp32",
+                                                 masked=1.0 - causal_fraction(seq_q, seq_kv, causal))),
                 ("cast_to_bf16", memory_time(dev, 6.0 * n, op="copy")),
                 ("small", memory_time(dev, repeat, launches=2) + memory_time(dev, mask_build, launches=3))]
     grads = 4 * bh * head_dim * (seq_q + seq_kv)              # alpha multiply of dQ and dK (bf16: read 2, write 2)
@@ -758,6 +760,16 @@ def softmax_backward_kernel_time(dev: DeviceModel, elements: float, dtype: str =
     return memory_time(dev, 3.0 * DTYPE_BYTES[dtype] * elements, op="add")
 
 
+def masked_softmax_factor(cal: Calibration, masked: float) -> float:
+    """Factor on the row work of PyTorch's fp32 softmax forward when a fraction ``masked`` of its
+    scores holds the mask value (-10000): 1 + masked·(``softmax_masked_cost`` − 1). Measured, not
+    derived: on one H200 (h200_instep_conditions.json) causally masked rows (masked ≈ ½) of 2048,
+    4096 and 8192 fp32 scores ran 23%, 20% and 17% longer than N(0, 1) rows of the same shape, rows
+    of 1024 (bound by HBM) 7%; the data-independent kernels beside it (.float(), masked_fill_, the
+    softmax backward) did not change. The mechanism inside the kernel is not isolated."""
+    return 1.0 + masked * (cal.softmax_masked_cost - 1.0)
+
+
 def memory_time(dev: DeviceModel, nbytes: float, launches: int = 1, op: str | None = None) -> float:
     """Time to stream ``nbytes`` (reads + writes) through HBM, plus kernel launches, seconds;
     ``op`` selects the kernel family's calibrated bandwidth fraction."""
@@ -788,15 +800,17 @@ def block_softmax_rate(dev: DeviceModel, row: int, dtype: str) -> float:
 
 
 def elementwise_time(dev: DeviceModel, op: str, tokens: int, hidden: int, dtype: str = "bf16",
-                     backward: bool = False) -> float:
+                     backward: bool = False, masked: float = 0.0) -> float:
     """Time of a memory-bound op over a [tokens, hidden] tensor; backward moves ~1.5x the bytes.
     Softmax over long rows is the slower of HBM and its latency-bound rate (block_softmax_rate).
     PyTorch's softmax forward over fp32 rows costs per *element* what its bf16 rows cost (its row
     kernels are bound by the work per element, not by bytes: torch_paths.json, fp32 rows of
     2048-8192 within -9..+4% of bf16 rows of as many elements on H100 and H200), floored by
-    streaming the fp32 bytes (read 4, write 4) at the vectorized copy rate."""
+    streaming the fp32 bytes (read 4, write 4) at the vectorized copy rate. A fraction ``masked``
+    of the scores set to -10000 by an attention mask costs that row work
+    ``softmax_masked_cost`` times per score (:func:`masked_softmax_factor`)."""
     if op == "softmax" and dtype == "fp32" and not backward:
-        return max(elementwise_time(dev, op, tokens, hidden, "bf16"),
+        return max(elementwise_time(dev, op, tokens, hidden, "bf16") * masked_softmax_factor(dev.cal, masked),
                    memory_time(dev, 8.0 * tokens * hidden, op="copy"))
     passes = ELEMENTWISE_PASSES[op] * (1.5 if backward else 1.0)
     nbytes = tokens * hidden * DTYPE_BYTES[dtype] * passes

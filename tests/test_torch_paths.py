@@ -134,8 +134,9 @@ def test_the_out_of_place_mask_clone_is_charged_only_to_old_causal_records():
 
 
 # Megatron's local pattern, never fitted: 24.8 / 19.5% (H200 sweep) and 25.0 / 18.8% (H200 seed 14)
-# before session 12
-LOCAL_TODAY = {"h200_attention_backends.json": (0.030, 0.045), "repeat/h200_attention_fresh14.json": (0.047, 0.042),
+# before session 12; 3.0 / 4.5% and 4.7 / 4.2% before session 14's masked-softmax cost (fitted on
+# h200_instep_conditions.json, not on these files; H100 keeps 1.0: not measured there)
+LOCAL_TODAY = {"h200_attention_backends.json": (0.024, 0.040), "repeat/h200_attention_fresh14.json": (0.040, 0.039),
                "h100_attention_backends.json": (0.024, 0.035), "repeat/h100_attention_fresh14.json": (0.026, 0.027)}
 
 

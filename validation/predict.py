@@ -31,6 +31,9 @@ GROUPED_KINDS = ("grouped_gemm",)
 GROUPED_IMPLS = ("grouped_mm", "bmm", "loop")
 # attention records' ``backend`` (meshcast's kernel names; simulator.compute.attention_time)
 ATTENTION_KERNELS = ("flash", "cudnn", "efficient", "fa3", "math", "unfused", "unfused_torch")
+# instep_conditions.py's ``condition`` of a kernel record the kernel model predicts: alone on a
+# cool GPU, with or without most of the memory held (None: every other suite's records)
+MODELLED_CONDITIONS = (None, "isolated", "ballast")
 # strategy -> ZeRO stage of the plain-PyTorch framework (simulator/frameworks/pytorch.yaml)
 STRATEGIES = {"single": 0, "ddp": 0, "fsdp_full_shard": 3}
 
@@ -56,6 +59,9 @@ class Prediction:
 def predict_record(rec: dict, hw: Hardware, cal: Calibration) -> Prediction:
     """The predicted time (and, for training steps, peak memory and fit) of one record."""
     kind = rec["kind"]
+    if rec.get("condition") not in MODELLED_CONDITIONS:
+        raise Unsupported(f"measured under step conditions ({rec['condition']!r}: after GEMMs or inside a chain "
+                          "of kernels), a diagnostic the kernel model does not represent")
     try:
         if kind in KERNEL_KINDS:
             return Prediction(kernel_time(rec, hw, cal))
@@ -99,7 +105,17 @@ def kernel_time(rec: dict, hw: Hardware, cal: Calibration) -> float:
                            backend, direction)
         return t + harness_mask_clone_s(rec, dev)
     assert kind in ELEMENTWISE_PASSES
-    return elementwise_time(dev, kind, rec["tokens"], rec["hidden"], record_dtype(rec))
+    return elementwise_time(dev, kind, rec["tokens"], rec["hidden"], record_dtype(rec), masked=record_masked(rec))
+
+
+def record_masked(rec: dict) -> float:
+    """Fraction of a softmax record's scores a causal mask set to -10000 (instep_conditions.py
+    ``data: causal_scores``: rows of s scores, row i of each s x s block keeping i + 1): (s − 1)/2s;
+    0 for N(0, 1) data and every other record."""
+    if rec.get("kind") != "softmax" or rec.get("data") != "causal_scores":
+        return 0.0
+    s = int(rec["hidden"])
+    return (s - 1) / (2.0 * s)
 
 
 def harness_mask_clone_s(rec: dict, dev) -> float:

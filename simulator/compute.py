@@ -58,7 +58,7 @@ FP32_LANES_PER_SM = 128          # FP32 units per SM (Hopper whitepaper: 128 FP3
 
 # Bytes moved per element of a [tokens, hidden] tensor by each memory-bound op, forward,
 # in units of the element size: reads + writes (norm: x in, y out; silu_mul: x, y in, out).
-ELEMENTWISE_PASSES = {"layernorm": 2, "rmsnorm": 2, "gelu": 2, "softmax": 2, "silu_mul": 3,
+ELEMENTWISE_PASSES = {"layernorm": 2, "rmsnorm": 2, "gelu": 2, "softmax": 2, "silu_mul": 3, "silu_mul_eager": 3,
                       "add": 3, "copy": 2, "dropout": 2.5, "cross_entropy": 3}
 
 
@@ -731,6 +731,46 @@ def nonvectorized_time(dev: DeviceModel, nbytes: float, cast: bool = False, laun
     return nbytes / (dev.accelerator.hbm_bandwidth_Bps * frac) + launches * dev.cal.kernel_launch_s
 
 
+# bytes per element of the kernel memory_op_fraction["nonvectorized"] was fitted on (torch_paths
+# masked_fill_broadcast: read 4, write 4), which turns that fraction into an element rate
+NONVECTORIZED_FIT_BYTES = 8.0
+
+
+def strided_elementwise_time(dev: DeviceModel, elements: float, launches: int = 1) -> float:
+    """Seconds of PyTorch TensorIterator kernels on the non-vectorized path (``elementwise_kernel<128,
+    4>`` with offset calculators: an input that is a strided view, such as a ``chunk`` half or Q/K
+    sliced out of the fused QKV output) over ``elements`` elements in all, at the element rate the
+    non-vectorized path sustains: the calibrated ``memory_op_fraction["nonvectorized"]`` re-expressed
+    per element of the fp32 ``masked_fill_`` it was fitted on (NONVECTORIZED_FIT_BYTES). Measured:
+    such kernels run at about one rate in *elements*, not bytes, whatever the element size (on one
+    H200: fp32 masked_fill_ 347 and bf16->fp32 ``.float()`` 360 G elements/s alone; in the traced
+    Megatron-local steps bf16 silu on a chunk half 356, silu backward 306, RoPE's strided multiplies
+    343 G elements/s), so 2-byte kernels stream half the bytes per second 4-byte ones do. Floored by
+    their bf16 bytes (read 2, write 2 per element) at the generic memory-bound fraction."""
+    if elements <= 0:
+        return 0.0
+    a = dev.accelerator
+    frac = dev.cal.memory_op_fraction.get("nonvectorized", dev.cal.hbm_fraction)
+    rate = frac * a.hbm_bandwidth_Bps / NONVECTORIZED_FIT_BYTES
+    return max(elements / rate, 4.0 * elements / dev.hbm_Bps) + launches * dev.cal.kernel_launch_s
+
+
+def eager_swiglu_time(dev: DeviceModel, tokens: int, ffn: int, backward: bool = False) -> float:
+    """Seconds of SwiGLU as Megatron-Core's MLP runs it without fused extensions (megatron/core/
+    transformer/mlp.py ``glu``: ``x0, x1 = torch.chunk(x, 2, -1); silu(x0) * x1``, bf16) over
+    ``tokens`` x ``ffn`` outputs. Forward: silu of the strided half x0 (non-vectorized:
+    :func:`strided_elementwise_time`), the product (vectorized, read 2 + 2, write 2, at the ``add``
+    fraction). Backward (autograd): grad·x1 and grad·silu(x0) (vectorized, as the product), silu's
+    backward on the strided x0 (non-vectorized), and the chunk's gradient, both halves copied into
+    the [tokens, 2·ffn] input gradient (CatArrayBatchedCopy: read 2, write 2 per element of it, at
+    the copy fraction). Kernels as profiled in profiles/h200_plan_gemmtrace.json."""
+    n = float(tokens) * ffn
+    product = memory_time(dev, 6.0 * n, op="add")
+    if not backward:
+        return strided_elementwise_time(dev, n) + product
+    return strided_elementwise_time(dev, n) + 2 * product + memory_time(dev, 8.0 * n, op="copy")
+
+
 def masked_fill_time(dev: DeviceModel, scores: float) -> float:
     """Seconds of ``masked_fill_`` of ``scores`` fp32 elements in place by a broadcast bool mask
     (read 4, write 4 bytes each; the mask stays in L2), on the non-vectorized path."""
@@ -809,6 +849,8 @@ def elementwise_time(dev: DeviceModel, op: str, tokens: int, hidden: int, dtype:
     streaming the fp32 bytes (read 4, write 4) at the vectorized copy rate. A fraction ``masked``
     of the scores set to -10000 by an attention mask costs that row work
     ``softmax_masked_cost`` times per score (:func:`masked_softmax_factor`)."""
+    if op == "silu_mul_eager":
+        return eager_swiglu_time(dev, tokens, hidden, backward)
     if op == "softmax" and dtype == "fp32" and not backward:
         return max(elementwise_time(dev, op, tokens, hidden, "bf16") * masked_softmax_factor(dev.cal, masked),
                    memory_time(dev, 8.0 * tokens * hidden, op="copy"))

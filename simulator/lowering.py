@@ -23,7 +23,7 @@ from simulator.comm import Fabric, collective_time
 from simulator.frameworks import get_framework
 from simulator.compute import (DTYPE_BYTES, DeviceModel, attention_flops, attention_time, elementwise_time,
                                flash_attention_bytes, gemm_bytes, gemm_flops, gemm_time, memory_time,
-                               mixed_add_time, nvfp4_quantize_time)
+                               mixed_add_time, nvfp4_quantize_time, strided_elementwise_time)
 from simulator import moe_dispatch
 from simulator.ops import Op
 from simulator.plan import PRECISION_GEMM_DTYPE, ParallelPlan, gemm_precision_override
@@ -124,8 +124,14 @@ def _qkv_bias(m: ModelSpec) -> bool:
 def _elementwise(ctx: Context, name: str, op: str, tokens: int, width: int, phase: str,
                  dtype: str = "bf16") -> Op:
     t = elementwise_time(ctx.dev, op, tokens, width, dtype, backward=(phase == "bwd"))
-    return Op(name, "elementwise", phase, t, bytes=tokens * width * DTYPE_BYTES[dtype],
-              shape=(op, tokens, width, dtype))
+    per_element = EAGER_SWIGLU_BYTES[phase == "bwd"] if op == "silu_mul_eager" else DTYPE_BYTES[dtype]
+    return Op(name, "elementwise", phase, t, bytes=tokens * width * per_element, shape=(op, tokens, width, dtype))
+
+
+# HBM bytes per output element of Megatron's eager SwiGLU (simulator.compute.eager_swiglu_time),
+# forward (silu r2 w2, product r4 w2) and backward (two products r4 w2 each, silu's backward r4 w2,
+# the chunk's gradient r4 w4): what the step power model's memory activity counts
+EAGER_SWIGLU_BYTES = (10.0, 26.0)
 
 
 def _residual_dtype(ctx: Context) -> str:
@@ -313,8 +319,12 @@ def _rope(ctx: Context, tokens: int, heads: int, kv_heads: int) -> list[Op]:
     (4): 24 bytes, 6 kernels per tensor (cos and sin themselves are [s, d]: negligible bytes).
     Backward (autograd): grad * cos and grad * sin (8), the neg (2), the chunk's gradient gathered
     (4), the two paths added (6), the slice's gradient copied into a zeroed tensor (6): 26 bytes,
-    7 kernels per tensor. These kernels are small and partly strided (Q and K are views of the
-    fused QKV output); costed at the generic memory-bound fraction."""
+    7 kernels per tensor. Q and K are strided views of the fused QKV output, so all but the adds
+    run on PyTorch's non-vectorized path (profiled: elementwise_kernel<128, 4> multiplies, neg and
+    direct_copy, CatArrayBatchedCopy), costed per element at its element rate
+    (:func:`strided_elementwise_time`): forward 4.5 element passes (two multiplies, the neg over
+    half, two cats), backward 4.5 (two multiplies, the neg, the chunk's gather, the slice copy);
+    the adds (6 bytes per element) vectorized at the ``add`` fraction."""
     m = ctx.model
     kind = get_framework(ctx.plan.framework).kernels.choices(ctx.plan.attention).rope
     if m.position != "rope" or kind == "none":
@@ -323,8 +333,11 @@ def _rope(ctx: Context, tokens: int, heads: int, kv_heads: int) -> list[Op]:
     elems = tokens * (heads + kv_heads) * qk_dim
     if kind == "torch_fp32":
         return _torch_fp32_rope(ctx, elems)
-    return [Op("attention.rope", "memory", "fwd", memory_time(ctx.dev, 24.0 * elems, launches=12), bytes=24.0 * elems),
-            Op("attention.rope", "memory", "bwd", memory_time(ctx.dev, 26.0 * elems, launches=14), bytes=26.0 * elems)]
+    strided = strided_elementwise_time(ctx.dev, 4.5 * elems, launches=10)
+    add = memory_time(ctx.dev, 6.0 * elems, launches=2, op="add")
+    return [Op("attention.rope", "memory", "fwd", strided + add, bytes=24.0 * elems),
+            Op("attention.rope", "memory", "bwd", strided + add + memory_time(ctx.dev, 2.0 * elems, launches=2),
+               bytes=26.0 * elems)]
 
 
 def _torch_fp32_rope(ctx: Context, elems: float) -> list[Op]:
@@ -414,6 +427,8 @@ def _dense_ffn(ctx: Context, name: str, tokens: int, ffn_local: int, batch: int 
     width = width or m.hidden
     up_n = ffn_local * (2 if m.gated_mlp else 1)
     act_op = "silu_mul" if m.gated_mlp else "gelu"
+    if m.gated_mlp and get_framework(ctx.plan.framework).kernels.choices(ctx.plan.attention).swiglu == "megatron_eager":
+        act_op = "silu_mul_eager"
     return [_gemm(ctx, f"{name}.up", tokens, up_n, width, "fwd", batch, bias=m.linear_bias),
             _elementwise(ctx, f"{name}.act", act_op, tokens * batch, ffn_local, "fwd"),
             _gemm(ctx, f"{name}.down", tokens, width, ffn_local, "fwd", batch, bias=m.linear_bias)]

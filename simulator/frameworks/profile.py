@@ -52,6 +52,10 @@ class Kernels(_Strict):
     # "torch_fp32" (eager RoPE of bf16 Q and K against fp32 cos/sin tables: the products, their
     # difference and sum and the interleaving run in fp32, cast back with type_as)
     rope: Literal["none", "megatron_unfused", "torch_fp32"] = "none"
+    # SwiGLU: "fused" (one kernel, or the kernel-suite silu_mul rate) or "megatron_eager" (Megatron-Core's
+    # mlp.py glu without a fused bias_swiglu: silu on a chunk half, then the product, as separate
+    # PyTorch kernels; simulator.compute.eager_swiglu_time)
+    swiglu: Literal["fused", "megatron_eager"] = "fused"
     # which casts autocast costs (recipe torch_amp only): "block" (one cast of each block's weights
     # and of its normed input forward, the weight and two activation gradients back) or
     # "torch_eager" (what torch's autocast and autograd run, simulator.lowering._autocast_ops: a
@@ -92,11 +96,11 @@ class Kernels(_Strict):
     without_extensions: "KernelChoices | None" = None
 
     def choices(self, attention: str | None) -> "KernelChoices":
-        """Optimizer bytes, gradient accumulation and RoPE kernels for a plan running ``attention``."""
+        """Optimizer bytes, gradient accumulation, RoPE and SwiGLU kernels for a plan running ``attention``."""
         if attention == "unfused_torch" and self.without_extensions is not None:
             return self.without_extensions
         return KernelChoices(optimizer_bytes=self.optimizer_bytes, grad_accumulation=self.grad_accumulation,
-                             rope=self.rope)
+                             rope=self.rope, swiglu=self.swiglu)
 
 
 class KernelChoices(_Strict):
@@ -105,6 +109,7 @@ class KernelChoices(_Strict):
     optimizer_bytes: float | None = Field(None, gt=0)
     grad_accumulation: Literal["fused", "unfused_fp32", "autograd_fp32"] = "fused"
     rope: Literal["none", "megatron_unfused", "torch_fp32"] = "none"
+    swiglu: Literal["fused", "megatron_eager"] = "fused"
 
 
 Kernels.model_rebuild()

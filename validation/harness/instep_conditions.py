@@ -271,20 +271,14 @@ def allocate_ballast():
 
 def main():
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from suite_cli import suite_parser
-    args = suite_parser(__doc__, 240.0, "tiny shapes (CPU code-path check)", "list the cases; no torch").parse_args()
-    cs = cases(args.small)
-    if args.dry_run:
-        for c in cs:
-            print(label(c))
-        print(f"{len(cs)} cases")
+    from suite_cli import open_suite
+    opened = open_suite(__doc__, 240.0, cases, label, "instep_conditions",
+                        "common.time_fn (L2 flushed, events); chain: CUPTI")
+    if opened is None:
         return
-    if not args.out:
-        raise SystemExit("--out FILE is required (or --dry-run)")
+    args, cs, rec, flush, dl = opened
     import common
     import nvml
-    info = common.device_info(suite="instep_conditions", timing="common.time_fn (L2 flushed, events); chain: CUPTI")
-    rec, flush, dl = common.start_seeded_run(args.out, info, args.budget_s, "instep_conditions")
     on_gpu = common.on_cuda()
     sampler = nvml.Sampler(args.out + ".nvml.jsonl", period_s=0.02) if on_gpu else None
     ctx = {"flush": flush, "sampler": sampler, "burst": Burst(BURST_GEMMS, 8192 if on_gpu else 64)}

@@ -13,3 +13,22 @@ def suite_parser(doc: str, budget_s: float, small_help: str, dry_run_help: str) 
     ap.add_argument("--small", action="store_true", help=small_help)
     ap.add_argument("--dry-run", action="store_true", help=dry_run_help)
     return ap
+
+
+def open_suite(doc: str, budget_s: float, cases_of, describe, suite: str, timing: str) -> tuple | None:
+    """The opening of a single-GPU suite whose cases are ``cases_of(small)``: with ``--dry-run`` print
+    ``describe(case)`` for each and their count and return None (no torch imported); otherwise
+    (args, cases, Recorder, L2 Flusher, Deadline) of common.start_seeded_run, the file's info naming
+    ``suite`` and ``timing``; ``--out`` required (SystemExit naming it when missing)."""
+    args = suite_parser(doc, budget_s, "tiny shapes (CPU code-path check)", "list the cases; no torch").parse_args()
+    cs = cases_of(args.small)
+    if args.dry_run:
+        for c in cs:
+            print(describe(c))
+        print(f"{len(cs)} cases")
+        return None
+    if not args.out:
+        raise SystemExit("--out FILE is required (or --dry-run)")
+    import common
+    info = common.device_info(suite=suite, timing=timing)
+    return (args, cs) + common.start_seeded_run(args.out, info, args.budget_s, suite)

@@ -130,20 +130,13 @@ def run_case(c: dict, flush, rec) -> None:
 
 def main():
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from suite_cli import suite_parser
-    args = suite_parser(__doc__, 240.0, "tiny shapes (CPU code-path check)", "list the cases; no torch").parse_args()
-    cs = cases(args.small)
-    if args.dry_run:
-        for c in cs:
-            print(label(c), f"{bytes_min(c) / 1e9:8.3f} GB")
-        print(f"{len(cs)} cases")
+    from suite_cli import open_suite
+    opened = open_suite(__doc__, 240.0, cases, lambda c: f"{label(c)} {bytes_min(c) / 1e9:8.3f} GB", "torch_paths",
+                        "common.time_fn (L2 flushed, events) and common.time_graph")
+    if opened is None:
         return
-    if not args.out:
-        raise SystemExit("--out FILE is required (or --dry-run)")
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    args, cs, rec, flush, dl = opened
     import common
-    info = common.device_info(suite="torch_paths", timing="common.time_fn (L2 flushed, events) and common.time_graph")
-    rec, flush, dl = common.start_seeded_run(args.out, info, args.budget_s, "torch_paths")
     t0 = time.time()
     common.run_within_budget(cs, dl, rec, lambda c: run_case(c, flush, rec), label)
     common.log(f"done in {time.time() - t0:.1f} s: {len(rec.records)} records; {len(rec.errors)} errors")

@@ -58,7 +58,7 @@ FP32_LANES_PER_SM = 128          # FP32 units per SM (Hopper whitepaper: 128 FP3
 
 # Bytes moved per element of a [tokens, hidden] tensor by each memory-bound op, forward,
 # in units of the element size: reads + writes (norm: x in, y out; silu_mul: x, y in, out).
-ELEMENTWISE_PASSES = {"layernorm": 2, "rmsnorm": 2, "gelu": 2, "softmax": 2, "silu_mul": 3, "silu_mul_eager": 3,
+ELEMENTWISE_PASSES = {"layernorm": 2, "rmsnorm": 2, "gelu": 2, "softmax": 2, "silu_mul": 3,
                       "add": 3, "copy": 2, "dropout": 2.5, "cross_entropy": 3}
 
 
@@ -749,10 +749,14 @@ def strided_elementwise_time(dev: DeviceModel, elements: float, launches: int = 
     their bf16 bytes (read 2, write 2 per element) at the generic memory-bound fraction."""
     if elements <= 0:
         return 0.0
-    a = dev.accelerator
-    frac = dev.cal.memory_op_fraction.get("nonvectorized", dev.cal.hbm_fraction)
-    rate = frac * a.hbm_bandwidth_Bps / NONVECTORIZED_FIT_BYTES
-    return max(elements / rate, 4.0 * elements / dev.hbm_Bps) + launches * dev.cal.kernel_launch_s
+    issue = nonvectorized_time(dev, NONVECTORIZED_FIT_BYTES * elements, launches=0)
+    return max(issue, 4.0 * elements / dev.hbm_Bps) + launches * dev.cal.kernel_launch_s
+
+
+# HBM bytes per output element of Megatron's eager SwiGLU (eager_swiglu_time's kernels), forward (silu r2 w2,
+# product r4 w2) and backward (two products r4 w2 each, silu's backward r4 w2, the chunk's gradient
+# r4 w4): what the step power model's memory activity counts
+EAGER_SWIGLU_BYTES = {False: 10.0, True: 26.0}
 
 
 def eager_swiglu_time(dev: DeviceModel, tokens: int, ffn: int, backward: bool = False) -> float:

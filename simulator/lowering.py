@@ -21,7 +21,7 @@ from models.params import (attention_params, embedding_params, kind_param_tensor
 from models.schema import ModelSpec
 from simulator.comm import Fabric, collective_time
 from simulator.frameworks import get_framework
-from simulator.compute import (DTYPE_BYTES, DeviceModel, attention_flops, attention_time, elementwise_time,
+from simulator.compute import (DTYPE_BYTES, EAGER_SWIGLU_BYTES, DeviceModel, attention_flops, attention_time, elementwise_time,
                                flash_attention_bytes, gemm_bytes, gemm_flops, gemm_time, memory_time,
                                mixed_add_time, nvfp4_quantize_time, strided_elementwise_time)
 from simulator import moe_dispatch
@@ -126,12 +126,6 @@ def _elementwise(ctx: Context, name: str, op: str, tokens: int, width: int, phas
     t = elementwise_time(ctx.dev, op, tokens, width, dtype, backward=(phase == "bwd"))
     per_element = EAGER_SWIGLU_BYTES[phase == "bwd"] if op == "silu_mul_eager" else DTYPE_BYTES[dtype]
     return Op(name, "elementwise", phase, t, bytes=tokens * width * per_element, shape=(op, tokens, width, dtype))
-
-
-# HBM bytes per output element of Megatron's eager SwiGLU (simulator.compute.eager_swiglu_time),
-# forward (silu r2 w2, product r4 w2) and backward (two products r4 w2 each, silu's backward r4 w2,
-# the chunk's gradient r4 w4): what the step power model's memory activity counts
-EAGER_SWIGLU_BYTES = (10.0, 26.0)
 
 
 def _residual_dtype(ctx: Context) -> str:

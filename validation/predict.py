@@ -7,7 +7,7 @@ from hardware_specs.catalog import Hardware
 from models.schema import ModelSpec
 from simulator.calibration import Calibration
 from simulator.comm import COLLECTIVES, collective_time, fabric_from_hardware
-from simulator.compute import (ELEMENTWISE_PASSES, attention_time, cast_to_fp32_time, elementwise_time,
+from simulator.compute import (ELEMENTWISE_PASSES, attention_time, cast_to_fp32_time, causal_fraction, elementwise_time,
                                fp32_clone_time, gemm_time, grouped_gemm_time, masked_fill_time, memory_time, mixed_add_time,
                                softmax_backward_kernel_time)
 from simulator.engine import device_model, simulate
@@ -115,7 +115,7 @@ def record_masked(rec: dict) -> float:
     if rec.get("kind") != "softmax" or rec.get("data") != "causal_scores":
         return 0.0
     s = int(rec["hidden"])
-    return (s - 1) / (2.0 * s)
+    return 1.0 - causal_fraction(s, s, True)
 
 
 def harness_mask_clone_s(rec: dict, dev) -> float:

@@ -1,6 +1,10 @@
 """Pre-registration: meshcast's predictions for the cases of a plan_step.py grid, before they run.
 
     python -m validation.prereg --grid native2 --like validation/measurements/h200x2_plan_torchtitan.json
+    python -m validation.prereg --kernels row_kernels --like validation/measurements/h200_kernels.json
+
+With ``--kernels SUITE`` the cases are those of validation/harness/SUITE.py (a single-GPU kernel
+suite with ``cases()``), each predicted as its record would be (time only).
 
 Each case becomes the record the harness would write, without any measured field, and is
 predicted as ``meshcast validate`` would predict it (validation.predict.predict_record) on the
@@ -17,15 +21,15 @@ from pathlib import Path
 from simulator.calibration import calibration_for
 from simulator.memory import fits_in
 from validation.hardware import hardware_for
-from validation.predict import Unsupported, predict_record
+from validation.predict import Unsupported, kernel_time, predict_record
 from validation.records import load_measurements
 
 HARNESS = Path(__file__).resolve().parent / "harness" / "plan_step.py"
 
 
-def harness():
-    """validation/harness/plan_step.py as a module (its grids need no torch)."""
-    spec = importlib.util.spec_from_file_location("plan_step", HARNESS)
+def harness(name: str = "plan_step"):
+    """validation/harness/<name>.py as a module (its case lists need no torch)."""
+    spec = importlib.util.spec_from_file_location(name, HARNESS.with_name(f"{name}.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -83,15 +87,31 @@ def rows(grid: str, like: str, world: int | None = None, attention_from: tuple =
     return out
 
 
+def kernel_rows(suite: str, like: str) -> list[tuple[str, float]]:
+    """(case label, predicted seconds) for every case of the kernel suite ``suite`` on the
+    hardware of the measurement file ``like``, through validation.predict.kernel_time."""
+    h = harness(suite)
+    hw = hardware_for(load_measurements(like))
+    cal = calibration_for(hw.accelerator)[0]
+    return [(h.label(c), kernel_time(c, hw, cal)) for c in h.cases()]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--grid", required=True)
+    ap.add_argument("--grid", help="a plan_step.py grid")
+    ap.add_argument("--kernels", metavar="SUITE", help="a single-GPU kernel suite of validation/harness instead")
     ap.add_argument("--like", required=True, help="a measurement file of the machine the grid will run on")
     ap.add_argument("--world", type=int, default=None)
     ap.add_argument("--attention-from", nargs="*", default=[],
                     help="earlier plan_step files of the machine type: the attention kernel each framework recorded "
                          "there (Megatron-Core: apex's fused softmax or its PyTorch fallback) is assumed again")
     a = ap.parse_args(argv)
+    if bool(a.grid) == bool(a.kernels):
+        ap.error("give one of --grid or --kernels")
+    if a.kernels:
+        for label, t in kernel_rows(a.kernels, a.like):
+            print(f"{label:<48} {t * 1e6:10.2f} us")
+        return 0
     bad = 0
     print(f"{'case':<82} time_ms  peak_GiB  fits  host_ms  clock")
     for label, r in rows(a.grid, a.like, a.world, tuple(a.attention_from)):

@@ -117,9 +117,10 @@ class Calibration:
                                  (all five fitted on host-bound training steps of tiny models
                                  and on their measured host time per phase; 0 = the host never
                                  limits)
-      softmax_row_latency_s      seconds one thread block spends on one row of PyTorch's
-                                 block softmax (rows longer than 2048): with few rows in flight
-                                 per SM, Little's law caps its bandwidth below HBM's
+      softmax_elements_per_cycle[kernel]  elements per SM per clock cycle (at the boost clock)
+                                 of PyTorch's block-per-row softmax forward kernels (``reg``,
+                                 ``reg_wide``, ``smem``: simulator.compute.torch_softmax_kernel), which are
+                                 bound by the SMs, not by HBM; defaults: the H100/H200 fits
       softmax_masked_cost        the row work of PyTorch's fp32 softmax forward per score a mask
                                  set to -10000 (Megatron's attention_mask_func), relative to an
                                  ordinary score (1: no difference); fitted on the isolated
@@ -159,13 +160,13 @@ class Calibration:
     ssd_kernel_fixed_s: float = 0.0
     ssd_host_s: dict = field(default_factory=dict)
     comm_overlap_slowdown: float = 0.2
-    softmax_row_latency_s: float = 5.0e-6
     softmax_masked_cost: float = 1.0
     host_op_s: float = 0.0
     fsdp_unit_host_s: float = 0.0
     ddp_tensor_host_s: float = 0.0
     optimizer_tensor_host_s: float = 0.0
     fsdp_optimizer_tensor_host_s: float = 0.0
+    softmax_elements_per_cycle: dict = field(default_factory=lambda: {"reg": 1.2, "reg_wide": 1.0, "smem": 2.0})
     attention_kernel_fraction: dict = field(default_factory=dict)
     attention_kernel_overlap: dict = field(default_factory=dict)
     attention_kernel_overhead: dict = field(default_factory=dict)
@@ -213,7 +214,7 @@ HOST_PARAMETERS = ("host_op_s", "fsdp_unit_host_s", "ddp_tensor_host_s", "optimi
 DICT_PARAMETERS = ("gemm_peak_fraction", "attention_kernel_fraction", "attention_kernel_overlap",
                    "attention_kernel_overhead", "memory_op_fraction", "collective_fraction", "collective_alpha_fraction",
                    "collective_shard_steps", "sustained_clock_fraction", "ssd_fraction", "ssd_host_s",
-                   "step_power")
+                   "step_power", "softmax_elements_per_cycle")
 
 
 FRACTIONS = ("gemm_unaligned_fraction", "gemm_clock_bound_fraction", "hbm_fraction", "attention_fwd_fraction", "attention_bwd_fraction",
@@ -251,6 +252,7 @@ def _profile_schema() -> type:
                 step_power=(Optional[dict[str, nonneg]], None),
                 ssd_fraction=(Optional[dict[str, fraction]], None),
                 ssd_host_s=(Optional[dict[str, nonneg]], None),
+                softmax_elements_per_cycle=(Optional[dict[str, positive]], None),
                 links=(Optional[dict[str, link]], None))
     return pydantic.create_model("ProfileParameters", __config__=cfg, **spec)
 

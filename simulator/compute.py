@@ -823,44 +823,94 @@ def memory_time(dev: DeviceModel, nbytes: float, launches: int = 1, op: str | No
     return nbytes / (dev.accelerator.hbm_bandwidth_Bps * frac) + launches * dev.cal.kernel_launch_s
 
 
-# PyTorch's softmax (aten/src/ATen/native/cuda/SoftMax.cu): rows of up to 2048 elements run one
-# warp per row from registers; longer rows one thread block per row, each thread loading 16-byte
-# vectors, so a block of min(1024, row / elements-per-vector) threads
+# PyTorch's softmax forward over the last dimension (aten/src/ATen/native/cuda/SoftMax.cu,
+# host_softmax, torch 2.4 on): rows of at most 2048 elements and 8 KiB run softmax_warp_forward
+# (PersistentSoftmax.cuh: one warp per row, the row in registers); longer rows one thread block
+# of min(row, 1024) threads per row (SoftMaxForward_getBlockSize): cunn_SoftMaxForwardReg while
+# ceil(row / threads) < 10 (each thread keeps its elements in registers, one scalar load and one
+# scalar store per element), else cunn_SoftMaxForwardSmem while the row fits the 48 KiB of shared
+# memory a block may take and divides into 16-byte vectors (vector loads, the row cached in
+# shared memory), else cunn_SoftMaxForward (vector loads, three passes over the row in memory).
+SOFTMAX_KERNELS = ("warp", "reg", "reg_wide", "smem", "plain")
 WARP_SOFTMAX_MAX_ROW = 2048
-THREADS_PER_SM = 2048      # resident threads per SM on NVIDIA data-centre GPUs since Volta
+WARP_SOFTMAX_MAX_ROW_BYTES = 8192
+SOFTMAX_MAX_BLOCK_THREADS = 1024
+SOFTMAX_MAX_REGISTERS = 10
+SHARED_MEM_PER_BLOCK = 48 * 1024   # bytes a block may take without opting in (CUDA, sm_70 on)
+# From this register count on, cunn_SoftMaxForwardReg runs ~1.2x slower per register slot on H100
+# and H200 (rows of 7168-9216 vs 3072-6144 in h100/h200_row_kernels.json, bf16 and fp32 alike):
+# consistent with one 1024-thread block per SM instead of two once a thread holds more than 32
+# registers (65536 per SM); the register counts themselves are not read from the binary
+SOFTMAX_REG_WIDE_FROM = 7
 
 
-def block_softmax_rate(dev: DeviceModel, row: int, dtype: str) -> float:
-    """Bytes/s PyTorch's block-per-row softmax sustains when latency-bound (Little's law): the
-    rows resident on all SMs times each row's bytes (read + write) over the time one block spends
-    on a row (``softmax_row_latency_s``); inf for warp-per-row rows or when not calibrated."""
-    latency = dev.cal.softmax_row_latency_s
-    if row <= WARP_SOFTMAX_MAX_ROW or latency <= 0:
-        return math.inf
+def torch_softmax_kernel(row: int, dtype: str) -> str:
+    """Which of PyTorch's CUDA softmax forward kernels runs rows of ``row`` elements of ``dtype``
+    (output of the same dtype): ``warp``, ``reg`` (``reg_wide`` from SOFTMAX_REG_WIDE_FROM registers
+    per thread on), ``smem`` or ``plain`` (SOFTMAX_KERNELS)."""
     size = DTYPE_BYTES[dtype]
-    threads = min(1024, max(32, row * size // 16))
-    rows_per_sm = max(1, THREADS_PER_SM // threads)
-    return dev.accelerator.sm_count * rows_per_sm * row * size * ELEMENTWISE_PASSES["softmax"] / latency
+    if row <= WARP_SOFTMAX_MAX_ROW and row * size <= WARP_SOFTMAX_MAX_ROW_BYTES:
+        return "warp"
+    threads = min(SOFTMAX_MAX_BLOCK_THREADS, -(-row // 32) * 32)
+    registers = -(-row // threads)
+    if registers < SOFTMAX_MAX_REGISTERS:
+        return "reg_wide" if registers >= SOFTMAX_REG_WIDE_FROM else "reg"
+    reduction_bytes = threads // 32 * 4
+    if row * size < SHARED_MEM_PER_BLOCK - reduction_bytes and row % max(1, int(16 // size)) == 0:
+        return "smem"
+    return "plain"
+
+
+def softmax_element_rate(dev: DeviceModel, kernel: str) -> float:
+    """Elements per second a block-per-row softmax kernel (``reg``, ``reg_wide``, ``smem``; ``plain`` takes
+    ``smem``'s) sustains with the GPU full of rows: SMs x boost clock x
+    ``softmax_elements_per_cycle[kernel]`` (elements per SM per cycle, fitted). These kernels are
+    bound by the SMs, not by HBM: H100 and H200 (132 SMs at 1.98 GHz, 3.35 vs 4.8 TB/s) run them at
+    the same rate (h100_kernels.json, h200_kernels.json: 4096- and 8192-element rows ~260-320 G
+    elements/s, 12288 and 16384 ~480-560 G)."""
+    per_cycle = dev.cal.softmax_elements_per_cycle[SOFTMAX_ELEMENT_RATE_KEY.get(kernel, kernel)]
+    a = dev.accelerator
+    return a.sm_count * a.boost_clock_hz * per_cycle
+
+
+SOFTMAX_ELEMENT_RATE_KEY = {"plain": "smem"}   # not measured: costed as the shared-memory kernel
+
+
+def softmax_forward_time(dev: DeviceModel, rows: int, row: int, dtype: str, masked: float = 0.0) -> float:
+    """Seconds of PyTorch's softmax forward over ``rows`` rows of ``row`` elements of ``dtype``
+    (:func:`torch_softmax_kernel` picks the kernel), per element whatever the dtype: every kernel
+    is bound by the SMs' work per element, not by bytes (fp32 rows cost what bf16 rows of as many
+    elements cost, torch_paths.json). The warp kernel costs its elements as bf16 bytes (read +
+    write) at the calibrated ``softmax`` fraction of HBM; the block kernels run at their element
+    rate (:func:`softmax_element_rate`), the register kernel over the row padded to its register
+    count (each of its 1024 threads steps through ``ceil(row / 1024)`` slots, predicated off past
+    the row's end); every kernel is floored by streaming its bytes once each way at the vectorized
+    copy rate (the global-memory kernel's second and third reads of a row hit on-chip caches). A
+    fraction ``masked`` of fp32 scores set to -10000 by an attention mask costs the row work
+    ``softmax_masked_cost`` times per score (:func:`masked_softmax_factor`; measured on fp32 rows,
+    the dtype Megatron-Core's local attention runs its softmax in)."""
+    kernel = torch_softmax_kernel(row, dtype)
+    elements = float(rows) * row
+    factor = masked_softmax_factor(dev.cal, masked) if dtype == "fp32" else 1.0   # measured on fp32 rows only
+    stream = memory_time(dev, elements * DTYPE_BYTES[dtype] * 2, op="copy")
+    if kernel == "warp":
+        work = memory_time(dev, elements * DTYPE_BYTES["bf16"] * ELEMENTWISE_PASSES["softmax"] * factor, op="softmax")
+        return max(work, stream)
+    if kernel.startswith("reg"):
+        elements = float(rows) * -(-row // SOFTMAX_MAX_BLOCK_THREADS) * SOFTMAX_MAX_BLOCK_THREADS
+    work = elements / softmax_element_rate(dev, kernel) * factor + dev.cal.kernel_launch_s
+    return max(work, stream)
 
 
 def elementwise_time(dev: DeviceModel, op: str, tokens: int, hidden: int, dtype: str = "bf16",
                      backward: bool = False, masked: float = 0.0) -> float:
     """Time of a memory-bound op over a [tokens, hidden] tensor; backward moves ~1.5x the bytes.
-    Softmax over long rows is the slower of HBM and its latency-bound rate (block_softmax_rate).
-    PyTorch's softmax forward over fp32 rows costs per *element* what its bf16 rows cost (its row
-    kernels are bound by the work per element, not by bytes: torch_paths.json, fp32 rows of
-    2048-8192 within -9..+4% of bf16 rows of as many elements on H100 and H200), floored by
-    streaming the fp32 bytes (read 4, write 4) at the vectorized copy rate. A fraction ``masked``
-    of the scores set to -10000 by an attention mask costs that row work
-    ``softmax_masked_cost`` times per score (:func:`masked_softmax_factor`)."""
+    PyTorch's softmax forward is costed per kernel it runs (:func:`softmax_forward_time`), a
+    fraction ``masked`` of its scores at ``softmax_masked_cost``."""
     if op == "silu_mul_eager":
         return eager_swiglu_time(dev, tokens, hidden, backward)
-    if op == "softmax" and dtype == "fp32" and not backward:
-        return max(elementwise_time(dev, op, tokens, hidden, "bf16") * masked_softmax_factor(dev.cal, masked),
-                   memory_time(dev, 8.0 * tokens * hidden, op="copy"))
+    if op == "softmax" and not backward:
+        return softmax_forward_time(dev, tokens, hidden, dtype, masked)
     passes = ELEMENTWISE_PASSES[op] * (1.5 if backward else 1.0)
     nbytes = tokens * hidden * DTYPE_BYTES[dtype] * passes
-    t = memory_time(dev, nbytes, op=op)
-    if op == "softmax":
-        t = max(t, nbytes / block_softmax_rate(dev, hidden, dtype) + dev.cal.kernel_launch_s)
-    return t
+    return memory_time(dev, nbytes, op=op)

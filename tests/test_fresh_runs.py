@@ -78,7 +78,7 @@ def test_fresh_attention_target_unmet(backend):
 
 # ---- memory-bound ops ----------------------------------------------------------------------------
 MEMORY_FRESH = {"add": 0.027, "copy": 0.113, "gelu": 0.062, "layernorm": 0.090, "rmsnorm": 0.124,
-                "silu_mul": 0.029, "softmax": 0.106}
+                "silu_mul": 0.029, "softmax": 0.080}   # softmax 10.6% before session 15's kernel classes
 
 
 def test_fresh_memory_bound_pooled_within_8_percent():
@@ -94,7 +94,8 @@ def test_fresh_memory_bound_ratchet(kind):
 
 
 @pytest.mark.xfail(strict=True, reason="fresh run per kind: rmsnorm 12.4% (large rows predicted up to 30% slow), copy "
-                                       "11.3% (copies of ~5 us, launch-bound, 18-44% slow), softmax 10.6%, layernorm 9.0%")
+                                       "11.3% (copies of ~5 us, launch-bound, 18-44% slow), layernorm 9.0%, softmax 8.0% "
+                                       "(10.6% before session 15)")
 def test_fresh_memory_bound_each_kind_within_8_percent():
     assert all(_mape(_errors(MEMORY, "kind")[k]) <= TARGET for k in MEMORY_FRESH)
 

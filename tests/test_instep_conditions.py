@@ -62,12 +62,13 @@ def test_profile_value_is_what_calibrate_fits_on_the_file():
 
 def test_masked_rows_are_predicted_like_unmasked_ones():
     """With the masked-score cost, each causal record misses by what its N(0,1) twin misses (the row
-    model's own error) within 3 points; without it the causal rows of >= 2048 miss by 11-16 points more."""
+    model's own error) within 4.5 points (4.0 today; 3 on session 14's one-latency row model, on which the
+    cost was first fitted); without it the causal rows of >= 2048 miss by 11-16 points more."""
     cal = load_calibration("h200-sxm")
     errs = _isolated_softmax_errors(cal)
     bare = _isolated_softmax_errors(dataclasses.replace(cal, softmax_masked_cost=1.0))
     for row in (2048, 4096, 8192):
-        assert abs(errs[(row, "causal_scores")] - errs[(row, "randn")]) <= 0.03
+        assert abs(errs[(row, "causal_scores")] - errs[(row, "randn")]) <= 0.045
         assert bare[(row, "causal_scores")] - bare[(row, "randn")] <= -0.10
 
 
@@ -81,8 +82,9 @@ def test_masked_cost_moves_only_the_causal_fp32_softmax_forward():
         dev, "softmax", 65536, 4096, "bf16")
     causal = dict(unfused_torch_attention_parts(dev, 2, 32, 32, 4096, 4096, 128, "fwd", causal=True))
     plain = dict(unfused_torch_attention_parts(dev, 2, 32, 32, 4096, 4096, 128, "fwd", causal=False))
+    # the row work scales, the kernel launch does not
     assert causal["softmax_fwd"] / plain["softmax_fwd"] == pytest.approx(
-        masked_softmax_factor(dev.cal, 0.5 - 0.5 / 4096), rel=1e-9)
+        masked_softmax_factor(dev.cal, 0.5 - 0.5 / 4096), rel=1e-3)
     bwd_c = dict(unfused_torch_attention_parts(dev, 2, 32, 32, 4096, 4096, 128, "bwd", causal=True))
     bwd_p = dict(unfused_torch_attention_parts(dev, 2, 32, 32, 4096, 4096, 128, "bwd", causal=False))
     assert bwd_c["softmax_bwd"] == bwd_p["softmax_bwd"]

@@ -14,7 +14,8 @@ from validation.records import MeasurementFile
 PLAIN_ROOFLINE = Calibration(
     gemm_peak_fraction={k: 1.0 for k in ("bf16", "fp16", "tf32", "fp32", "fp8", "fp4", "fp64")},
     gemm_tile_overhead_k=0.0, kernel_launch_s=0.0, hbm_fraction=1.0, attention_fwd_fraction=1.0,
-    attention_bwd_fraction=1.0, attention_softmax_fraction=1e9, softmax_row_latency_s=0.0,
+    attention_bwd_fraction=1.0, attention_softmax_fraction=1e9,
+    softmax_elements_per_cycle={"reg": 1e9, "reg_wide": 1e9, "smem": 1e9},
     links={k: LinkEfficiency(alpha_s=1e-12, bandwidth_fraction=1.0)
            for k in ("nvlink", "xgmi", "pcie", "c2c", "scale_out")},
     name="plain-roofline")

@@ -46,7 +46,9 @@ COMPUTE_PARAMS = [Param(f"gemm_peak_fraction.{d}", 0.05, 1.0) for d in ("bf16", 
     Param("attention_bwd_fraction", 0.1, 1.0),
     Param("attention_softmax_fraction", 0.05, 1.0),
     Param("attention_tile_overhead", 0.0, 16.0),
-    Param("softmax_row_latency_s", 0.0, 50e-6),
+    Param("softmax_elements_per_cycle.reg", 0.05, 16.0),
+    Param("softmax_elements_per_cycle.reg_wide", 0.05, 16.0),
+    Param("softmax_elements_per_cycle.smem", 0.05, 16.0),
     Param("softmax_masked_cost", 1.0, 4.0),
 ] + [Param(f"memory_op_fraction.{k}", 0.1, 1.0) for k in ELEMENTWISE_KINDS + ("copy", "nonvectorized", "cast_unrolled")] + [
     # fused attention kernels other than FlashAttention-2 (simulator.compute.fused_attention_params);
@@ -111,7 +113,7 @@ PARAMETER_GROUPS = {
     "attention": ("attention_fwd_fraction", "attention_bwd_fraction", "attention_softmax_fraction",
                   "attention_tile_overhead"),                          # FlashAttention-2 (``flash``)
     "attention_kernels": ("attention_kernel_",),                       # cudnn, efficient
-    "memory": ("hbm_fraction", "memory_op_fraction.", "softmax_row_latency_s", "softmax_masked_cost"),
+    "memory": ("hbm_fraction", "memory_op_fraction.", "softmax_elements_per_cycle", "softmax_masked_cost"),
     "launch": ("kernel_launch_s",),
     "ssd": ("ssd_",),                                                  # Mamba-2 SSD scan kernels
     "comm": ("links.", "collective_"),

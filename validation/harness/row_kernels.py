@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 SOFTMAX_ROWS = {"bfloat16": (1536, 2560, 3072, 5120, 6144, 7168, 9216, 10240, 14336, 20480, 24576, 32768),
                 "float32": (1536, 3072, 5120, 6144, 7168, 9216, 10240, 12288, 16384)}
@@ -81,18 +80,9 @@ def run_case(c: dict, flush, rec) -> None:
 
 def main():
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from suite_cli import open_suite
-    opened = open_suite(__doc__, 150.0, cases, lambda c: f"{label(c)} {bytes_min(c) / 1e9:8.3f} GB", "row_kernels",
-                        "common.time_fn (L2 flushed, events)")
-    if opened is None:
-        return
-    args, cs, rec, flush, dl = opened
-    import common
-    t0 = time.time()
-    common.run_within_budget(cs, dl, rec, lambda c: run_case(c, flush, rec), label)
-    common.log(f"done in {time.time() - t0:.1f} s: {len(rec.records)} records; {len(rec.errors)} errors")
-    for e in rec.errors:
-        common.log("  error:", e)
+    from suite_cli import run_simple_suite
+    run_simple_suite(__doc__, 150.0, cases, lambda c: f"{label(c)} {bytes_min(c) / 1e9:8.3f} GB", "row_kernels",
+                     "common.time_fn (L2 flushed, events)", run_case, label)
 
 
 if __name__ == "__main__":

@@ -32,3 +32,20 @@ def open_suite(doc: str, budget_s: float, cases_of, describe, suite: str, timing
     import common
     info = common.device_info(suite=suite, timing=timing)
     return (args, cs) + common.start_seeded_run(args.out, info, args.budget_s, suite)
+
+
+def run_simple_suite(doc: str, budget_s: float, cases_of, describe, suite: str, timing: str, run_case, label) -> None:
+    """A whole single-GPU suite whose cases each run alone: :func:`open_suite`, then every case through
+    ``run_case(case, flush, recorder)`` within the budget (common.run_within_budget), the count of
+    records and every error logged at the end."""
+    import time
+    opened = open_suite(doc, budget_s, cases_of, describe, suite, timing)
+    if opened is None:
+        return
+    args, cs, rec, flush, dl = opened
+    import common
+    t0 = time.time()
+    common.run_within_budget(cs, dl, rec, lambda c: run_case(c, flush, rec), label)
+    common.log(f"done in {time.time() - t0:.1f} s: {len(rec.records)} records; {len(rec.errors)} errors")
+    for e in rec.errors:
+        common.log("  error:", e)

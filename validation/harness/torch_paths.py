@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 SEQS = (1024, 2048, 4096, 8192)
 BH = (4, 16, 56)                  # batch x heads of one tensor-parallel rank's scores
@@ -130,18 +129,9 @@ def run_case(c: dict, flush, rec) -> None:
 
 def main():
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from suite_cli import open_suite
-    opened = open_suite(__doc__, 240.0, cases, lambda c: f"{label(c)} {bytes_min(c) / 1e9:8.3f} GB", "torch_paths",
-                        "common.time_fn (L2 flushed, events) and common.time_graph")
-    if opened is None:
-        return
-    args, cs, rec, flush, dl = opened
-    import common
-    t0 = time.time()
-    common.run_within_budget(cs, dl, rec, lambda c: run_case(c, flush, rec), label)
-    common.log(f"done in {time.time() - t0:.1f} s: {len(rec.records)} records; {len(rec.errors)} errors")
-    for e in rec.errors:
-        common.log("  error:", e)
+    from suite_cli import run_simple_suite
+    run_simple_suite(__doc__, 240.0, cases, lambda c: f"{label(c)} {bytes_min(c) / 1e9:8.3f} GB", "torch_paths",
+                     "common.time_fn (L2 flushed, events) and common.time_graph", run_case, label)
 
 
 if __name__ == "__main__":

@@ -861,6 +861,9 @@ def torch_softmax_kernel(row: int, dtype: str) -> str:
     return "plain"
 
 
+SOFTMAX_ELEMENT_RATE_KEY = {"plain": "smem"}   # not measured: costed as the shared-memory kernel
+
+
 def softmax_element_rate(dev: DeviceModel, kernel: str) -> float:
     """Elements per second a block-per-row softmax kernel (``reg``, ``reg_wide``, ``smem``; ``plain`` takes
     ``smem``'s) sustains with the GPU full of rows: SMs x boost clock x
@@ -871,9 +874,6 @@ def softmax_element_rate(dev: DeviceModel, kernel: str) -> float:
     per_cycle = dev.cal.softmax_elements_per_cycle[SOFTMAX_ELEMENT_RATE_KEY.get(kernel, kernel)]
     a = dev.accelerator
     return a.sm_count * a.boost_clock_hz * per_cycle
-
-
-SOFTMAX_ELEMENT_RATE_KEY = {"plain": "smem"}   # not measured: costed as the shared-memory kernel
 
 
 def softmax_forward_time(dev: DeviceModel, rows: int, row: int, dtype: str, masked: float = 0.0) -> float:

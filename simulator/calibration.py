@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Literal, Optional
 
 import yaml
 
@@ -252,7 +252,7 @@ def _profile_schema() -> type:
                 step_power=(Optional[dict[str, nonneg]], None),
                 ssd_fraction=(Optional[dict[str, fraction]], None),
                 ssd_host_s=(Optional[dict[str, nonneg]], None),
-                softmax_elements_per_cycle=(Optional[dict[str, positive]], None),
+                softmax_elements_per_cycle=(Optional[dict[Literal["reg", "reg_wide", "smem"], positive]], None),
                 links=(Optional[dict[str, link]], None))
     return pydantic.create_model("ProfileParameters", __config__=cfg, **spec)
 

@@ -724,11 +724,7 @@ def nonvectorized_time(dev: DeviceModel, nbytes: float, cast: bool = False, laun
     dtype-converting copy to a wider dtype (``.float()`` of bf16: unrolled, dynamic casts), ``cast``,
     at ``memory_op_fraction["cast_unrolled"]``. Both fitted on the ``torch_paths`` kernel suite
     (validation/harness/torch_paths.py); a GPU whose profile lacks them uses ``hbm_fraction``."""
-    if nbytes <= 0:
-        return 0.0
-    key = "cast_unrolled" if cast else "nonvectorized"
-    frac = dev.cal.memory_op_fraction.get(key, dev.cal.hbm_fraction)
-    return nbytes / (dev.accelerator.hbm_bandwidth_Bps * frac) + launches * dev.cal.kernel_launch_s
+    return memory_time(dev, nbytes, launches, op="cast_unrolled" if cast else "nonvectorized")
 
 
 # bytes per element of the kernel memory_op_fraction["nonvectorized"] was fitted on (torch_paths
@@ -844,6 +840,12 @@ SHARED_MEM_PER_BLOCK = 48 * 1024   # bytes a block may take without opting in (C
 SOFTMAX_REG_WIDE_FROM = 7
 
 
+def softmax_block_threads(row: int) -> int:
+    """Threads of the block PyTorch's block-per-row softmax forward gives a row of ``row`` elements:
+    min(row, 1024) rounded up to whole warps (SoftMaxForward_getBlockSize)."""
+    return min(SOFTMAX_MAX_BLOCK_THREADS, -(-row // 32) * 32)
+
+
 def torch_softmax_kernel(row: int, dtype: str) -> str:
     """Which of PyTorch's CUDA softmax forward kernels runs rows of ``row`` elements of ``dtype``
     (output of the same dtype): ``warp``, ``reg`` (``reg_wide`` from SOFTMAX_REG_WIDE_FROM registers
@@ -851,7 +853,7 @@ def torch_softmax_kernel(row: int, dtype: str) -> str:
     size = DTYPE_BYTES[dtype]
     if row <= WARP_SOFTMAX_MAX_ROW and row * size <= WARP_SOFTMAX_MAX_ROW_BYTES:
         return "warp"
-    threads = min(SOFTMAX_MAX_BLOCK_THREADS, -(-row // 32) * 32)
+    threads = softmax_block_threads(row)
     registers = -(-row // threads)
     if registers < SOFTMAX_MAX_REGISTERS:
         return "reg_wide" if registers >= SOFTMAX_REG_WIDE_FROM else "reg"
@@ -897,7 +899,8 @@ def softmax_forward_time(dev: DeviceModel, rows: int, row: int, dtype: str, mask
         work = memory_time(dev, elements * DTYPE_BYTES["bf16"] * ELEMENTWISE_PASSES["softmax"] * factor, op="softmax")
         return max(work, stream)
     if kernel.startswith("reg"):
-        elements = float(rows) * -(-row // SOFTMAX_MAX_BLOCK_THREADS) * SOFTMAX_MAX_BLOCK_THREADS
+        threads = softmax_block_threads(row)
+        elements = float(rows) * -(-row // threads) * threads
     work = elements / softmax_element_rate(dev, kernel) * factor + dev.cal.kernel_launch_s
     return max(work, stream)
 

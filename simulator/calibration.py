@@ -125,6 +125,13 @@ class Calibration:
                                  set to -10000 (Megatron's attention_mask_func), relative to an
                                  ordinary score (1: no difference); fitted on the isolated
                                  causal vs N(0,1) pairs of instep_conditions.py
+      norm_forward[key]          PyTorch's LayerNorm / RMSNorm forward kernel
+                                 (simulator.compute.norm_forward_time): ``fraction`` of HBM
+                                 bandwidth, the row size from which its second read of a row
+                                 comes from HBM (``reread_from_bytes``, over ``reread_span_bytes``),
+                                 and a block's latency per row and per element of each kind
+                                 (``<kind>_row_s``, ``<kind>_element_s``); empty: the norms are
+                                 bytes at memory_op_fraction (fitted with ``--only norm_forward``)
       memory_op_fraction[op]     achieved fraction of HBM bandwidth of one memory-bound kernel
                                  family (layernorm, softmax, ...); default hbm_fraction
       collective_fraction[kind]  NCCL's achieved bandwidth of a collective relative to all_reduce
@@ -161,6 +168,7 @@ class Calibration:
     ssd_host_s: dict = field(default_factory=dict)
     comm_overlap_slowdown: float = 0.2
     softmax_masked_cost: float = 1.0
+    norm_forward: dict = field(default_factory=dict)
     host_op_s: float = 0.0
     fsdp_unit_host_s: float = 0.0
     ddp_tensor_host_s: float = 0.0
@@ -214,7 +222,7 @@ HOST_PARAMETERS = ("host_op_s", "fsdp_unit_host_s", "ddp_tensor_host_s", "optimi
 DICT_PARAMETERS = ("gemm_peak_fraction", "attention_kernel_fraction", "attention_kernel_overlap",
                    "attention_kernel_overhead", "memory_op_fraction", "collective_fraction", "collective_alpha_fraction",
                    "collective_shard_steps", "sustained_clock_fraction", "ssd_fraction", "ssd_host_s",
-                   "step_power", "softmax_elements_per_cycle")
+                   "step_power", "softmax_elements_per_cycle", "norm_forward")
 
 
 FRACTIONS = ("gemm_unaligned_fraction", "gemm_clock_bound_fraction", "hbm_fraction", "attention_fwd_fraction", "attention_bwd_fraction",
@@ -253,6 +261,9 @@ def _profile_schema() -> type:
                 ssd_fraction=(Optional[dict[str, fraction]], None),
                 ssd_host_s=(Optional[dict[str, nonneg]], None),
                 softmax_elements_per_cycle=(Optional[dict[Literal["reg", "reg_wide", "smem"], positive]], None),
+                norm_forward=(Optional[dict[Literal["fraction", "reread_from_bytes", "reread_span_bytes", "rmsnorm_row_s",
+                                                    "layernorm_row_s", "rmsnorm_element_s", "layernorm_element_s"],
+                                            nonneg]], None),
                 links=(Optional[dict[str, link]], None))
     return pydantic.create_model("ProfileParameters", __config__=cfg, **spec)
 

@@ -819,6 +819,55 @@ def memory_time(dev: DeviceModel, nbytes: float, launches: int = 1, op: str | No
     return nbytes / (dev.accelerator.hbm_bandwidth_Bps * frac) + launches * dev.cal.kernel_launch_s
 
 
+# PyTorch's LayerNorm and RMSNorm forward over the last dimension (aten/src/ATen/native/cuda/
+# layer_norm_kernel.cu, vectorized_layer_norm_kernel; since torch 2.8 F.rms_norm on CUDA runs
+# _fused_rms_norm, the same kernel with a sum of squares in place of Welford's update): one block of
+# 128 threads per row, loads of 4-element vectors; a first pass reads the row and reduces it, a
+# block-wide reduction follows, a second pass reads the row again and writes the output.
+NORM_KINDS = ("layernorm", "rmsnorm")
+# Resident blocks per SM the row-latency term assumes: 8 fits the H100 and H200 records better than
+# 16 (the thread limit) would; consistent with <= 64 registers per thread, not read from the binary
+NORM_BLOCKS_PER_SM = 8
+# The bandwidth-bound and latency-bound times combine as a power mean of this order (a knee between
+# the two regimes, not a hard max: rows near the knee are partly both); 2 and 3 fit alike, 2 chosen
+NORM_COMBINE_ORDER = 2.0
+# Starting values of a fit, and the values of a key a profile leaves out
+NORM_FORWARD_START = {"fraction": 0.85, "reread_from_bytes": 8192.0, "reread_span_bytes": 8192.0,
+                      "rmsnorm_row_s": 0.0, "layernorm_row_s": 1.0e-6,
+                      "rmsnorm_element_s": 1.0e-9, "layernorm_element_s": 1.0e-9}
+
+
+def norm_reread_fraction(nf: dict, row_bytes: float) -> float:
+    """Fraction of a row's second read that comes from HBM rather than from on-chip caches, in [0, 1]:
+    0 up to ``reread_from_bytes`` per row, rising linearly to 1 over ``reread_span_bytes`` (rows in
+    flight x row bytes outgrow the caches). Fitted per GPU; the mechanism is inferred from rates, not
+    isolated: H100 rows slow down from ~6 KiB, H200 rows from ~10 KiB (h100/h200 kernels and
+    row_kernels files: up to 25% lower rate)."""
+    span = max(nf["reread_span_bytes"], 1.0)
+    return min(max((row_bytes - nf["reread_from_bytes"]) / span, 0.0), 1.0)
+
+
+def norm_forward_time(dev: DeviceModel, op: str, rows: int, row: int, dtype: str) -> float:
+    """Seconds of PyTorch's LayerNorm or RMSNorm forward (``op``) over ``rows`` rows of ``row``
+    elements of ``dtype``, with the profile's ``norm_forward`` parameters:
+
+    * bandwidth-bound: the input read twice (the second read from HBM by
+      :func:`norm_reread_fraction`) and the output written once, at ``fraction`` of HBM bandwidth;
+    * latency-bound: max(1, rows / (SMs x NORM_BLOCKS_PER_SM)) waves of one block's lifetime,
+      ``<op>_row_s`` (its reductions) + row x ``<op>_element_s`` (its passes over the row);
+
+    combined as a power mean of order NORM_COMBINE_ORDER, plus one kernel launch. Fitted on
+    h100/h200 kernels and row_kernels records (docs/measurements.md, "LayerNorm and RMSNorm")."""
+    nf = {**NORM_FORWARD_START, **dev.cal.norm_forward}
+    row_bytes = float(row) * DTYPE_BYTES[dtype]
+    traffic = rows * row_bytes * (2.0 + norm_reread_fraction(nf, row_bytes))
+    stream = traffic / (dev.accelerator.hbm_bandwidth_Bps * nf["fraction"])
+    waves = max(1.0, rows / (dev.accelerator.sm_count * NORM_BLOCKS_PER_SM))
+    latency = waves * (nf[f"{op}_row_s"] + row * nf[f"{op}_element_s"])
+    k = NORM_COMBINE_ORDER
+    return (stream ** k + latency ** k) ** (1.0 / k) + dev.cal.kernel_launch_s
+
+
 # PyTorch's softmax forward over the last dimension (aten/src/ATen/native/cuda/SoftMax.cu,
 # host_softmax, torch 2.4 on): rows of at most 2048 elements and 8 KiB run softmax_warp_forward
 # (PersistentSoftmax.cuh: one warp per row, the row in registers); longer rows one thread block
@@ -909,11 +958,14 @@ def elementwise_time(dev: DeviceModel, op: str, tokens: int, hidden: int, dtype:
                      backward: bool = False, masked: float = 0.0) -> float:
     """Time of a memory-bound op over a [tokens, hidden] tensor; backward moves ~1.5x the bytes.
     PyTorch's softmax forward is costed per kernel it runs (:func:`softmax_forward_time`), a
-    fraction ``masked`` of its scores at ``softmax_masked_cost``."""
+    fraction ``masked`` of its scores at ``softmax_masked_cost``; LayerNorm and RMSNorm forward by
+    :func:`norm_forward_time` where the profile has ``norm_forward`` parameters."""
     if op == "silu_mul_eager":
         return eager_swiglu_time(dev, tokens, hidden, backward)
     if op == "softmax" and not backward:
         return softmax_forward_time(dev, tokens, hidden, dtype, masked)
+    if op in NORM_KINDS and not backward and dev.cal.norm_forward:
+        return norm_forward_time(dev, op, tokens, hidden, dtype)
     passes = ELEMENTWISE_PASSES[op] * (1.5 if backward else 1.0)
     nbytes = tokens * hidden * DTYPE_BYTES[dtype] * passes
     return memory_time(dev, nbytes, op=op)

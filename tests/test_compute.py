@@ -1,3 +1,4 @@
+import pytest
 
 
 def test_softmax_kernel_follows_pytorch_dispatch():
@@ -32,3 +33,48 @@ def test_block_softmax_is_bound_by_the_sms_not_hbm():
     # the shared-memory kernel at twice the register kernel's rate per element
     ratio = t[("h100-sxm", 4096, "bf16")] / t[("h100-sxm", 16384, "bf16")]
     assert 1.8 < ratio < 2.0
+
+
+def _norm_device(**norm_forward):
+    from dataclasses import replace
+    from hardware_specs import load_accelerator
+    from simulator.calibration import DEFAULT
+    from simulator.compute import DeviceModel
+    return DeviceModel(load_accelerator("h200-sxm"), replace(DEFAULT, kernel_launch_s=0.0, norm_forward=norm_forward))
+
+
+def test_norm_forward_without_parameters_is_bytes_at_the_op_fraction():
+    # a profile without norm_forward keeps the bytes model: 2 passes at memory_op_fraction[op]
+    from simulator.compute import elementwise_time, memory_time
+    dev = _norm_device()
+    assert elementwise_time(dev, "rmsnorm", 8192, 4096) == memory_time(dev, 8192 * 4096 * 2 * 2, op="rmsnorm")
+
+
+def test_norm_forward_second_read_from_hbm_past_the_row_size():
+    # bandwidth-bound (no latency terms): rows past reread_from_bytes + span read the row three
+    # times, rows below it twice; in between a linear share of the second read
+    from simulator.compute import norm_forward_time
+    dev = _norm_device(fraction=0.5, reread_from_bytes=8192.0, reread_span_bytes=8192.0,
+                       rmsnorm_row_s=0.0, rmsnorm_element_s=0.0)
+    per_element = {row: norm_forward_time(dev, "rmsnorm", 1 << 16, row, "bf16") / (row << 16) for row in (2048, 6144, 16384)}
+    assert per_element[16384] / per_element[2048] == pytest.approx(1.5)       # 3 passes vs 2
+    assert per_element[6144] / per_element[2048] == pytest.approx(1.25)       # 12 KiB: half of the second read
+
+
+def test_norm_forward_few_rows_are_one_block_lifetime():
+    # latency-bound (HBM made infinitely fast): fewer rows than resident blocks take one wave, a
+    # block's lifetime; 4x as many waves take 4x as long; fp32 rows cost what bf16 rows do
+    from simulator.compute import NORM_BLOCKS_PER_SM, norm_forward_time
+    dev = _norm_device(fraction=1e9, layernorm_row_s=1e-6, layernorm_element_s=1e-9)
+    slots = dev.accelerator.sm_count * NORM_BLOCKS_PER_SM
+    one = norm_forward_time(dev, "layernorm", 10, 4096, "bf16")
+    assert one == pytest.approx(1e-6 + 4096e-9, rel=1e-6)
+    assert norm_forward_time(dev, "layernorm", slots, 4096, "bf16") == pytest.approx(one, rel=1e-6)
+    assert norm_forward_time(dev, "layernorm", 4 * slots, 4096, "fp32") == pytest.approx(4 * one, rel=1e-6)
+
+
+def test_profile_norm_forward_keys_are_checked():
+    from simulator.calibration import calibration_from_dict
+    from hardware_specs.errors import SpecError
+    with pytest.raises(SpecError, match="norm_forward"):
+        calibration_from_dict({"parameters": {"norm_forward": {"rows_per_block": 1.0}}}, "test.yaml")

@@ -16,7 +16,7 @@ from scipy.optimize import least_squares
 
 from hardware_specs.catalog import Hardware
 from simulator.calibration import DEFAULT, DICT_PARAMETERS, Calibration
-from simulator.compute import fused_attention_params
+from simulator.compute import NORM_FORWARD_START, fused_attention_params
 from simulator.comm import COLLECTIVES as COLLECTIVE_KINDS
 from validation.predict import ELEMENTWISE_KINDS, Unsupported, predict_record
 
@@ -50,6 +50,11 @@ COMPUTE_PARAMS = [Param(f"gemm_peak_fraction.{d}", 0.05, 1.0) for d in ("bf16", 
     Param("softmax_elements_per_cycle.reg_wide", 0.05, 16.0),
     Param("softmax_elements_per_cycle.smem", 0.05, 16.0),
     Param("softmax_masked_cost", 1.0, 4.0),
+    Param("norm_forward.fraction", 0.3, 1.0),
+    Param("norm_forward.reread_from_bytes", 0.0, 256 * 1024.0),
+    Param("norm_forward.reread_span_bytes", 256.0, 256 * 1024.0),
+    Param("norm_forward.rmsnorm_row_s", 0.0, 20e-6), Param("norm_forward.layernorm_row_s", 0.0, 20e-6),
+    Param("norm_forward.rmsnorm_element_s", 0.0, 1e-7), Param("norm_forward.layernorm_element_s", 0.0, 1e-7),
 ] + [Param(f"memory_op_fraction.{k}", 0.1, 1.0) for k in ELEMENTWISE_KINDS + ("copy", "nonvectorized", "cast_unrolled")] + [
     # fused attention kernels other than FlashAttention-2 (simulator.compute.fused_attention_params);
     # only records with that ``backend`` move them; FlashAttention-3 (fa3) is never fitted
@@ -113,7 +118,8 @@ PARAMETER_GROUPS = {
     "attention": ("attention_fwd_fraction", "attention_bwd_fraction", "attention_softmax_fraction",
                   "attention_tile_overhead"),                          # FlashAttention-2 (``flash``)
     "attention_kernels": ("attention_kernel_",),                       # cudnn, efficient
-    "memory": ("hbm_fraction", "memory_op_fraction.", "softmax_elements_per_cycle", "softmax_masked_cost"),
+    "memory": ("hbm_fraction", "memory_op_fraction.", "softmax_elements_per_cycle", "softmax_masked_cost",
+               "norm_forward."),
     "launch": ("kernel_launch_s",),
     "ssd": ("ssd_",),                                                  # Mamba-2 SSD scan kernels
     "comm": ("links.", "collective_"),
@@ -148,6 +154,8 @@ def get_value(cal: Calibration, path: str) -> float:
                 "attention_kernel_overhead": overhead}[parts[0]]
     if len(parts) == 2:
         d = getattr(cal, parts[0])
+        if parts[0] == "norm_forward":
+            return d.get(parts[1], NORM_FORWARD_START[parts[1]])
         default = {"memory_op_fraction": cal.hbm_fraction, "collective_shard_steps": 0.0, "ssd_host_s": 1e-4}.get(parts[0], 1.0)
         return d.get(parts[1], default)
     return getattr(cal, path)

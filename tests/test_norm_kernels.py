@@ -1,0 +1,84 @@
+"""LayerNorm and RMSNorm forward at shapes no fit had seen (validation/harness/norm_kernels.py, session 16):
+hidden 2560-18432 in bf16 at 600-30000 rows and fp32 rows of 2048-8192, on one H200 and one H100. The
+predictions of the norm model (simulator.compute.norm_forward_time) were committed before the run
+(validation/measurements/logs/prereg_norm_kernels_*.txt, commit 4757298); this file pins what they
+scored, what the bytes model they replaced scores on the same records, and that no fit used them."""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from hardware_specs.catalog import load_hardware
+from simulator.calibration import calibration_for, profile_fitted_on
+from validation.predict import kernel_time
+
+ROOT = Path(__file__).resolve().parents[1]
+MEAS = ROOT / "validation" / "measurements"
+HW = {"h200": "h200-1gpu", "h100": "h100-1gpu"}
+TARGET = 0.08        # issue #12: memory-bound kernels within 8% on a fresh run
+# MAPE per kind (44 records each) as pre-registered, and under the bytes model of session 15 (2 passes
+# at memory_op_fraction[kind]) on the same records
+PREREGISTERED = {"h200": {"rmsnorm": 0.079, "layernorm": 0.099}, "h100": {"rmsnorm": 0.059, "layernorm": 0.086}}
+BYTES_MODEL = {"h200": {"rmsnorm": 0.150, "layernorm": 0.162}, "h100": {"rmsnorm": 0.117, "layernorm": 0.136}}
+
+
+def _records(gpu: str) -> list[dict]:
+    return json.loads((MEAS / f"{gpu}_norm_kernels.json").read_text())["records"]
+
+
+def _label(r: dict) -> str:
+    return f"{r['kind']:9s} {r['tokens']:7d}x{r['hidden']:<6d} {r['dtype']}".strip()
+
+
+def _mape(errors: list[float]) -> float:
+    return sum(abs(e) for e in errors) / len(errors)
+
+
+def _logged(gpu: str) -> dict:
+    out = {}
+    for line in (MEAS / "logs" / f"prereg_norm_kernels_{gpu}.txt").read_text().splitlines():
+        m = re.match(r"(.*\S)\s+([0-9.]+) us$", line)
+        out[m.group(1)] = float(m.group(2)) * 1e-6
+    return out
+
+
+@pytest.mark.parametrize("gpu", sorted(HW))
+def test_preregistered_predictions_scored_as_quoted(gpu):
+    logged = _logged(gpu)
+    recs = _records(gpu)
+    assert len(recs) == 88 and all(_label(r) in logged for r in recs)
+    for kind, quoted in PREREGISTERED[gpu].items():
+        errs = [logged[_label(r)] / r["time_s"] - 1 for r in recs if r["kind"] == kind]
+        assert len(errs) == 44 and _mape(errs) == pytest.approx(quoted, abs=0.0015), kind
+
+
+@pytest.mark.parametrize("gpu", sorted(HW))
+def test_norm_model_today_and_against_the_bytes_model(gpu):
+    hw = load_hardware(HW[gpu])
+    cal = calibration_for(hw.accelerator)[0]
+    old = replace(cal, norm_forward={})
+    for kind in ("rmsnorm", "layernorm"):
+        recs = [r for r in _records(gpu) if r["kind"] == kind]
+        today = _mape([kernel_time(r, hw, cal) / r["time_s"] - 1 for r in recs])
+        assert today <= PREREGISTERED[gpu][kind] + 5e-4, kind      # the model has not moved since
+        assert kind != "rmsnorm" or today <= TARGET                 # RMSNorm meets the issue's 8% on both GPUs
+        assert _mape([kernel_time(r, hw, old) / r["time_s"] - 1 for r in recs]) == pytest.approx(BYTES_MODEL[gpu][kind], abs=0.0015)
+
+
+@pytest.mark.xfail(strict=True, reason="LayerNorm 9.9% (H200) / 8.6% (H100) as pre-registered: 600-2500 rows "
+                                       "predicted 8-23% fast, 30000 rows 4-13% slow (the regimes' knee)")
+def test_layernorm_target_on_the_fresh_shapes():
+    hw = {g: load_hardware(n) for g, n in HW.items()}
+    for gpu in HW:
+        cal = calibration_for(hw[gpu].accelerator)[0]
+        recs = [r for r in _records(gpu) if r["kind"] == "layernorm"]
+        assert _mape([kernel_time(r, hw[gpu], cal) / r["time_s"] - 1 for r in recs]) <= TARGET
+
+
+def test_norm_kernels_never_fitted():
+    for gpu, profile in (("h200", "h200-sxm"), ("h100", "h100-sxm")):
+        assert not any("norm_kernels" in f for f in profile_fitted_on(profile))

@@ -129,8 +129,8 @@ class Calibration:
                                  (simulator.compute.norm_forward_time): ``fraction`` of HBM
                                  bandwidth, the row size from which its second read of a row
                                  comes from HBM (``reread_from_bytes``, over ``reread_span_bytes``),
-                                 and a block's latency per row and per element of each kind
-                                 (``<kind>_row_s``, ``<kind>_element_s``); empty: the norms are
+                                 each kind's effective load latency (``<kind>_load_latency_s``) and
+                                 time per wave of blocks (``<kind>_row_s``); empty: the norms are
                                  bytes at memory_op_fraction (fitted with ``--only norm_forward``)
       memory_op_fraction[op]     achieved fraction of HBM bandwidth of one memory-bound kernel
                                  family (layernorm, softmax, ...); default hbm_fraction
@@ -262,7 +262,7 @@ def _profile_schema() -> type:
                 ssd_host_s=(Optional[dict[str, nonneg]], None),
                 softmax_elements_per_cycle=(Optional[dict[Literal["reg", "reg_wide", "smem"], positive]], None),
                 norm_forward=(Optional[dict[Literal["fraction", "reread_from_bytes", "reread_span_bytes", "rmsnorm_row_s",
-                                                    "layernorm_row_s", "rmsnorm_element_s", "layernorm_element_s"],
+                                                    "layernorm_row_s", "rmsnorm_load_latency_s", "layernorm_load_latency_s"],
                                             nonneg]], None),
                 links=(Optional[dict[str, link]], None))
     return pydantic.create_model("ProfileParameters", __config__=cfg, **spec)

@@ -825,47 +825,48 @@ def memory_time(dev: DeviceModel, nbytes: float, launches: int = 1, op: str | No
 # 128 threads per row, loads of 4-element vectors; a first pass reads the row and reduces it, a
 # block-wide reduction follows, a second pass reads the row again and writes the output.
 NORM_KINDS = ("layernorm", "rmsnorm")
-# Resident blocks per SM the row-latency term assumes: 8 fits the H100 and H200 records better than
-# 16 (the thread limit) would; consistent with <= 64 registers per thread, not read from the binary
-NORM_BLOCKS_PER_SM = 8
-# The bandwidth-bound and latency-bound times combine as a power mean of this order (a knee between
-# the two regimes, not a hard max: rows near the knee are partly both); 2 and 3 fit alike, 2 chosen
+NORM_BLOCK_THREADS = 128         # num_threads() of aten/src/ATen/native/cuda/thread_constants.h (CUDA)
+NORM_VECTOR_ELEMENTS = 4         # vec_size of layer_norm_kernel.cu
+NORM_BLOCKS_PER_SM = 16          # resident 128-thread blocks per SM: Hopper's 2048 threads per SM
+# The HBM-bound and load-latency-bound rates combine as a power mean of this order (a soft knee: rows
+# near it are partly both); 2 and 4 fit alike on the fit data, 2 chosen
 NORM_COMBINE_ORDER = 2.0
 # Starting values of a fit, and the values of a key a profile leaves out
 NORM_FORWARD_START = {"fraction": 0.85, "reread_from_bytes": 8192.0, "reread_span_bytes": 8192.0,
-                      "rmsnorm_row_s": 0.0, "layernorm_row_s": 1.0e-6,
-                      "rmsnorm_element_s": 1.0e-9, "layernorm_element_s": 1.0e-9}
+                      "rmsnorm_load_latency_s": 0.3e-6, "layernorm_load_latency_s": 0.3e-6,
+                      "rmsnorm_row_s": 0.0, "layernorm_row_s": 1.0e-6}
 
 
 def norm_reread_fraction(nf: dict, row_bytes: float) -> float:
     """Fraction of a row's second read that comes from HBM rather than from on-chip caches, in [0, 1]:
     0 up to ``reread_from_bytes`` per row, rising linearly to 1 over ``reread_span_bytes`` (rows in
     flight x row bytes outgrow the caches). Fitted per GPU; the mechanism is inferred from rates, not
-    isolated: H100 rows slow down from ~6 KiB, H200 rows from ~10 KiB (h100/h200 kernels and
-    row_kernels files: up to 25% lower rate)."""
+    isolated (h100/h200 kernels and row_kernels files: up to 25% lower rate past ~4-6 KiB per row)."""
     span = max(nf["reread_span_bytes"], 1.0)
     return min(max((row_bytes - nf["reread_from_bytes"]) / span, 0.0), 1.0)
 
 
 def norm_forward_time(dev: DeviceModel, op: str, rows: int, row: int, dtype: str) -> float:
     """Seconds of PyTorch's LayerNorm or RMSNorm forward (``op``) over ``rows`` rows of ``row``
-    elements of ``dtype``, with the profile's ``norm_forward`` parameters:
-
-    * bandwidth-bound: the input read twice (the second read from HBM by
-      :func:`norm_reread_fraction`) and the output written once, at ``fraction`` of HBM bandwidth;
-    * latency-bound: max(1, rows / (SMs x NORM_BLOCKS_PER_SM)) waves of one block's lifetime,
-      ``<op>_row_s`` (its reductions) + row x ``<op>_element_s`` (its passes over the row);
-
-    combined as a power mean of order NORM_COMBINE_ORDER, plus one kernel launch. Fitted on
-    h100/h200 kernels and row_kernels records (docs/measurements.md, "LayerNorm and RMSNorm")."""
+    elements of ``dtype``, with the profile's ``norm_forward`` parameters. The row is read twice (the
+    second read from HBM by :func:`norm_reread_fraction`) and written once; those bytes move at the
+    power mean (order NORM_COMBINE_ORDER) of two rates: ``fraction`` of HBM bandwidth, and Little's
+    law over the loads in flight, min(rows, SMs x NORM_BLOCKS_PER_SM) resident blocks x 128 threads
+    x one 4-element vector each per ``<op>_load_latency_s`` (the loaded latency over the loads a
+    thread keeps in flight: fitted). Each wave of resident blocks adds ``<op>_row_s`` (the block's
+    reductions: Welford for LayerNorm), plus one kernel launch. Fitted on h100/h200 kernels and
+    row_kernels records (docs/measurements.md, "LayerNorm and RMSNorm")."""
     nf = {**NORM_FORWARD_START, **dev.cal.norm_forward}
-    row_bytes = float(row) * DTYPE_BYTES[dtype]
-    traffic = rows * row_bytes * (2.0 + norm_reread_fraction(nf, row_bytes))
-    stream = traffic / (dev.accelerator.hbm_bandwidth_Bps * nf["fraction"])
-    waves = max(1.0, rows / (dev.accelerator.sm_count * NORM_BLOCKS_PER_SM))
-    latency = waves * (nf[f"{op}_row_s"] + row * nf[f"{op}_element_s"])
+    a = dev.accelerator
+    size = DTYPE_BYTES[dtype]
+    traffic = float(rows) * row * size * (2.0 + norm_reread_fraction(nf, row * size))
+    slots = a.sm_count * NORM_BLOCKS_PER_SM
+    in_flight = min(rows, slots) * NORM_BLOCK_THREADS * NORM_VECTOR_ELEMENTS * size
     k = NORM_COMBINE_ORDER
-    return (stream ** k + latency ** k) ** (1.0 / k) + dev.cal.kernel_launch_s
+    seconds_per_byte = ((1.0 / (a.hbm_bandwidth_Bps * nf["fraction"])) ** k
+                        + (nf[f"{op}_load_latency_s"] / in_flight) ** k) ** (1.0 / k)
+    waves = max(1.0, rows / slots)
+    return traffic * seconds_per_byte + waves * nf[f"{op}_row_s"] + dev.cal.kernel_launch_s
 
 
 # PyTorch's softmax forward over the last dimension (aten/src/ATen/native/cuda/SoftMax.cu,

@@ -153,9 +153,9 @@ def _pooled_time_mape(world: int) -> float:
 
 
 def test_one_gpu_train_steps_pooled_within_10_percent():
-    # 5.2% -> 5.4% with session 16's LayerNorm kernel model (the isolated kernels 8-10% -> 6-7.5%; the steps'
-    # norms are predicted faster, and these steps were already predicted too fast)
-    assert _pooled_time_mape(1) <= 0.0541         # 5.4% today (README, docs/validation.md; 5.7% before the step power model)
+    # 5.2% -> 5.35% with session 16's norm kernel model (the isolated LayerNorm kernels 8-10% -> 4%; the steps'
+    # fp32 LayerNorms are predicted faster, and these steps were already predicted too fast)
+    assert _pooled_time_mape(1) <= 0.0536         # 5.35% today (README, docs/validation.md; 5.7% before the step power model)
 
 
 def test_two_gpu_train_steps_pooled_ratchet():
@@ -176,7 +176,7 @@ def test_train_steps_against_the_mean_of_repeated_runs(world):
     rs = [r for n in names for r in results(n) if r.record["kind"] == "train_step"]
     [s] = repeat_stats(rs)
     assert s.cases >= (9 if world == 1 else 18)
-    assert s.mape_vs_mean <= (0.030 if world == 1 else 0.076)     # 3.0% / 7.5% today (target 10%; 1 GPU 2.8% before
+    assert s.mape_vs_mean <= (0.029 if world == 1 else 0.076)     # 2.9% / 7.5% today (target 10%; 1 GPU 2.8% before
     # session 16's norm kernel model)
 
 
@@ -233,7 +233,7 @@ def test_published_runs():
     assert src["korthikanti2022"]["mape"] <= 0.15
     # nemo 13.3 -> 17.7% with the H100 cuDNN attention fit (session 12: its rows were -2% median, now +7.5%,
     # predicted fast); a ratchet, the 15% target unmet
-    assert src["nemo"]["mape"] <= 0.1776      # 17.67 -> 17.76% with session 16's norm kernel model
+    assert src["nemo"]["mape"] <= 0.1779      # 17.67 -> 17.79% with session 16's norm kernel model
     assert src["megatron-llama"]["mape"] <= 0.15
     assert src["flashattention2"]["mape"] <= 0.15
     ptdp = [abs(c.error) for c in done if c.plan["zero_stage"] != 3 and "narayanan" in c.source.lower()]
@@ -267,8 +267,8 @@ def test_published_runs_more():
     assert src["megatron-bridge"]["mape"] <= 0.1454
     # H100 rows at their power-limited clock (session 11): the file without Nemotron 3 11.6 -> 11.3%
     # -> 12.0% with the H100 cuDNN attention fit (session 12; dgxc 10.3 -> 8.7%, megatron-bridge 11.8 -> 14.5%)
-    # -> 11.970% with session 16's norm kernel model (11.967% before)
-    assert sum(abs(c.error) for c in before) / len(before) <= 0.11971   # narrow-load misaligned GEMMs: 0.12458 -> 0.12454
+    # -> 12.00% with session 16's norm kernel model (11.967% before)
+    assert sum(abs(c.error) for c in before) / len(before) <= 0.1200   # narrow-load misaligned GEMMs: 0.12458 -> 0.12454
     # with the 24 Nemotron 3 rows (hybrid Mamba-2 blocks; 58.7%, every one predicted too fast): 17.9%;
     # with MTP (Super: two repeated depths, bf16) 16.4%; with issue #12's GEMM structure 16.1%; with
     # Super NVFP4's bf16 layers and modules read and the footnoted regression row skipped 15.6%;
@@ -276,7 +276,7 @@ def test_published_runs_more():
     # -> 14.0% with the routing costed on each rank's sequence-parallel shard (moe_dispatch.local_tokens)
     # -> 12.9% (Mamba training path, TE's per-expert GEMMs) -> 12.6% with H100 rows at their power-limited clock
     # -> 13.4% with the H100 cuDNN attention fit (session 12)
-    assert sum(abs(c.error) for c in done) / len(done) <= 0.1344
+    assert sum(abs(c.error) for c in done) / len(done) <= 0.1347   # 13.44 -> 13.47% with session 16's norm model
     allowed = ("zero_stage: Megatron-Bridge's Nemotron 3 Ultra", "framework: MaxText", "precision: pytorch: fp8",
                "measured: Megatron-Bridge docs/performance-summary-archive.md")
     assert all(s.reason.startswith(allowed) for s in skipped), {s.reason for s in skipped}
@@ -301,13 +301,13 @@ def _published_both() -> tuple:
 # gemm_peak_fraction.bf16, the attention rate); korthikanti 2.9 -> 2.4%, llm-foundry 13.3 -> 12.9%,
 # narayanan 37.9 -> 37.3%, megatron-bridge 14.6 -> 14.5%, overall (260 rows) 14.9 -> 14.7%
 PUBLISHED_SOURCE_RATCHETS = {"dgxc-benchmarking": 0.0872, "flashattention2": 0.13, "korthikanti2022": 0.025,
-                             "llm-foundry": 0.1142, "megatron-bridge": 0.1453, "megatron-llama": 0.1104,
-                             "narayanan2021": 0.247, "nemo": 0.1776}
+                             "llm-foundry": 0.1147, "megatron-bridge": 0.1453, "megatron-llama": 0.1104,
+                             "narayanan2021": 0.247, "nemo": 0.1779}
 # H100 cuDNN attention fitted on H100 kernels (session 12; before, H100 had no cuDNN parameters and costed it as
 # FlashAttention-2), transferred to Blackwell: dgxc-benchmarking 10.28 -> 8.72%, megatron-llama 14.66 -> 10.97%,
 # but nemo 13.33 -> 17.67% (its H100 rows now predicted fast, median +7.5%) and megatron-bridge 11.79 -> 14.53%
 # (GB200 rows, too fast already, faster); a measured kernel model, kept (nothing fitted to a row); megatron-llama
-# 10.97 -> 11.04% with session 16's norm kernel model (RMSNorm predicted faster)   # nemo 13.80 -> 13.68% (narrow-load misaligned GEMMs)
+# 10.97 -> 11.05% and llm-foundry 11.42 -> 11.47% with session 16's norm kernel model (norms predicted faster)   # nemo 13.80 -> 13.68% (narrow-load misaligned GEMMs)
 # megatron-bridge 12.17 -> 11.79%, dgxc-benchmarking 10.37 -> 10.33% with Transformer Engine's expert GEMMs run one
 # cuBLAS call per local expert (lowering.expert_gemm_time, session 11)
 # H100 rows at the clock their average power allows (the H100 step_power, h100_sustained_power.json, session 11;
@@ -335,8 +335,9 @@ def test_published_coverage_and_figures_ratchet():
     # -> 33.4% with the routing on each rank's sequence-parallel shard (Super's tp2 rows, already too fast, faster)
     # -> 31.7% with the Mamba training path as Megatron-Core runs it (gate fused into the scan, conv1d recomputed
     # in backward, layout copies with mbs > 1) -> 23.6% with TE's expert GEMMs one cuBLAS call per local expert
-    # -> 26.2% with the H100 cuDNN attention fit transferred to Blackwell (session 12)
-    assert len(nemotron3) == 24 and sum(abs(c.error) for c in nemotron3) / len(nemotron3) <= 0.2622
+    # -> 26.2% with the H100 cuDNN attention fit transferred to Blackwell (session 12) -> 26.28% with session 16's
+    # norm kernel model (its RMSNorms predicted faster)
+    assert len(nemotron3) == 24 and sum(abs(c.error) for c in nemotron3) / len(nemotron3) <= 0.2628
     assert all(c.error > 0 for c in nemotron3)                                  # every one predicted too fast
     # 18.7% -> 17.4% (MTP) -> 17.2% (GEMM) -> 16.7% (Super NVFP4 read as run, regression row skipped)
     # -> 16.6% (each Megatron-Bridge row's recipe read: validation/bridge_recipes.py; narrow-load misaligned
@@ -351,9 +352,9 @@ def test_published_coverage_and_figures_ratchet():
     # -> 14.1% (H100 cuDNN attention fitted on H100 kernels, session 12, transferred to Blackwell; without
     # Nemotron 3 12.30 -> 12.98%: megatron-llama 14.7 -> 11.0%, dgxc 10.3 -> 8.7%, nemo 13.3 -> 17.7%,
     # megatron-bridge 11.8 -> 14.5%)
-    assert sum(abs(c.error) for c in done) / len(done) <= 0.1411
-    # -> 12.990% with session 16's norm kernel model (12.98% before)
-    assert len(before) == 259 and sum(abs(c.error) for c in before) / len(before) <= 0.12991
+    assert sum(abs(c.error) for c in done) / len(done) <= 0.1414   # 14.11 -> 14.14% with session 16's norm model
+    # -> 13.01% with session 16's norm kernel model (12.98% before)
+    assert len(before) == 259 and sum(abs(c.error) for c in before) / len(before) <= 0.1302
     src = per_source(before)
     for name, ratchet in PUBLISHED_SOURCE_RATCHETS.items():
         assert src[name]["mape"] <= ratchet + 5e-4, name
@@ -362,7 +363,8 @@ def test_published_coverage_and_figures_ratchet():
     # MoE token routing (simulator/moe_dispatch.py): MoE 16.3 -> 14.8%, Blackwell 13.2 -> 12.2%
     # TE's expert GEMMs one cuBLAS call per local expert: MoE 14.8 -> 14.2%, Blackwell 12.2 -> 11.8%
     # H100 cuDNN attention fit, transferred to Blackwell (session 12): MoE 14.2 -> 15.8%, Blackwell 11.8 -> 14.5%
-    assert regime["moe"]["count"] >= 51 and regime["moe"]["mape"] <= 0.1584
+    # session 16's norm kernel model: MoE 15.84 -> 15.86%
+    assert regime["moe"]["count"] >= 51 and regime["moe"]["mape"] <= 0.1586
     assert regime["blackwell"]["count"] >= 75 and regime["blackwell"]["mape"] <= 0.1454
 
 
@@ -404,8 +406,8 @@ def test_published_blackwell_and_moe_all_rows_ratchet():
     from validation.published import per_regime
     done, _ = _published_both()
     regime = per_regime(done)
-    assert regime["blackwell"]["count"] == 99 and regime["blackwell"]["mape"] <= 0.1737
-    assert regime["moe"]["count"] == 75 and regime["moe"]["mape"] <= 0.1917
+    assert regime["blackwell"]["count"] == 99 and regime["blackwell"]["mape"] <= 0.1738   # 17.38% since session 16's norms
+    assert regime["moe"]["count"] == 75 and regime["moe"]["mape"] <= 0.1920   # 19.17 -> 19.19%: session 16's norms
 
 
 def test_published_layer_times_within_10_percent():

@@ -51,26 +51,38 @@ def test_norm_forward_without_parameters_is_bytes_at_the_op_fraction():
 
 
 def test_norm_forward_second_read_from_hbm_past_the_row_size():
-    # bandwidth-bound (no latency terms): rows past reread_from_bytes + span read the row three
-    # times, rows below it twice; in between a linear share of the second read
+    # bandwidth-bound (loads in flight without latency): rows past reread_from_bytes + span read the
+    # row three times, rows below it twice; in between a linear share of the second read
     from simulator.compute import norm_forward_time
     dev = _norm_device(fraction=0.5, reread_from_bytes=8192.0, reread_span_bytes=8192.0,
-                       rmsnorm_row_s=0.0, rmsnorm_element_s=0.0)
+                       rmsnorm_row_s=0.0, rmsnorm_load_latency_s=1e-30)
     per_element = {row: norm_forward_time(dev, "rmsnorm", 1 << 16, row, "bf16") / (row << 16) for row in (2048, 6144, 16384)}
     assert per_element[16384] / per_element[2048] == pytest.approx(1.5)       # 3 passes vs 2
     assert per_element[6144] / per_element[2048] == pytest.approx(1.25)       # 12 KiB: half of the second read
+    assert per_element[2048] == pytest.approx(2 * 2 / (0.5 * 4.8e12), rel=0.01)
 
 
-def test_norm_forward_few_rows_are_one_block_lifetime():
-    # latency-bound (HBM made infinitely fast): fewer rows than resident blocks take one wave, a
-    # block's lifetime; 4x as many waves take 4x as long; fp32 rows cost what bf16 rows do
+def test_norm_forward_few_rows_are_bound_by_the_loads_in_flight():
+    # latency-bound (HBM infinitely fast): fewer rows than resident blocks move their bytes at
+    # rows x 128 threads x one 4-element vector per load latency (Little's law); once the GPU is full
+    # of blocks the rate stops growing; fp32 rows carry twice the bytes per load at the same latency
     from simulator.compute import NORM_BLOCKS_PER_SM, norm_forward_time
-    dev = _norm_device(fraction=1e9, layernorm_row_s=1e-6, layernorm_element_s=1e-9)
+    dev = _norm_device(fraction=1e9, reread_from_bytes=1e9, layernorm_row_s=0.0, layernorm_load_latency_s=1e-6)
     slots = dev.accelerator.sm_count * NORM_BLOCKS_PER_SM
-    one = norm_forward_time(dev, "layernorm", 10, 4096, "bf16")
-    assert one == pytest.approx(1e-6 + 4096e-9, rel=1e-6)
-    assert norm_forward_time(dev, "layernorm", slots, 4096, "bf16") == pytest.approx(one, rel=1e-6)
-    assert norm_forward_time(dev, "layernorm", 4 * slots, 4096, "fp32") == pytest.approx(4 * one, rel=1e-6)
+    t = norm_forward_time(dev, "layernorm", 10, 4096, "bf16")
+    assert t == pytest.approx(10 * 4096 * 2 * 2 * 1e-6 / (10 * 128 * 4 * 2), rel=1e-6)   # 16 loads of each row
+    assert norm_forward_time(dev, "layernorm", 100, 4096, "bf16") == pytest.approx(t, rel=1e-6)
+    full = norm_forward_time(dev, "layernorm", slots, 4096, "bf16")
+    assert norm_forward_time(dev, "layernorm", 4 * slots, 4096, "bf16") == pytest.approx(4 * full, rel=1e-6)
+    assert norm_forward_time(dev, "layernorm", 10, 4096, "fp32") == pytest.approx(t, rel=1e-6)
+
+
+def test_norm_forward_row_cost_per_wave_of_blocks():
+    from simulator.compute import NORM_BLOCKS_PER_SM, norm_forward_time
+    dev = _norm_device(fraction=1e9, layernorm_row_s=2e-6, layernorm_load_latency_s=1e-30)
+    slots = dev.accelerator.sm_count * NORM_BLOCKS_PER_SM
+    assert norm_forward_time(dev, "layernorm", 10, 1024, "bf16") == pytest.approx(2e-6, rel=1e-6)
+    assert norm_forward_time(dev, "layernorm", 3 * slots, 1024, "bf16") == pytest.approx(6e-6, rel=1e-6)
 
 
 def test_profile_norm_forward_keys_are_checked():

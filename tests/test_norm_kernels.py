@@ -24,6 +24,10 @@ TARGET = 0.08        # issue #12: memory-bound kernels within 8% on a fresh run
 # at memory_op_fraction[kind]) on the same records
 PREREGISTERED = {"h200": {"rmsnorm": 0.079, "layernorm": 0.099}, "h100": {"rmsnorm": 0.059, "layernorm": 0.086}}
 BYTES_MODEL = {"h200": {"rmsnorm": 0.150, "layernorm": 0.162}, "h100": {"rmsnorm": 0.117, "layernorm": 0.136}}
+# today's model: Little's law over the loads in flight in place of a block lifetime per wave, a form chosen
+# after this run showed the row-count pattern (not fitted on it: its parameters come from the kernel suite
+# and row_kernels.py); these records are no longer a clean test of it (norm_kernels2.py is)
+TODAY = {"h200": {"rmsnorm": 0.068, "layernorm": 0.078}, "h100": {"rmsnorm": 0.056, "layernorm": 0.067}}
 
 
 def _records(gpu: str) -> list[dict]:
@@ -58,25 +62,16 @@ def test_preregistered_predictions_scored_as_quoted(gpu):
 
 @pytest.mark.parametrize("gpu", sorted(HW))
 def test_norm_model_today_and_against_the_bytes_model(gpu):
+    # as pre-registered LayerNorm missed the 8% (9.9% / 8.6%: 600-2500 rows 8-23% fast, 30000 rows 4-13% slow)
     hw = load_hardware(HW[gpu])
     cal = calibration_for(hw.accelerator)[0]
     old = replace(cal, norm_forward={})
     for kind in ("rmsnorm", "layernorm"):
         recs = [r for r in _records(gpu) if r["kind"] == kind]
         today = _mape([kernel_time(r, hw, cal) / r["time_s"] - 1 for r in recs])
-        assert today <= PREREGISTERED[gpu][kind] + 5e-4, kind      # the model has not moved since
-        assert kind != "rmsnorm" or today <= TARGET                 # RMSNorm meets the issue's 8% on both GPUs
+        assert today <= TODAY[gpu][kind] + 5e-4, kind
+        assert today <= TARGET                                      # within the issue's 8%, developed after seeing it
         assert _mape([kernel_time(r, hw, old) / r["time_s"] - 1 for r in recs]) == pytest.approx(BYTES_MODEL[gpu][kind], abs=0.0015)
-
-
-@pytest.mark.xfail(strict=True, reason="LayerNorm 9.9% (H200) / 8.6% (H100) as pre-registered: 600-2500 rows "
-                                       "predicted 8-23% fast, 30000 rows 4-13% slow (the regimes' knee)")
-def test_layernorm_target_on_the_fresh_shapes():
-    hw = {g: load_hardware(n) for g, n in HW.items()}
-    for gpu in HW:
-        cal = calibration_for(hw[gpu].accelerator)[0]
-        recs = [r for r in _records(gpu) if r["kind"] == "layernorm"]
-        assert _mape([kernel_time(r, hw[gpu], cal) / r["time_s"] - 1 for r in recs]) <= TARGET
 
 
 def test_norm_kernels_never_fitted():

@@ -54,7 +54,7 @@ COMPUTE_PARAMS = [Param(f"gemm_peak_fraction.{d}", 0.05, 1.0) for d in ("bf16", 
     Param("norm_forward.reread_from_bytes", 0.0, 256 * 1024.0),
     Param("norm_forward.reread_span_bytes", 256.0, 256 * 1024.0),
     Param("norm_forward.rmsnorm_row_s", 0.0, 20e-6), Param("norm_forward.layernorm_row_s", 0.0, 20e-6),
-    Param("norm_forward.rmsnorm_element_s", 0.0, 1e-7), Param("norm_forward.layernorm_element_s", 0.0, 1e-7),
+    Param("norm_forward.rmsnorm_load_latency_s", 1e-8, 1e-5), Param("norm_forward.layernorm_load_latency_s", 1e-8, 1e-5),
 ] + [Param(f"memory_op_fraction.{k}", 0.1, 1.0) for k in ELEMENTWISE_KINDS + ("copy", "nonvectorized", "cast_unrolled")] + [
     # fused attention kernels other than FlashAttention-2 (simulator.compute.fused_attention_params);
     # only records with that ``backend`` move them; FlashAttention-3 (fa3) is never fitted

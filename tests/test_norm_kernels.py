@@ -77,3 +77,38 @@ def test_norm_model_today_and_against_the_bytes_model(gpu):
 def test_norm_kernels_never_fitted():
     for gpu, profile in (("h200", "h200-sxm"), ("h100", "h100-sxm")):
         assert not any("norm_kernels" in f for f in profile_fitted_on(profile))
+
+
+# ---- the second suite (norm_kernels2.py), predicted with today's form before it ran (commit 13660c6) ----
+PREREGISTERED2 = {"h200": {"rmsnorm": 0.069, "layernorm": 0.061}, "h100": {"rmsnorm": 0.067, "layernorm": 0.060}}
+BYTES_MODEL2 = {"h200": {"rmsnorm": 0.153, "layernorm": 0.159}, "h100": {"rmsnorm": 0.142, "layernorm": 0.126}}
+
+
+def _records2(gpu: str) -> list[dict]:
+    return json.loads((MEAS / f"{gpu}_norm_kernels2.json").read_text())["records"]
+
+
+@pytest.mark.parametrize("gpu", sorted(HW))
+def test_second_suite_as_pre_registered_within_8_percent(gpu):
+    """104 shapes per GPU no fit or model choice had seen: every kind within the issue's 8% as
+    registered (fp32 rows 8.7-12.7% alone, predicted slow; 400 rows of the widest hidden sizes -10..-19%)."""
+    logged = {}
+    for line in (MEAS / "logs" / f"prereg_norm_kernels2_{gpu}.txt").read_text().splitlines():
+        m = re.match(r"(.*\S)\s+([0-9.]+) us$", line)
+        logged[m.group(1)] = float(m.group(2)) * 1e-6
+    recs = _records2(gpu)
+    assert len(recs) == 104 and all(_label(r) in logged for r in recs)
+    hw = load_hardware(HW[gpu])
+    cal = calibration_for(hw.accelerator)[0]
+    old = replace(cal, norm_forward={})
+    for kind, quoted in PREREGISTERED2[gpu].items():
+        kr = [r for r in recs if r["kind"] == kind]
+        registered = _mape([logged[_label(r)] / r["time_s"] - 1 for r in kr])
+        assert len(kr) == 52 and registered == pytest.approx(quoted, abs=0.0015) and registered <= TARGET, kind
+        assert _mape([kernel_time(r, hw, cal) / r["time_s"] - 1 for r in kr]) <= quoted + 5e-4, kind
+        assert _mape([kernel_time(r, hw, old) / r["time_s"] - 1 for r in kr]) == pytest.approx(BYTES_MODEL2[gpu][kind], abs=0.0015)
+
+
+def test_second_suite_never_fitted():
+    for profile in ("h200-sxm", "h100-sxm"):
+        assert not any("norm_kernels2" in f for f in profile_fitted_on(profile))

@@ -30,22 +30,29 @@ FP32_HIDDEN = (2048, 4096, 5120, 8192)
 FP32_ROWS = (2000, 8000, 24000)
 
 
-def cases(small: bool = False) -> list[dict]:
-    """Every case as a dict (kind, tokens, hidden, dtype), plain Python."""
+def norm_cases(bf16_hidden, bf16_rows, fp32_hidden, fp32_rows, small: bool = False) -> list[dict]:
+    """Every (kind, rows, hidden, dtype) case of a norm suite as dicts, plain Python: both kinds at each
+    bf16 hidden size x row count and each fp32 one; ``small``: tiny fp32 shapes for a CPU check."""
     if small:
         return [dict(kind=k, tokens=48, hidden=h, dtype="float32") for k in ("rmsnorm", "layernorm") for h in (80, 144)]
     out = []
     for kind in ("rmsnorm", "layernorm"):
-        out += [dict(kind=kind, tokens=r, hidden=h, dtype="bfloat16") for h in BF16_HIDDEN for r in BF16_ROWS]
-        out += [dict(kind=kind, tokens=r, hidden=h, dtype="float32") for h in FP32_HIDDEN for r in FP32_ROWS]
+        out += [dict(kind=kind, tokens=r, hidden=h, dtype="bfloat16") for h in bf16_hidden for r in bf16_rows]
+        out += [dict(kind=kind, tokens=r, hidden=h, dtype="float32") for h in fp32_hidden for r in fp32_rows]
     return out
 
 
-def main():
+def run_norm_suite(doc: str, suite: str, cases_of) -> None:
+    """The whole run of a norm suite (suite_cli.run_simple_suite with row_kernels' timing and records)."""
     from suite_cli import run_simple_suite
-    run_simple_suite(__doc__, 150.0, cases, lambda c: f"{label(c)} {bytes_min(c) / 1e9:8.3f} GB", "norm_kernels",
+    run_simple_suite(doc, 150.0, cases_of, lambda c: f"{label(c)} {bytes_min(c) / 1e9:8.3f} GB", suite,
                      "common.time_fn (L2 flushed, events)", run_case, label)
 
 
+def cases(small: bool = False) -> list[dict]:
+    """Every case of this suite."""
+    return norm_cases(BF16_HIDDEN, BF16_ROWS, FP32_HIDDEN, FP32_ROWS, small)
+
+
 if __name__ == "__main__":
-    main()
+    run_norm_suite(__doc__, "norm_kernels", cases)

@@ -17,7 +17,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from row_kernels import bytes_min, label, run_case  # noqa: E402  (one timing and record path for row kernels)
+from norm_kernels import norm_cases, run_norm_suite  # noqa: E402  (one case grid and run for norm suites)
+from row_kernels import label  # noqa: E402,F401  (validation.prereg reads a suite's label)
 
 BF16_HIDDEN = (1280, 3200, 6400, 7680, 9216, 12800, 15360, 20480)
 BF16_ROWS = (400, 1200, 5000, 15000, 50000)
@@ -26,21 +27,9 @@ FP32_ROWS = (1000, 6000, 30000)
 
 
 def cases(small: bool = False) -> list[dict]:
-    """Every case as a dict (kind, tokens, hidden, dtype), plain Python."""
-    if small:
-        return [dict(kind=k, tokens=40, hidden=h, dtype="float32") for k in ("rmsnorm", "layernorm") for h in (64, 112)]
-    out = []
-    for kind in ("rmsnorm", "layernorm"):
-        out += [dict(kind=kind, tokens=r, hidden=h, dtype="bfloat16") for h in BF16_HIDDEN for r in BF16_ROWS]
-        out += [dict(kind=kind, tokens=r, hidden=h, dtype="float32") for h in FP32_HIDDEN for r in FP32_ROWS]
-    return out
-
-
-def main():
-    from suite_cli import run_simple_suite
-    run_simple_suite(__doc__, 150.0, cases, lambda c: f"{label(c)} {bytes_min(c) / 1e9:8.3f} GB", "norm_kernels2",
-                     "common.time_fn (L2 flushed, events)", run_case, label)
+    """Every case of this suite."""
+    return norm_cases(BF16_HIDDEN, BF16_ROWS, FP32_HIDDEN, FP32_ROWS, small)
 
 
 if __name__ == "__main__":
-    main()
+    run_norm_suite(__doc__, "norm_kernels2", cases)

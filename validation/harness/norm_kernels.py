@@ -22,7 +22,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from row_kernels import bytes_min, label, run_case  # noqa: E402  (one timing and record path for row kernels)
+from row_kernels import label, run_row_suite  # noqa: E402,F401  (one timing and record path for row kernels;
+#                                                  validation.prereg reads a suite's label)
 
 BF16_HIDDEN = (2560, 3584, 4608, 5632, 8960, 11008, 13824, 18432)
 BF16_ROWS = (600, 2500, 9000, 30000)
@@ -42,17 +43,10 @@ def norm_cases(bf16_hidden, bf16_rows, fp32_hidden, fp32_rows, small: bool = Fal
     return out
 
 
-def run_norm_suite(doc: str, suite: str, cases_of) -> None:
-    """The whole run of a norm suite (suite_cli.run_simple_suite with row_kernels' timing and records)."""
-    from suite_cli import run_simple_suite
-    run_simple_suite(doc, 150.0, cases_of, lambda c: f"{label(c)} {bytes_min(c) / 1e9:8.3f} GB", suite,
-                     "common.time_fn (L2 flushed, events)", run_case, label)
-
-
 def cases(small: bool = False) -> list[dict]:
     """Every case of this suite."""
     return norm_cases(BF16_HIDDEN, BF16_ROWS, FP32_HIDDEN, FP32_ROWS, small)
 
 
 if __name__ == "__main__":
-    run_norm_suite(__doc__, "norm_kernels", cases)
+    run_row_suite(__doc__, "norm_kernels", cases)

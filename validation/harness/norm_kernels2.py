@@ -17,8 +17,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from norm_kernels import norm_cases, run_norm_suite  # noqa: E402  (one case grid and run for norm suites)
-from row_kernels import label  # noqa: E402,F401  (validation.prereg reads a suite's label)
+from norm_kernels import norm_cases  # noqa: E402  (one case grid for norm suites)
+from row_kernels import label, run_row_suite  # noqa: E402,F401  (validation.prereg reads a suite's label)
 
 BF16_HIDDEN = (1280, 3200, 6400, 7680, 9216, 12800, 15360, 20480)
 BF16_ROWS = (400, 1200, 5000, 15000, 50000)
@@ -32,4 +32,4 @@ def cases(small: bool = False) -> list[dict]:
 
 
 if __name__ == "__main__":
-    run_norm_suite(__doc__, "norm_kernels2", cases)
+    run_row_suite(__doc__, "norm_kernels2", cases)

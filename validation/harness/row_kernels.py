@@ -78,12 +78,13 @@ def run_case(c: dict, flush, rec) -> None:
     common.log(f"  {label(c)}  {st['time_s'] * 1e6:10.1f} us  {common.fmt_rate(r['bytes_min'] / st['time_s'], 'B/s')}")
 
 
-def main():
+def run_row_suite(doc: str, suite: str, cases_of) -> None:
+    """The whole run of a row-kernel suite (this file's, norm_kernels.py's): suite_cli.run_bytes_suite
+    with this file's timing and records."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from suite_cli import run_simple_suite
-    run_simple_suite(__doc__, 150.0, cases, lambda c: f"{label(c)} {bytes_min(c) / 1e9:8.3f} GB", "row_kernels",
-                     "common.time_fn (L2 flushed, events)", run_case, label)
+    from suite_cli import run_bytes_suite
+    run_bytes_suite(doc, 150.0, suite, "common.time_fn (L2 flushed, events)", cases_of, label, bytes_min, run_case)
 
 
 if __name__ == "__main__":
-    main()
+    run_row_suite(__doc__, "row_kernels", cases)

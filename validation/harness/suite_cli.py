@@ -49,3 +49,10 @@ def run_simple_suite(doc: str, budget_s: float, cases_of, describe, suite: str, 
     common.log(f"done in {time.time() - t0:.1f} s: {len(rec.records)} records; {len(rec.errors)} errors")
     for e in rec.errors:
         common.log("  error:", e)
+
+
+def run_bytes_suite(doc: str, budget_s: float, suite: str, timing: str, cases_of, label, bytes_min, run_case) -> None:
+    """:func:`run_simple_suite` for a suite whose dry run lists each case by ``label(case)`` and the GB
+    it moves (``bytes_min(case)``)."""
+    run_simple_suite(doc, budget_s, cases_of, lambda c: f"{label(c)} {bytes_min(c) / 1e9:8.3f} GB", suite, timing,
+                     run_case, label)

@@ -129,9 +129,9 @@ def run_case(c: dict, flush, rec) -> None:
 
 def main():
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from suite_cli import run_simple_suite
-    run_simple_suite(__doc__, 240.0, cases, lambda c: f"{label(c)} {bytes_min(c) / 1e9:8.3f} GB", "torch_paths",
-                     "common.time_fn (L2 flushed, events) and common.time_graph", run_case, label)
+    from suite_cli import run_bytes_suite
+    run_bytes_suite(__doc__, 240.0, "torch_paths", "common.time_fn (L2 flushed, events) and common.time_graph",
+                    cases, label, bytes_min, run_case)
 
 
 if __name__ == "__main__":

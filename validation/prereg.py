@@ -2,9 +2,13 @@
 
     python -m validation.prereg --grid native2 --like validation/measurements/h200x2_plan_torchtitan.json
     python -m validation.prereg --kernels row_kernels --like validation/measurements/h200_kernels.json
+    python -m validation.prereg --gemm-seed 26 --like validation/measurements/h200_gemm_random.json
 
 With ``--kernels SUITE`` the cases are those of validation/harness/SUITE.py (a single-GPU kernel
-suite with ``cases()``), each predicted as its record would be (time only).
+suite with ``cases()``), each predicted as its record would be (time only). With ``--gemm-seed
+SEED`` the cases are the random GEMM draw of that seed (validation/harness/gemm_cases.py, what
+sustained.py ``--suite random --seed SEED`` times), each with its regime
+(validation.gemm_regimes.gemm_regime).
 
 Each case becomes the record the harness would write, without any measured field, and is
 predicted as ``meshcast validate`` would predict it (validation.predict.predict_record) on the
@@ -96,18 +100,38 @@ def kernel_rows(suite: str, like: str) -> list[tuple[str, float]]:
     return [(h.label(c), kernel_time(c, hw, cal)) for c in h.cases()]
 
 
+def gemm_draw_rows(seed: int, like: str) -> list[tuple[str, str, float]]:
+    """(case label, regime, predicted seconds) for every GEMM of the random draw ``seed`` on the
+    hardware of the measurement file ``like`` (the record sustained.py writes, kind ``gemm``)."""
+    from validation.gemm_regimes import gemm_regime
+    h = harness("gemm_cases")
+    hw = hardware_for(load_measurements(like))
+    cal = calibration_for(hw.accelerator)[0]
+    out = []
+    for case in h.random_cases(seed):
+        m, n, k, dtn, _ = case
+        rec = dict(kind="gemm", m=m, n=n, k=k, dtype=dtn)
+        out.append((h.label(case), gemm_regime(rec), kernel_time(rec, hw, cal)))
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--grid", help="a plan_step.py grid")
     ap.add_argument("--kernels", metavar="SUITE", help="a single-GPU kernel suite of validation/harness instead")
+    ap.add_argument("--gemm-seed", type=int, metavar="SEED", help="the random GEMM draw of this seed instead")
     ap.add_argument("--like", required=True, help="a measurement file of the machine the grid will run on")
     ap.add_argument("--world", type=int, default=None)
     ap.add_argument("--attention-from", nargs="*", default=[],
                     help="earlier plan_step files of the machine type: the attention kernel each framework recorded "
                          "there (Megatron-Core: apex's fused softmax or its PyTorch fallback) is assumed again")
     a = ap.parse_args(argv)
-    if bool(a.grid) == bool(a.kernels):
-        ap.error("give one of --grid or --kernels")
+    if sum(x is not None for x in (a.grid, a.kernels, a.gemm_seed)) != 1:
+        ap.error("give one of --grid, --kernels or --gemm-seed")
+    if a.gemm_seed is not None:
+        for label, regime, t in gemm_draw_rows(a.gemm_seed, a.like):
+            print(f"{label:<64} {regime:<18} {t * 1e6:10.2f} us")
+        return 0
     if a.kernels:
         for label, t in kernel_rows(a.kernels, a.like):
             print(f"{label:<48} {t * 1e6:10.2f} us")

@@ -25,7 +25,6 @@ Two suites, each writing a measurement file of format version 1 (records of kind
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import random
 import statistics
@@ -36,6 +35,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
+from gemm_cases import random_cases  # noqa: E402
 from common import fmt_rate, log, run_case, time_fn  # noqa: E402
 from nvml import Nvml, Sampler, summarize_samples  # noqa: E402
 
@@ -282,52 +282,6 @@ def suite_sustained(args, rec, nvml, flush, dl, sampler):
 
 
 # --------------------------------------------------------------------------- random suite
-
-def _logu(rng, lo, hi):
-    return math.exp(rng.uniform(math.log(lo), math.log(hi)))
-
-
-def random_cases(seed=12, n_bf16=100, n_fp8=56, small=False):
-    """(m, n, k, dtype, group) of the held-out random set. Groups (informative; validation
-    re-derives its own regimes from the shape): small_mn_large_k, small, misaligned, general."""
-    if small:
-        return [(16, 24, 4096, "bfloat16", "small_mn_large_k"), (33, 64, 40, "bfloat16", "misaligned"),
-                (32, 32, 64, "float8_e4m3fn", "small")]
-    rng = random.Random(seed)
-    out = []
-    for i in range(n_bf16):
-        if i % 3 == 0:                                    # small-MN, large-K
-            m, n, k = _logu(rng, 16, 1024), _logu(rng, 16, 1024), _logu(rng, 4096, 65536)
-            group = "small_mn_large_k"
-        else:
-            m, n, k = (_logu(rng, 16, 16384) for _ in range(3))
-            group = "general"
-        dims = []
-        misaligned = rng.random() < 0.3
-        for x in (m, n, k):
-            x = max(16, int(round(x)))
-            dims.append(x if misaligned else max(8, 8 * round(x / 8)))
-        if misaligned and all(d % 8 == 0 for d in dims):
-            dims[2] += 1
-        if misaligned:
-            group = "misaligned" if group == "general" else group + "_misaligned"
-        out.append((*dims, "bfloat16", group))
-    for i in range(n_fp8):
-        if i % 3 == 0:
-            m, n, k = (_logu(rng, 16, 1024) for _ in range(3))
-            group = "small"
-        elif i % 3 == 1:
-            m, n, k = _logu(rng, 16, 1024), _logu(rng, 16, 1024), _logu(rng, 4096, 65536)
-            group = "small_mn_large_k"
-        else:
-            m, n, k = (_logu(rng, 16, 16384) for _ in range(3))
-            group = "general"
-        m = max(16, 8 * round(m / 8)) if rng.random() < 0.8 else max(16, int(round(m)))
-        n = max(16, 16 * round(n / 16))
-        k = max(16, 16 * round(k / 16))
-        out.append((m, n, k, "float8_e4m3fn", group))
-    return out
-
 
 def bench_random(nvml, flush, m, n, k, dtn, group, pass_no=1, seed=12):
     fn = make_gemm(m, n, k, dtn)

@@ -1,0 +1,64 @@
+"""The held-out random GEMM draws of sustained.py ``--suite random`` (issue #12), without torch:
+validation.prereg predicts a draw from these cases before it runs.
+
+bf16: m, n, k log-uniform over 16..16384, a third of them small-MN / large-K (m, n in 16..1024, k
+in 4096..65536); 30% of the draws leave their dims unrounded (misaligned), the rest round to
+multiples of 8. fp8: a third small (every dim <= 1024), a third small-MN / large-K, a third
+general; k and n rounded to multiples of 16 (torch._scaled_mm requires it), m to 8 in 80%."""
+from __future__ import annotations
+
+import math
+import random
+
+
+def _logu(rng, lo, hi):
+    """A log-uniform draw over [lo, hi]."""
+    return math.exp(rng.uniform(math.log(lo), math.log(hi)))
+
+
+def random_cases(seed=12, n_bf16=100, n_fp8=56, small=False):
+    """(m, n, k, dtype, group) of the held-out random set. Groups (informative; validation
+    re-derives its own regimes from the shape): small_mn_large_k, small, misaligned, general."""
+    if small:
+        return [(16, 24, 4096, "bfloat16", "small_mn_large_k"), (33, 64, 40, "bfloat16", "misaligned"),
+                (32, 32, 64, "float8_e4m3fn", "small")]
+    rng = random.Random(seed)
+    out = []
+    for i in range(n_bf16):
+        if i % 3 == 0:                                    # small-MN, large-K
+            m, n, k = _logu(rng, 16, 1024), _logu(rng, 16, 1024), _logu(rng, 4096, 65536)
+            group = "small_mn_large_k"
+        else:
+            m, n, k = (_logu(rng, 16, 16384) for _ in range(3))
+            group = "general"
+        dims = []
+        misaligned = rng.random() < 0.3
+        for x in (m, n, k):
+            x = max(16, int(round(x)))
+            dims.append(x if misaligned else max(8, 8 * round(x / 8)))
+        if misaligned and all(d % 8 == 0 for d in dims):
+            dims[2] += 1
+        if misaligned:
+            group = "misaligned" if group == "general" else group + "_misaligned"
+        out.append((*dims, "bfloat16", group))
+    for i in range(n_fp8):
+        if i % 3 == 0:
+            m, n, k = (_logu(rng, 16, 1024) for _ in range(3))
+            group = "small"
+        elif i % 3 == 1:
+            m, n, k = _logu(rng, 16, 1024), _logu(rng, 16, 1024), _logu(rng, 4096, 65536)
+            group = "small_mn_large_k"
+        else:
+            m, n, k = (_logu(rng, 16, 16384) for _ in range(3))
+            group = "general"
+        m = max(16, 8 * round(m / 8)) if rng.random() < 0.8 else max(16, int(round(m)))
+        n = max(16, 16 * round(n / 16))
+        k = max(16, 16 * round(k / 16))
+        out.append((m, n, k, "float8_e4m3fn", group))
+    return out
+
+
+def label(case) -> str:
+    """The log's name of one case: dtype, m x n x k and the draw's group."""
+    m, n, k, dtn, group = case
+    return f"{dtn:14s} {m:6d}x{n:6d}x{k:6d} {group}"

@@ -9,8 +9,10 @@ each file (records timed in several passes reduced by :func:`reproduced_times` f
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 from collections import defaultdict
+from pathlib import Path
 
 from simulator.compute import TORCH_DTYPES, gemm_aligned
 
@@ -93,6 +95,26 @@ def random_set_pairs(path, cal=None, seed=None, flagged: bool | None = None) -> 
     if flagged is not None:
         recs = [r for r in recs if interference_suspect(r) == flagged]
     return [(r, predict_record(r, hw, cal).time_s) for r in recs]
+
+
+def registered_pairs(log_path, path) -> list[tuple[dict, float]]:
+    """(record, registered seconds) of a random-set file against the predictions written before it
+    ran (``python -m validation.prereg --gemm-seed``: one line per case, dtype, m x n x k, group,
+    regime, predicted microseconds; ``#`` lines are comments), records reduced by
+    :func:`reproduced_times`. KeyError when a measured shape was not registered."""
+    registered = {}
+    for line in Path(log_path).read_text().splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        registered[(line.split()[0], *_dims(line))] = float(line.split()[-2]) * 1e-6
+    from validation.records import load_measurements
+    recs = reproduced_times([r for r in load_measurements(path).records if r.get("kind") == "gemm"])
+    return [(r, registered[(r["dtype"], int(r["m"]), int(r["n"]), int(r["k"]))]) for r in recs]
+
+
+def _dims(line: str) -> tuple[int, int, int]:
+    """m, n, k of a registered line (``  77x   755x 42459``: the first three integers after the dtype)."""
+    return tuple(int(x) for x in re.findall(r"(\d+)x?", line.split(None, 1)[1])[:3])
 
 
 def seeds_of(path) -> list:

@@ -1,0 +1,86 @@
+"""Random GEMM draws predicted before they were measured (issue #12, session 17).
+
+Seed 26 on one H200 and seed 27 on one H100 (validation/harness/gemm_cases.py through sustained.py
+``--suite random --passes 2``), each on a machine lent after the profile was fitted. Their predictions
+were committed first (validation/measurements/logs/prereg_gemm_random{26_h200,27_h100}.txt, commit
+557db44: the H200 profile with the GEMM fixed costs refitted on seed 24, the H100 profile unchanged
+since session 8). Figures: docs/validation.md, "GEMMs beyond the fitted shapes"."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from simulator.calibration import profile_fitted_on
+from validation.gemm_regimes import mape_by_regime, random_set_pairs, registered_pairs
+from validation.records import load_measurements
+
+ROOT = Path(__file__).resolve().parent.parent
+REPEAT = ROOT / "validation" / "measurements" / "repeat"
+LOGS = ROOT / "validation" / "measurements" / "logs"
+DRAWS = {  # seed: (profile, measured file, registered predictions)
+    26: ("h200-sxm", REPEAT / "h200_gemm_random26.json", LOGS / "prereg_gemm_random26_h200.txt"),
+    27: ("h100-sxm", REPEAT / "h100_gemm_random27.json", LOGS / "prereg_gemm_random27_h100.txt"),
+}
+# MAPE per regime as registered (the same figures the model gives today: nothing changed since)
+REGISTERED = {
+    26: {"all": 0.1011, "small_mn_large_k": 0.1037, "fp8_small": 0.0686, "misaligned": 0.1925, "large": 0.1032,
+         "other": 0.0707},
+    27: {"all": 0.0857, "small_mn_large_k": 0.0964, "fp8_small": 0.0334, "misaligned": 0.0921, "large": 0.1388,
+         "other": 0.0724},
+}
+
+
+@pytest.mark.parametrize("seed", sorted(DRAWS))
+def test_draw_is_new_and_never_fitted(seed):
+    profile, path, _ = DRAWS[seed]
+    mf = load_measurements(path)
+    assert mf.info["seed"] == [seed] and mf.info["passes"] == 2 and mf.info["date"] >= "2026-11-23"
+    assert path.name not in {Path(f).name for f in profile_fitted_on(profile)}
+    assert len(random_set_pairs(path, seed=seed)) == 156
+
+
+@pytest.mark.parametrize("seed", sorted(DRAWS))
+def test_registered_predictions_cover_the_draw(seed):
+    """Every measured shape was registered, and the log holds nothing else."""
+    _, path, log = DRAWS[seed]
+    pairs = registered_pairs(log, path)
+    assert len(pairs) == 156
+    assert sum(1 for line in log.read_text().splitlines() if line and not line.startswith("#")) == 156
+
+
+@pytest.mark.parametrize("seed", sorted(DRAWS))
+def test_registered_figures(seed):
+    _, path, log = DRAWS[seed]
+    got = mape_by_regime(registered_pairs(log, path))
+    assert {k: round(v[1], 4) for k, v in got.items()} == pytest.approx(REGISTERED[seed], abs=1e-4)
+
+
+@pytest.mark.parametrize("seed", sorted(DRAWS))
+def test_todays_model_no_worse_than_registered(seed):
+    _, path, _ = DRAWS[seed]
+    got = mape_by_regime(random_set_pairs(path, seed=seed))
+    for regime, registered in REGISTERED[seed].items():
+        assert got[regime][1] <= registered + 5e-4, regime
+
+
+def test_h200_refit_beats_the_profile_it_replaced():
+    """The same H200 draw under the profile before session 17's refit (gemm_launch_s 7.07 us, the
+    fixed costs copied from H100): 14.2%, fp8 small 20.6%, other 14.4%."""
+    from dataclasses import replace
+
+    from simulator.calibration import load_calibration
+    old = replace(load_calibration("h200-sxm"), gemm_launch_s=7.066626659680828e-06,
+                  gemm_unaligned_fixed_s=9.227548195118593e-07, gemm_split_k_fixed_s=3.7036089287493766e-06,
+                  gemm_unaligned_fraction=0.1687521515540927)
+    before = mape_by_regime(random_set_pairs(DRAWS[26][1], cal=old, seed=26))
+    assert before["all"][1] > 0.14 and before["fp8_small"][1] > 0.20
+    assert REGISTERED[26]["all"] < before["all"][1] - 0.04
+
+
+@pytest.mark.parametrize("seed", sorted(DRAWS))
+@pytest.mark.xfail(strict=True, reason="issue #12 target 7% on random shapes: H200 seed 26 10.1% (misaligned 19.3%), "
+                                       "H100 seed 27 8.6% (large 13.9%), as pre-registered")
+def test_fresh_draw_target(seed):
+    _, path, _ = DRAWS[seed]
+    assert mape_by_regime(random_set_pairs(path, seed=seed))["all"][1] <= 0.07

@@ -84,3 +84,24 @@ def test_h200_refit_beats_the_profile_it_replaced():
 def test_fresh_draw_target(seed):
     _, path, _ = DRAWS[seed]
     assert mape_by_regime(random_set_pairs(path, seed=seed))["all"][1] <= 0.07
+
+
+def test_h200_fixed_costs_are_what_calibrate_fits_on_seed_24():
+    """The committed H200 GEMM fixed costs are reproduced by the restricted fit the profile names
+    (h200_kernels.json + seed 24 of h200_gemm_random.json), started from the values it replaced."""
+    from dataclasses import replace
+
+    from simulator.calibration import load_calibration
+    from validation.calibrate import calibrate
+    from validation.hardware import hardware_for
+    meas = ROOT / "validation" / "measurements"
+    files = [(mf, hardware_for(mf)) for mf in (load_measurements(meas / "h200_kernels.json"),
+                                               load_measurements(meas / "h200_gemm_random.json"))]
+    cal = load_calibration("h200-sxm")
+    start = replace(cal, gemm_launch_s=7.07e-6, gemm_unaligned_fixed_s=0.92e-6, gemm_split_k_fixed_s=3.70e-6,
+                    gemm_fp8_fixed_s=0.0, gemm_unaligned_fraction=0.169)
+    only = ("gemm_launch_s", "gemm_unaligned_fixed_s", "gemm_split_k_fixed_s", "gemm_fp8_fixed_s",
+            "gemm_unaligned_fraction")
+    got = calibrate(files, "h200-sxm", start=start, only=only, fit_seeds=(24,)).calibration
+    for name in only:
+        assert getattr(got, name) == pytest.approx(getattr(cal, name), rel=0.01, abs=1e-9), name

@@ -29,6 +29,11 @@ REGISTERED = {
     27: {"all": 0.0857, "small_mn_large_k": 0.0964, "fp8_small": 0.0334, "misaligned": 0.0921, "large": 0.1388,
          "other": 0.0724},
 }
+# the H200 values session 17's refit replaced (launch = the compute fit's kernel_launch_s + gemm_setup_s;
+# the fixed costs copied from H100; the fraction fitted on h200_kernels.json alone)
+H200_BEFORE_REFIT = dict(gemm_launch_s=7.066626659680828e-06, gemm_unaligned_fixed_s=9.227548195118593e-07,
+                         gemm_split_k_fixed_s=3.7036089287493766e-06, gemm_fp8_fixed_s=0.0,
+                         gemm_unaligned_fraction=0.1687521515540927)
 
 
 @pytest.mark.parametrize("seed", sorted(DRAWS))
@@ -70,9 +75,7 @@ def test_h200_refit_beats_the_profile_it_replaced():
     from dataclasses import replace
 
     from simulator.calibration import load_calibration
-    old = replace(load_calibration("h200-sxm"), gemm_launch_s=7.066626659680828e-06,
-                  gemm_unaligned_fixed_s=9.227548195118593e-07, gemm_split_k_fixed_s=3.7036089287493766e-06,
-                  gemm_unaligned_fraction=0.1687521515540927)
+    old = replace(load_calibration("h200-sxm"), **H200_BEFORE_REFIT)
     before = mape_by_regime(random_set_pairs(DRAWS[26][1], cal=old, seed=26))
     assert before["all"][1] > 0.14 and before["fp8_small"][1] > 0.20
     assert REGISTERED[26]["all"] < before["all"][1] - 0.04
@@ -98,10 +101,7 @@ def test_h200_fixed_costs_are_what_calibrate_fits_on_seed_24():
     files = [(mf, hardware_for(mf)) for mf in (load_measurements(meas / "h200_kernels.json"),
                                                load_measurements(meas / "h200_gemm_random.json"))]
     cal = load_calibration("h200-sxm")
-    start = replace(cal, gemm_launch_s=7.07e-6, gemm_unaligned_fixed_s=0.92e-6, gemm_split_k_fixed_s=3.70e-6,
-                    gemm_fp8_fixed_s=0.0, gemm_unaligned_fraction=0.169)
-    only = ("gemm_launch_s", "gemm_unaligned_fixed_s", "gemm_split_k_fixed_s", "gemm_fp8_fixed_s",
-            "gemm_unaligned_fraction")
-    got = calibrate(files, "h200-sxm", start=start, only=only, fit_seeds=(24,)).calibration
-    for name in only:
+    start = replace(cal, **H200_BEFORE_REFIT)
+    got = calibrate(files, "h200-sxm", start=start, only=tuple(H200_BEFORE_REFIT), fit_seeds=(24,)).calibration
+    for name in H200_BEFORE_REFIT:
         assert getattr(got, name) == pytest.approx(getattr(cal, name), rel=0.01, abs=1e-9), name

@@ -105,3 +105,10 @@ def test_h200_fixed_costs_are_what_calibrate_fits_on_seed_24():
     got = calibrate(files, "h200-sxm", start=start, only=tuple(H200_BEFORE_REFIT), fit_seeds=(24,)).calibration
     for name in H200_BEFORE_REFIT:
         assert getattr(got, name) == pytest.approx(getattr(cal, name), rel=0.01, abs=1e-9), name
+
+
+def test_prereg_says_a_bad_like_file_in_one_line(capsys):
+    from validation.prereg import main
+    assert main(["--gemm-seed", "26", "--like", str(ROOT / "no-such-file.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "no-such-file.json" in err and "Traceback" not in err

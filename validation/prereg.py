@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import sys
 from pathlib import Path
 
+from hardware_specs.errors import MeshcastError
 from simulator.calibration import calibration_for
 from simulator.memory import fits_in
 from validation.hardware import hardware_for
@@ -128,6 +130,15 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if sum(x is not None for x in (a.grid, a.kernels, a.gemm_seed)) != 1:
         ap.error("give one of --grid, --kernels or --gemm-seed")
+    try:
+        return _print_predictions(a)
+    except MeshcastError as exc:        # an unreadable --like file, an unknown GPU: one line, as the CLI says it
+        print(f"error: {exc.field}: {exc.reason}", file=sys.stderr)
+        return 2
+
+
+def _print_predictions(a) -> int:
+    """Print the registered predictions the parsed arguments ask for; 1 when a grid case has none."""
     if a.gemm_seed is not None:
         for label, regime, t in gemm_draw_rows(a.gemm_seed, a.like):
             print(f"{label:<64} {regime:<18} {t * 1e6:10.2f} us")

@@ -181,7 +181,7 @@ def _harness():
     return mod
 
 
-@pytest.mark.parametrize("grid", ["main", "native", "native2", "smoke", "cpu", "cpu-pp"])
+@pytest.mark.parametrize("grid", ["main", "native", "native2", "native13", "smoke", "cpu", "cpu-pp"])
 def test_every_harness_case_is_a_plan_meshcast_accepts(grid):
     """The harness's case grids and meshcast's framework rules agree: each case resolves for its framework."""
     h = _harness()

@@ -65,6 +65,10 @@ MODELS = {
                      norm="rmsnorm", activation="swiglu", position="rope", linear_bias=False),
     "llama-4b": dict(layers=24, hidden=3584, heads=28, kv_heads=4, ffn_hidden=9728, vocab=32768,
                      norm="rmsnorm", activation="swiglu", position="rope", linear_bias=False),
+    # Llama-3-8B's shape (GQA 4:1, vocab 128256): 18 bytes per parameter are 145 GB, more than one
+    # H200 holds, so on two it needs the distributed optimizer, tensor or pipeline parallelism
+    "llama3-8b": dict(layers=32, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336, vocab=128256,
+                      norm="rmsnorm", activation="swiglu", position="rope", linear_bias=False),
     "gpt-2.7b": dict(layers=32, hidden=2560, heads=32, kv_heads=32, ffn_hidden=10240, vocab=50304,
                      norm="layernorm", activation="gelu", position="learned", linear_bias=True),
     "gpt-1.3b": dict(layers=24, hidden=2048, heads=16, kv_heads=16, ffn_hidden=8192, vocab=50304,
@@ -285,6 +289,27 @@ def native12_grid() -> list[dict]:
              case(F, "llama-2b", 4096, 2, tp=2, sp=True, mbs=2, gbs=16), case(F, "llama-2b", 4096, 2, pp=2, mbs=2, gbs=16),
              case(F, "llama-2b", 4096, 2, zero=1, mbs=2, gbs=16, recompute="selective")]
     return with_twins(cases + _torch_native_group("llama-3b", 3072))
+
+
+def native13_grid() -> list[dict]:
+    """A fourteenth pre-registered two-GPU set (logs/prereg14_h200x2_plan.txt): a model that does
+    not fit one H200 with its optimizer (llama3-8b, Llama-3-8B's shape, s2048), the plans a team
+    would weigh on two under both frameworks. Megatron-Core local: tp, tp + sp, pp, interleaved
+    (the largest predicted peak, first in a fresh process), dp + distributed optimizer with full
+    recompute, tp + sp with selective recompute, and, run alone at the end (risky), dp +
+    distributed optimizer without recompute (predicted just over the line) and plain DDP; torch
+    native: FSDP2, DTensor TP + SP, pp, interleaved, cp, and DDP (risky). Each plan is followed at
+    once by its twin, so that a budget stop leaves whole pairs."""
+    F, T = "megatron-core-local", "torchtitan"
+    m, s = "llama3-8b", 2048
+    megatron = [case(F, m, s, 2, pp=2, vp=2, gbs=8), case(F, m, s, 2, tp=2, gbs=8), case(F, m, s, 2, tp=2, sp=True, gbs=8),
+                case(F, m, s, 2, pp=2, gbs=8), case(F, m, s, 2, zero=1, gbs=8, recompute="full"),
+                case(F, m, s, 2, tp=2, sp=True, gbs=8, recompute="selective"),
+                case(F, m, s, 2, zero=1, gbs=8, risky=True), case(F, m, s, 2, zero=0, gbs=8, risky=True)]
+    native = [sync_each(case(T, m, s, 2, zero=3, gbs=8)), case(T, m, s, 2, tp=2, sp=True, gbs=8),
+              case(T, m, s, 2, pp=2, gbs=8), case(T, m, s, 2, pp=2, vp=2, gbs=8),
+              sync_each(case(T, m, s, 2, cp=2, zero=3, gbs=8)), case(T, m, s, 2, zero=0, gbs=8, risky=True)]
+    return [x for c in megatron + native for x in (c, twin_of(c))]
 
 
 def native12b_grid() -> list[dict]:
@@ -533,6 +558,7 @@ NAMED_GRIDS = {"host": host_grid, "prereg": prereg_grid, "prereg2": prereg2_grid
                "native6": native6_grid, "native7": native7_grid, "native8": native8_grid,
                "native9": native9_grid, "native10": native10_grid,
                "native11": native11_grid, "native12": native12_grid, "native12b": native12b_grid,
+               "native13": native13_grid,
                "h100a": h100a_grid}
 
 

@@ -429,3 +429,42 @@ def test_set13_every_verdict_right():
     predicted not to fit since (developed on this record: not a held-out verdict)."""
     s, _ = _per_plan(SET13_FIRST)
     assert s.fit_correct == s.fit_total == 1
+
+
+# ---- the fourteenth pre-registered set (native13; logs/prereg14_h200x2_plan.txt, model of 6cb50da) ------------
+SET14_MEGATRON = ROOT / "validation" / "measurements" / "h200x2_plan_native13_megatron.json"
+SET14_TORCH = ROOT / "validation" / "measurements" / "h200x2_plan_native13_torch.json"
+
+
+def test_set14_megatron_as_pre_registered_with_per_plan_twins():
+    """Set 14, Megatron-Core local half (session 18): Llama-3-8B's shape, which does not fit one
+    H200 with its optimizer, under every plan a team would weigh on two. Predicted before the run,
+    each plan under its own twin's host factor: 2.2% time (every plan within 4.0%), 0.4% peak
+    memory, 7/8 verdicts: dp + distributed optimizer, predicted at 129.7 GiB allocated (over the
+    line once the 5% fragmentation allowance and the 8.74 GiB outside the allocator are added),
+    ran at 128.5 GiB allocated, 129.6 reserved and 9.2 GiB outside the allocator: 138.8 of 139.8
+    GiB. It was the measured best, so meshcast's pick (interleaved) is 4.8% slower; tau 0.81."""
+    s, groups = _per_plan(SET14_MEGATRON)
+    assert s.count == 8 and s.mape <= 0.0220 and s.worst_abs_error <= 0.0403 and s.memory_mape <= 0.0042
+    assert (s.fit_correct, s.fit_total) == (7, 8)
+    assert len(groups) == 1 and groups[0].timed == 7 and groups[0].kendall_tau >= 0.80
+
+
+def test_set14_torch_native_as_pre_registered_with_per_plan_twins():
+    """Set 14, torch-native half: 6.3% time (FSDP2 -5.8%, DTensor TP + SP -8.2%, pp -0.4%,
+    interleaved -5.8%, cp -11.5%), 1.4% peak memory, 6/6 verdicts (DDP out of memory as
+    predicted), tau 0.80 (pp and interleaved ran within 0.7% of each other), pick right."""
+    s, groups = _per_plan(SET14_TORCH)
+    assert s.count == 6 and s.mape <= 0.0635 and s.worst_abs_error <= 0.1153 and s.memory_mape <= 0.0143
+    assert (s.fit_correct, s.fit_total) == (6, 6)
+    assert len(groups) == 1 and groups[0].pick_ok and groups[0].kendall_tau >= 0.80
+
+
+@pytest.mark.xfail(strict=True, reason="set 14: torch-native cp -11.5%; tau 0.81 / 0.80; Megatron dp + distributed "
+                                       "optimizer predicted over the line ran with 1 GiB to spare (7/8 verdicts), "
+                                       "so the pick missed the measured best by 4.8%")
+def test_set14_meets_the_issue_targets():
+    for path in (SET14_MEGATRON, SET14_TORCH):
+        s, groups = _per_plan(path)
+        assert s.worst_abs_error <= 0.10 and s.fit_correct == s.fit_total
+        assert all(g.kendall_tau >= 0.9 and g.pick_ok for g in groups)

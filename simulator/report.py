@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from simulator.htmlpage import Cell, Page, Section, Table, num, write_page
+from simulator.memory import MEMORY_MARGIN
 from simulator.palette import BREAKDOWN, MARKS, MEMORY, PASSES
 from simulator.result import BOTTLENECK_NAMES, Result
 
@@ -48,6 +49,8 @@ def _verdict(r: Result) -> str:
            f"{m.headroom_bytes / GB:.1f} GB headroom" if m.fits else
            f"DOES NOT FIT: {m.total_bytes / GB:.1f} GB needed on stage {m.stage}, {m.capacity_bytes / GB:.1f} GB "
            f"of HBM, {-m.headroom_bytes / GB:.1f} GB over")
+    if m.borderline:
+        fit += f" (borderline: within {MEMORY_MARGIN:.0%} of the capacity, the memory model's margin)"
     return (f"A step takes {r.step_time_s:.3g} s (80% band {lo:.3g} - {hi:.3g} s); {r.bottleneck_sentence()}; "
             f"{fit}.")
 

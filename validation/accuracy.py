@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from hardware_specs.catalog import Hardware
 from simulator.calibration import Calibration, LinkEfficiency
-from simulator.memory import fits_in
+from simulator.memory import fits_in, within_margin
 from validation.predict import Prediction, Unsupported, predict_record
 from validation.records import MeasurementFile
 
@@ -34,6 +34,7 @@ class RecordResult:
     time_error: float | None
     memory_error: float | None = None
     fit_correct: bool | None = None
+    fit_borderline: bool | None = None     # the verdict within the memory model's margin (MEMORY_MARGIN)
 
 
 @dataclass
@@ -48,6 +49,7 @@ class KindStats:
     memory_mape: float | None = None
     fit_correct: int | None = None
     fit_total: int | None = None
+    fit_wrong_borderline: int | None = None    # wrong verdicts that were borderline (within MEMORY_MARGIN)
     baseline_mape: float | None = None
 
     def to_dict(self) -> dict:
@@ -81,14 +83,15 @@ def _compare(i: int, rec: dict, pred: Prediction, usable: float) -> RecordResult
     measured_t = rec.get("time_s")
     oom = bool(rec.get("oom", False))
     t_err = relative_error(pred.time_s, measured_t) if measured_t and not oom and pred.time_s else None
-    m_err = fit_ok = None
+    m_err = fit_ok = borderline = None
     if rec["kind"] in STEP_KINDS:
         if pred.peak_memory_bytes is not None and rec.get("peak_memory_bytes") and not oom:
             m_err = relative_error(pred.peak_memory_bytes, rec["peak_memory_bytes"])
         # simulate's own verdict (simulator.memory.fits_in), against the memory the GPU showed
         predicted_fits = pred.total_memory_bytes is not None and fits_in(pred.total_memory_bytes, usable)
         fit_ok = predicted_fits == (not oom)
-    return RecordResult(i, rec, pred, t_err, m_err, fit_ok)
+        borderline = pred.total_memory_bytes is not None and within_margin(pred.total_memory_bytes, usable)
+    return RecordResult(i, rec, pred, t_err, m_err, fit_ok, borderline)
 
 
 def summarize(results: list[RecordResult], baseline: list[RecordResult] | None = None) -> list[KindStats]:
@@ -111,6 +114,7 @@ def summarize(results: list[RecordResult], baseline: list[RecordResult] | None =
             stats.memory_mape = _mean(mem)
             fits = [r.fit_correct for r in rs if r.fit_correct is not None]
             stats.fit_correct, stats.fit_total = sum(fits), len(fits)
+            stats.fit_wrong_borderline = sum(1 for r in rs if r.fit_correct is False and r.fit_borderline)
         if kind in base:
             stats.baseline_mape = _mean(base[kind])
         out.append(stats)

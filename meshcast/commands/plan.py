@@ -97,12 +97,12 @@ def add_parser(subparsers) -> None:
 
 
 TIE_POOL = 12              # plans searched (distinct layouts) among which ties are ordered by validation
-HEADROOM_FRACTION = 0.05   # peak memory is within ~5% on 2-GPU steps (docs/validation.md)
 
 
 def resolve_headroom(args) -> str:
     """Set ``args.min_headroom_gb`` (default: 5% of the smallest HBM in use) and say what is kept free."""
     from hardware_specs import load_hardware
+    from simulator.memory import MEMORY_MARGIN
 
     if args.min_headroom_gb is not None:
         return f"min headroom {args.min_headroom_gb:g} GB kept free (--min-headroom-gb)"
@@ -111,8 +111,8 @@ def resolve_headroom(args) -> str:
         args.min_headroom_gb = 0.0
         return "min headroom 0 GB"
     hbm = min(load_hardware(n, 1).accelerator.hbm_capacity_bytes for n in names)
-    args.min_headroom_gb = HEADROOM_FRACTION * hbm / 1e9
-    return (f"min headroom {args.min_headroom_gb:.1f} GB ({HEADROOM_FRACTION:.0%} of HBM: the memory model's "
+    args.min_headroom_gb = MEMORY_MARGIN * hbm / 1e9
+    return (f"min headroom {args.min_headroom_gb:.1f} GB ({MEMORY_MARGIN:.0%} of HBM: the memory model's "
             f"validated error) kept free; --min-headroom-gb 0 uses every byte")
 
 

@@ -117,6 +117,7 @@ def confidence_lines(r) -> list[str]:
 
 def format_result(r) -> str:
     """The human-readable summary of a simulation (a :class:`simulator.result.Result`)."""
+    from simulator.memory import MEMORY_MARGIN
     from simulator.result import BOTTLENECK_NAMES
 
     p = r.plan
@@ -141,6 +142,9 @@ def format_result(r) -> str:
         f"memory per device (stage {mem.stage}, the fullest): {fmt_bytes(mem.total_bytes)} of "
         f"{fmt_bytes(mem.capacity_bytes)} -> {'FITS' if mem.fits else 'DOES NOT FIT'} "
         f"(headroom {fmt_bytes(mem.headroom_bytes)})",
+        *([f"  borderline: within {MEMORY_MARGIN:.0%} of the capacity, the memory model's margin (peak memory within "
+           f"~5% on measured plan steps; the allocator reserves 1-9% more): the verdict may go either way"]
+          if mem.borderline else []),
     ]
     for label, value in (("weights", mem.weights_bytes), ("gradients", mem.gradients_bytes),
                          ("optimizer states", mem.optimizer_bytes),

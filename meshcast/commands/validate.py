@@ -203,6 +203,8 @@ def _pct(x) -> str:
 
 def format_text(out: dict) -> str:
     """The text report of a validation (per file, per kind; published sources)."""
+    from simulator.memory import MEMORY_MARGIN
+
     lines = []
     for f in out["files"]:
         lines.append(f"{f['path']}: {f['records']} records on {f['gpu']} ({f['hardware']}); {f['calibration']}")
@@ -216,7 +218,8 @@ def format_text(out: dict) -> str:
             if k["kind"] in ("train_step", "plan_step"):
                 extra = f"  mem MAPE {_pct(k['memory_mape'])}, fit verdict {k['fit_correct']}/{k['fit_total']} right"
                 if k.get("fit_wrong_borderline"):
-                    extra += f" ({k['fit_wrong_borderline']} of the wrong borderline: within 5% of the memory)"
+                    extra += (f" ({k['fit_wrong_borderline']} of the wrong borderline: within {MEMORY_MARGIN:.0%} "
+                              "of the memory)")
             lines.append(f"  {k['kind']:<20}{k['count']:>5}{_pct(k['mape']):>8}{_pct(k['median_abs_error']):>8}"
                          f"{_pct(k['worst_abs_error']):>8}{_pct(k['baseline_mape']):>10}{extra}")
         for k in f["kinds"]:

@@ -242,6 +242,11 @@ def _cases() -> list[tuple[str, list[str], str]]:
                                ("--layers-per-stage", "16,16", "layers_per_stage"), ("--etp", "0", "etp"),
                                ("--recompute-layers", "0", "recompute_layers"), ("--dp", "3", "dp")):
         add((f"simulate{flag}={value}", SIM + [flag, value], field))
+    for value in ("inf", "1e308", "nan", "0"):        # inf divided by zero in the host model; 1e308 overflowed
+        add((f"simulate--host-speed={value}", SIM + ["--host-speed", value], "--host-speed"))
+        add((f"plan--host-speed={value}", PLAN + ["--host-speed", value], "--host-speed"))
+        add((f"whatif--host-speed={value}", WHATIF + ["--host-speed", value], "--host-speed"))
+        add((f"validate--host-speed={value}", VAL + ["--host-speed", value], "--host-speed"))
     add(("simulate-fp8-on-a100", ["simulate", "--model", "llama3-8b", "--cluster", "dgx-a100-superpod", "--gpus", "64",
                                   "--gbs", "256", "--precision", "fp8"], "a100-80gb-sxm"))
     add(("plan-fp8-on-a100", ["plan", "--model", "llama3-8b", "--cluster", "dgx-a100-superpod", "--gpus", "64",

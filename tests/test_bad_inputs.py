@@ -112,6 +112,25 @@ def _files() -> dict[str, bytes | str | None]:
         "cluster_bad": "name: c\nnum_nodes: zero\n",
         "hf_list": "[1, 2, 3]", "hf_broken": '{"hidden_size": 4096,', "hf_empty_obj": "{}",
         "hf_nan": '{"hidden_size": NaN}',
+        # launch configs (--from-megatron-args / --from-torchtitan / --from-deepspeed)
+        "mg_novalue": "torchrun pretrain_gpt.py --tensor-model-parallel-size --global-batch-size 64\n",
+        "mg_no_flags": "echo nothing to see here\n",
+        "mg_bf16_fp16": "pretrain_gpt.py --bf16 --fp16 --global-batch-size 64\n",
+        "mg_dropout": "pretrain_gpt.py --attention-dropout abc --global-batch-size 64\n",
+        "mg_freq0": "pretrain_gpt.py --moe-layer-freq 0 --num-layers 32 --global-batch-size 64\n",
+        "mg_chunk0": "pretrain_gpt.py --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 0 "
+                     "--global-batch-size 64\n",
+        "tt_str": "[parallelism]\ntensor_parallel_degree = 'two'\n", "tt_bool": "[parallelism]\ntensor_parallel_degree = true\n",
+        "tt_zero": "[parallelism]\ntensor_parallel_degree = 0\n", "tt_inf": "[parallelism]\npipeline_parallel_degree = inf\n",
+        "tt_frac": "[training]\nlocal_batch_size = 2.5\n", "tt_list": "parallelism = [1, 2]\n",
+        "tt_parts": "[parallelism]\npipeline_parallel_degree = 2\nmodule_fqns_per_model_part = 5\n",
+        "ds_str": '{"train_batch_size": "lots"}', "ds_bool": '{"train_batch_size": true}',
+        "ds_frac": '{"train_batch_size": 256.5}', "ds_auto": '{"train_batch_size": "auto"}',
+        "ds_zero_str": '{"train_batch_size": 256, "zero_optimization": "yes"}',
+        "ds_both_prec": '{"train_batch_size": 256, "bf16": {"enabled": true}, "fp16": {"enabled": true}}',
+        "ds_enabled_str": '{"train_batch_size": 256, "bf16": {"enabled": "yes"}}',
+        "ds_gas0": '{"train_batch_size": 256, "gradient_accumulation_steps": 0}',
+        "ds_tiny": '{"train_batch_size": 4}',
     }
 
 
@@ -278,6 +297,30 @@ def _cases() -> list[tuple[str, list[str], str]]:
     add(("simulate-megatron-gpipe", SIM + ["--pp", "2", "--schedule", "gpipe"], "megatron-core: has no gpipe schedule"))
     add(("simulate-export-mismatch", SIM + ["--export", "torchtitan"], "export"))
     add(("simulate-export-file-bad-dir", SIM + ["--export", "megatron", "-O", "/nonexistent/dir/run.sh"], "export-file"))
+    launch = {"mg_novalue": ("megatron", "--tensor-model-parallel-size: given without a value"),
+              "mg_no_flags": ("megatron", "no --flag found"), "mg_bf16_fp16": ("megatron", "--fp16 and --bf16"),
+              "mg_dropout": ("megatron", "--attention-dropout: expected a number"),
+              "mg_freq0": ("megatron", "--moe-layer-freq: must be at least 1"),
+              "mg_chunk0": ("megatron", "--num-layers-per-virtual-pipeline-stage: must be at least 1"),
+              "tt_str": ("torchtitan", "tensor_parallel_degree: expected an integer"),
+              "tt_bool": ("torchtitan", "tensor_parallel_degree: expected an integer, got True"),
+              "tt_zero": ("torchtitan", "tensor_parallel_degree: must be at least 1"),
+              "tt_inf": ("torchtitan", "pipeline_parallel_degree: expected an integer, got inf"),
+              "tt_frac": ("torchtitan", "local_batch_size: expected an integer, got 2.5"),
+              "tt_list": ("torchtitan", "parallelism: expected a table"),
+              "tt_parts": ("torchtitan", "module_fqns_per_model_part: expected a list"),
+              "ds_str": ("deepspeed", "train_batch_size: expected an integer, got 'lots'"),
+              "ds_bool": ("deepspeed", "train_batch_size: expected an integer, got True"),
+              "ds_frac": ("deepspeed", "train_batch_size: expected an integer, got 256.5"),
+              "ds_auto": ("deepspeed", "Hugging Face Trainer"),
+              "ds_zero_str": ("deepspeed", "zero_optimization: expected a table"),
+              "ds_both_prec": ("deepspeed", "fp16 and bf16 are both enabled"),
+              "ds_enabled_str": ("deepspeed", "bf16: enabled: expected true or false"),
+              "ds_gas0": ("deepspeed", "gradient_accumulation_steps: must be at least 1"),
+              "ds_tiny": ("deepspeed", "less than one sequence per GPU")}
+    for key, (fmt, expect) in launch.items():
+        flag = {"megatron": "--from-megatron-args", "torchtitan": "--from-torchtitan", "deepspeed": "--from-deepspeed"}[fmt]
+        add((f"simulate-{key}", SIM[:7] + [flag, "{" + key + "}"], expect))
     add(("simulate-from-megatron-missing", SIM + ["--from-megatron-args", "/nonexistent/run.sh"], "/nonexistent/run.sh"))
     add(("plan-deepspeed-ep8", ["plan", "--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--gpus", "64",
                                 "--gbs", "128", "--framework", "deepspeed", "--ep", "8"], "deepspeed has no ep"))

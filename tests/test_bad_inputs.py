@@ -92,6 +92,10 @@ def _files() -> dict[str, bytes | str | None]:
         "meas_bf16_train_only": json.dumps({"info": small["info"], "records": [
             {"kind": "train_step", "layers": 2, "hidden": 4096, "heads": 32, "vocab": 1000, "seq": 128,
              "micro_batch": 1, "time_s": 0.5}]}),
+        "meas_train_heads": json.dumps({"info": small["info"], "records": [
+            {"kind": "train_step", "layers": 2, "hidden": 1024, "heads": 7, "vocab": 1000, "seq": 128,
+             "micro_batch": 1, "time_s": 0.5}]}),
+        "meas_dtype": bad_rec(dtype="int3"), "meas_empty": json.dumps({"info": small["info"], "records": []}),
         # published CSVs
         "runs_nocols": "a,b\n1,2\n", "runs_header_only": runs_header + "\n",
         "runs_nan": runs_header + "\n" + _run_row(runs_header, iteration_time_s="nan"),
@@ -228,10 +232,13 @@ def _cases() -> list[tuple[str, list[str], str]]:
                   "meas_no_kind": "records[0]", "meas_time_neg": "time_s", "meas_time_zero": "time_s",
                   "meas_time_str": "time_s", "meas_m_float": ".m", "meas_m_neg": ".m", "meas_m_str": ".m",
                   "meas_k_bool": ".k", "meas_inf": "malformed JSON", "meas_unknown_kind": "records",
-                  "meas_world_zero": "info.world"}
+                  "meas_world_zero": "info.world", "meas_dtype": "records[0].dtype: unknown dtype 'int3'"}
     for key, field in meas_cases.items():
         add((f"validate-{key}", ["validate", "--measurements", "{" + key + "}"], field))
         add((f"calibrate-{key}", ["calibrate", "--measurements", "{" + key + "}", "-o", "{out}/p.yaml"], field))
+    add(("validate-meas_train_heads", ["validate", "--measurements", "{meas_train_heads}"],
+         "its dimensions are no valid model: hidden 1024 is not divisible by num_heads 7"))   # was a traceback
+    add(("validate-meas_empty", ["validate", "--measurements", "{meas_empty}"], "the file holds no records"))
     add(("calibrate-nothing-constrained", ["calibrate", "--measurements", "{meas_bf16_train_only}", "-o",
                                            "{out}/p.yaml"], "measurements"))
     # ---- published CSVs -------------------------------------------------------------------------

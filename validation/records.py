@@ -30,6 +30,8 @@ class MeasurementFile:
 COUNT_FIELDS = ("batch", "batch_ops", "bytes", "bytes_min", "bytes_moved", "head_dim", "heads", "hidden", "k",
                 "kv_heads", "layers", "m", "micro_batch", "n", "params", "reps", "seq", "tokens", "vocab", "world")
 BYTE_FIELDS = ("allocated_before_bytes", "peak_memory_bytes", "total_memory_bytes", "l2_bytes")
+KNOWN_DTYPES = frozenset(TORCH_DTYPES) | frozenset(TORCH_DTYPES.values()) | {"tf32"}
+"""A record's ``dtype``: torch's name (bfloat16, float8_e4m3fn, ...) or the catalog's (bf16, fp8, tf32)."""
 _MEASURED_SUFFIXES = ("_s", "_GBps", "_mb")
 
 
@@ -64,6 +66,8 @@ def _check_fields(rec: dict, where: str) -> None:
         elif key in BYTE_FIELDS:
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
                 raise SpecError(f"{where}.{key}", f"must be a non-negative integer of bytes, got {v!r}")
+        elif key == "dtype" and v is not None and v not in KNOWN_DTYPES:
+            raise SpecError(f"{where}.dtype", f"unknown dtype {v!r}; known: {', '.join(sorted(KNOWN_DTYPES))}")
         elif key.endswith(_MEASURED_SUFFIXES) or key in ("flops", "tokens_per_s"):
             for x in (v if isinstance(v, list) else [v]):    # a list: every sample (e.g. step_times_s)
                 if x is not None and not _positive_finite(x):

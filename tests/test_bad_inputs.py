@@ -266,7 +266,9 @@ def _cases() -> list[tuple[str, list[str], str]]:
                                ("--attention", "psychic", "attention"), ("--ep", "2", "ep"), ("--cp", "0", "cp"),
                                ("--vp", "2", "vp"), ("--seq", "0", "seq"), ("--layers-per-stage", "a,b", "layers-per-stage"),
                                ("--layers-per-stage", "16,16", "layers_per_stage"), ("--etp", "0", "etp"),
-                               ("--recompute-layers", "0", "recompute_layers"), ("--dp", "3", "dp")):
+                               ("--recompute-layers", "0", "recompute_layers"), ("--dp", "3", "dp"),
+                               ("--layers-per-stage", "", "layers-per-stage"),            # was silently no split
+                               ("--recompute-layers", "5", "needs recompute full")):     # was silently ignored
         add((f"simulate{flag}={value}", SIM + [flag, value], field))
     for value in ("inf", "1e308", "nan", "0"):        # inf divided by zero in the host model; 1e308 overflowed
         add((f"simulate--host-speed={value}", SIM + ["--host-speed", value], "--host-speed"))
@@ -288,7 +290,14 @@ def _cases() -> list[tuple[str, list[str], str]]:
     for argv, field in ((["--top", "0"], "top"), (["--days", "3"], "days"), (["--tokens", "-1"], "tokens"),
                         (["--price", "0", "--tokens", "1e9"], "price"), (["--time-limit", "0", "--inner", "ilp"], ""),
                         (["--ep", "3"], "ep"), (["--dp", "3"], "dp"), (["--schedules", "zigzag"], "schedule"),
-                        (["--pool", "dgx-h100:x"], "pool")):
+                        (["--pool", "dgx-h100:x"], "pool"),
+                        # each of these searched anyway (--seq 0 at the model's length, --days nan with no
+                        # deadline, --schedules "" and --max-vp 0 as if absent) or named no flag
+                        (["--seq", "0"], "seq: must be positive"), (["--days", "nan", "--tokens", "1e9"], "days"),
+                        (["--tokens", "inf"], "tokens"), (["--schedules", ""], "schedules: empty list"),
+                        (["--max-vp", "0"], "max-vp"), (["--max-tp", "0"], "max-tp"), (["--max-mbs", "-1"], "max-mbs"),
+                        (["--tp", "4", "--max-tp", "2"], "above --max-tp 2"),
+                        (["--dp", "8", "--tp", "2"], "tp*dp = 2*8 = 16 does not divide")):
         add((f"plan{''.join(argv)}", PLAN[:7] + ["--gbs", "64"] + argv, field))
     add(("plan-mixtral-ep3", ["plan", "--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--gpus", "64", "--gbs", "256",
                               "--ep", "3"], "ep=3 does not divide the 8 experts"))

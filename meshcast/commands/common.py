@@ -120,7 +120,7 @@ def plan_from_args(args: argparse.Namespace, base: dict | None = None):
         value = getattr(args, field, None)
         if value is not None:
             data[field] = value
-    if getattr(args, "layers_per_stage", None):
+    if getattr(args, "layers_per_stage", None) is not None:    # --layers-per-stage "" is an error, not no split
         try:
             data["layers_per_stage"] = [int(x) for x in args.layers_per_stage.split(",")]
         except ValueError:

@@ -65,6 +65,7 @@ def _files() -> dict[str, bytes | str | None]:
         "plan_prec": "precision: fp7\n", "plan_gpus32": "num_gpus: 32\ntp: 1\n", "plan_sp_int": "sequence_parallel: 1\n",
         "plan_gbs_str": "gbs: lots\n", "plan_nested_list": "layers_per_stage: [[1, 2]]\n",
         "plan_recompute_num": "recompute: 3\n", "plan_key_int": "1: 2\n",
+        "plan_dup_key": "tp: 8\npp: 1\ntp: 4\n",      # PyYAML kept the last tp silently
         # calibration profiles
         "cal_gemm5": "parameters:\n  gemm_peak_fraction: {bf16: 5.0}\n", "cal_hbm_str": "parameters:\n  hbm_fraction: '0.9'\n",
         "cal_hbm_zero": "parameters:\n  hbm_fraction: 0\n", "cal_hbm_neg": "parameters:\n  hbm_fraction: -0.5\n",
@@ -77,6 +78,7 @@ def _files() -> dict[str, bytes | str | None]:
         "cal_coll_neg": "parameters:\n  collective_fraction: {all_gather: -1}\n",
         "cal_params_list": "parameters: [1, 2]\n", "cal_bool": "parameters:\n  hbm_fraction: true\n",
         "cal_dict_str": "parameters:\n  gemm_peak_fraction: fast\n",
+        "cal_dup_key": "parameters:\n  hbm_fraction: 0.9\n  hbm_fraction: 0.5\n",
         # measurement files
         "meas_no_records": json.dumps({"info": small["info"]}),
         "meas_no_gpu": json.dumps({"info": {}, "records": []}),
@@ -95,7 +97,7 @@ def _files() -> dict[str, bytes | str | None]:
         "meas_train_heads": json.dumps({"info": small["info"], "records": [
             {"kind": "train_step", "layers": 2, "hidden": 1024, "heads": 7, "vocab": 1000, "seq": 128,
              "micro_batch": 1, "time_s": 0.5}]}),
-        "meas_dtype": bad_rec(dtype="int3"), "meas_empty": json.dumps({"info": small["info"], "records": []}),
+        "meas_dtype": bad_rec(dtype="int3"), "meas_causal_str": bad_rec(causal="maybe"), "meas_empty": json.dumps({"info": small["info"], "records": []}),
         # published CSVs
         "runs_nocols": "a,b\n1,2\n", "runs_header_only": runs_header + "\n",
         "runs_nan": runs_header + "\n" + _run_row(runs_header, iteration_time_s="nan"),
@@ -104,6 +106,8 @@ def _files() -> dict[str, bytes | str | None]:
         "runs_zero_gpus": runs_header + "\n" + _run_row(runs_header, num_gpus="0"),
         "runs_text_tp": runs_header + "\n" + _run_row(runs_header, tp="eight"),
         "runs_ragged": runs_header + "\nonly,three,cells\n",
+        "runs_frac_tp": runs_header + "\n" + _run_row(runs_header, tp="2.5"),        # was read as tp=2
+        "runs_dup_col": runs_header + ",tp\n" + _run_row(runs_header).rstrip("\n") + ",4\n",   # the last tp won
         "runs_unmodelled": runs_header + "\n" + _run_row(runs_header, gpu="TPU v5"),
         "layers_nocols": "implementation,value\nx,1\n",
         "layers_neg": layers_lines[0] + "\n" + good_layer.replace(",forward_time,7.7,", ",forward_time,-7.7,"),
@@ -208,7 +212,8 @@ def _cases() -> list[tuple[str, list[str], str]]:
                   "plan_empty_body": "empty plan", "plan_null_body": "empty plan", "plan_list_body": "mapping",
                   "plan_zero5": "zero_stage", "plan_sched": "schedule", "plan_prec": "precision",
                   "plan_sp_int": "sequence_parallel", "plan_gbs_str": "gbs", "plan_nested_list": "layers_per_stage",
-                  "plan_recompute_num": "recompute", "plan_key_int": "field names"}
+                  "plan_recompute_num": "recompute", "plan_key_int": "field names",
+                  "plan_dup_key": "line 3, column 1: duplicate key 'tp'"}
     for key, field in plan_cases.items():
         add((f"simulate-{key}", SIM + ["--plan", "{" + key + "}"], field))
         add((f"whatif-{key}", WHATIF + ["--plan", "{" + key + "}"], field))
@@ -222,7 +227,8 @@ def _cases() -> list[tuple[str, list[str], str]]:
                  "cal_link_bw0": "links.nvlink.bandwidth_fraction", "cal_link_alpha_str": "links.nvlink.alpha_s",
                  "cal_link_unknown": "links.nvlink.gamma", "cal_mem_op_2": "memory_op_fraction.softmax",
                  "cal_coll_neg": "collective_fraction.all_gather", "cal_params_list": "parameters",
-                 "cal_bool": "hbm_fraction", "cal_dict_str": "gemm_peak_fraction"}
+                 "cal_bool": "hbm_fraction", "cal_dict_str": "gemm_peak_fraction",
+                 "cal_dup_key": "duplicate key 'hbm_fraction'"}
     for key, field in cal_cases.items():
         add((f"simulate-{key}", SIM + ["--calibration", "{" + key + "}"], field))
         add((f"plan-{key}", PLAN + ["--calibration", "{" + key + "}"], field))
@@ -232,7 +238,8 @@ def _cases() -> list[tuple[str, list[str], str]]:
                   "meas_no_kind": "records[0]", "meas_time_neg": "time_s", "meas_time_zero": "time_s",
                   "meas_time_str": "time_s", "meas_m_float": ".m", "meas_m_neg": ".m", "meas_m_str": ".m",
                   "meas_k_bool": ".k", "meas_inf": "malformed JSON", "meas_unknown_kind": "records",
-                  "meas_world_zero": "info.world", "meas_dtype": "records[0].dtype: unknown dtype 'int3'"}
+                  "meas_world_zero": "info.world", "meas_dtype": "records[0].dtype: unknown dtype 'int3'",
+                  "meas_causal_str": "records[0].causal: must be true or false"}
     for key, field in meas_cases.items():
         add((f"validate-{key}", ["validate", "--measurements", "{" + key + "}"], field))
         add((f"calibrate-{key}", ["calibrate", "--measurements", "{" + key + "}", "-o", "{out}/p.yaml"], field))
@@ -244,7 +251,9 @@ def _cases() -> list[tuple[str, list[str], str]]:
     # ---- published CSVs -------------------------------------------------------------------------
     for key, field in {"runs_nocols": "source", "runs_header_only": "no data rows", "runs_nan": "iteration_time_s",
                        "runs_inf": "iteration_time_s", "runs_neg": "iteration_time_s", "runs_zero_gpus": "num_gpus",
-                       "runs_text_tp": "tp", "runs_ragged": "line 2", "runs_unmodelled": "no row could be modelled"}.items():
+                       "runs_text_tp": "tp", "runs_ragged": "line 2", "runs_unmodelled": "no row could be modelled",
+                       "runs_frac_tp": "line 2: tp: must be a whole number",
+                       "runs_dup_col": "tp: column given twice"}.items():
         add((f"validate-published-{key}", ["validate", "--published", "{" + key + "}"], field))
     for key, field in {"layers_nocols": "gpu", "layers_neg": "value", "layers_nan": "value", "layers_metric": "metric",
                        "layers_unknown_impl": "implementation", "layers_hidden_text": "hidden"}.items():

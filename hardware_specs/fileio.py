@@ -42,11 +42,33 @@ def read_text(path: str | Path) -> str:
         raise SpecError(str(p), f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})") from None
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses a key given twice in one mapping: PyYAML keeps the last
+    silently, so ``tp: 8`` then ``tp: 4`` in a plan ran tp=4 without a word."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                duplicate = key in seen
+                seen.add(key)
+            except TypeError:            # an unhashable key: SafeLoader's own error names it
+                continue
+            if duplicate:
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r} (given twice in one "
+                                                        "mapping; which one is meant?)", key_node.start_mark)
+        return super().construct_mapping(node, deep)
+
+
 def read_yaml(path: str | Path):
-    """Parse ``path`` as YAML and return whatever it holds, or :class:`SpecError`."""
+    """Parse ``path`` as YAML and return whatever it holds, or :class:`SpecError` (a key given
+    twice in one mapping included)."""
     text = read_text(path)
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -95,6 +117,9 @@ def read_csv_rows(path: str | Path, required: Iterable[str] = ()) -> list[dict]:
         rows = list(reader)
     except csv.Error as exc:
         raise SpecError(str(path), f"malformed CSV: {exc}") from None
+    twice = next((c for i, c in enumerate(header) if c in header[:i]), None)
+    if twice is not None:     # csv.DictReader keeps the last of the two silently
+        raise SpecError(f"{path}: {twice}", "column given twice in the header")
     missing = [c for c in required if c not in header]
     if missing:
         raise SpecError(f"{path}: {missing[0]}", f"missing column (the header has: {', '.join(header) or 'nothing'})")

@@ -277,11 +277,12 @@ def enumerate_shapes(model: ModelSpec, c: Constraints, gpus_per_domain: int,
     L = model.num_layers
     seq = c.seq
     gb_lo, gb_hi = c.gbs
+    counts = ", ".join(map(str, c.gpus[:4])) + (", ..." if len(c.gpus) > 4 else "")
     for name in ("tp", "dp", "pp", "cp"):   # a fixed degree no GPU count can hold binds before anything else
         v = c.fix(name)
         if v is not None and all(g % v for g in c.gpus):
-            counts = ", ".join(map(str, c.gpus[:4])) + (", ..." if len(c.gpus) > 4 else "")
             rej.add(name, f"{name}={v} does not divide the GPU count ({counts})", 9)
+    _reject_fixed_product(c, counts, rej)
     for gpus in c.gpus:
         tp_cands = [t for t in divisors(gpus) if c.max_tp is None or t <= c.max_tp]
         if c.fix("tp") is not None and c.fix("tp") not in divisors(gpus):
@@ -310,6 +311,16 @@ def enumerate_shapes(model: ModelSpec, c: Constraints, gpus_per_domain: int,
                         rej.add("gbs", f"dp={dp} exceeds the global batch {gb_hi}", 3)
                         continue
                     yield from _inner_shapes(model, c, gpus, tp, cp, pp, dp, gpus_per_domain, rej)
+
+
+def _reject_fixed_product(c: Constraints, counts: str, rej: Rejections) -> None:
+    """Fixed degrees each dividing the GPUs but together dividing none (--dp 8 --tp 2 on 8 GPUs)
+    bind before anything else: name them all, with their product."""
+    named = [(n, c.fix(n)) for n in ("tp", "cp", "pp", "dp") if c.fix(n) is not None]
+    product = math.prod(v for _, v in named)
+    if len(named) > 1 and all(g % product for g in c.gpus):
+        rej.add(named[-1][0], f"{'*'.join(n for n, _ in named)} = {'*'.join(str(v) for _, v in named)} = {product} "
+                              f"does not divide the GPU count ({counts})", 9)
 
 
 def _expert_options(model: ModelSpec, c: Constraints, tp: int, cp: int, dp: int, domain: int,
@@ -473,7 +484,7 @@ def make_constraints(model: ModelSpec, cluster: str, *, gpus=None, gbs, seq: Opt
     glo, ghi, gstep = parse_count_range(str(gbs), "gbs")
     if gstep is not None:
         raise MeshcastError("gbs", "a batch range takes no step: LO:HI")
-    seq = seq or model.seq_len
+    seq = model.seq_len if seq is None else seq     # --seq 0 is an error, not the model's length
     if seq <= 0:
         raise MeshcastError("seq", f"must be positive, got {seq}")
     if min_headroom_gb < 0:
@@ -492,12 +503,15 @@ def make_constraints(model: ModelSpec, cluster: str, *, gpus=None, gbs, seq: Opt
         fixed["recompute"] = "full"
     if "recompute" in fixed and fixed["recompute"] not in RECOMPUTE_MODES:
         raise MeshcastError("recompute", f"must be one of {', '.join(RECOMPUTE_MODES)}; got {fixed['recompute']!r}")
+    if schedules is not None and not any(schedules):
+        raise MeshcastError("schedules", f"empty list; give one or more of {', '.join(SCHEDULES)}")
     sched = tuple(schedules) if schedules else SCHEDULES
     bad = [s for s in sched if s not in SCHEDULES]
     if bad:
         raise MeshcastError("schedules", f"unknown schedule {bad[0]!r}; choose from {', '.join(SCHEDULES)}")
     if fixed.get("vp", 1) > 1 and "interleaved" not in sched:
         raise MeshcastError("vp", "vp > 1 needs the interleaved schedule in --schedules")
+    _check_limits(fixed, limits)
     from simulator.frameworks import get_framework
     fw = get_framework((base or ParallelPlan()).framework)
     _check_fixed_against_framework(fw, fixed)
@@ -507,6 +521,19 @@ def make_constraints(model: ModelSpec, cluster: str, *, gpus=None, gbs, seq: Opt
     return Constraints(gpus=tuple(counts), gbs=(glo, ghi), seq=seq, fixed=fixed,
                        min_headroom_bytes=min_headroom_gb * 1e9, base=base or ParallelPlan(), schedules=sched,
                        **{k: v for k, v in limits.items() if v is not None})
+
+
+def _check_limits(fixed: dict, limits: dict) -> None:
+    """Each --max-* limit is at least 1 (0 left no layout, and --max-vp 0 searched as if absent),
+    and a fixed degree does not exceed its own limit (--tp 4 --max-tp 2 contradict each other)."""
+    for name in ("tp", "pp", "cp", "vp", "mbs"):
+        limit = limits.get(f"max_{name}")
+        if limit is None:
+            continue
+        if limit < 1:
+            raise MeshcastError(f"max-{name}", f"must be at least 1, got {limit}")
+        if fixed.get(name) is not None and fixed[name] > limit:
+            raise MeshcastError(name, f"--{name} {fixed[name]} is above --max-{name} {limit}; drop one or make them agree")
 
 
 def _check_grad_sync(fw, base: ParallelPlan) -> None:

@@ -320,6 +320,7 @@ class Base:
     with_ops: bool = False
     trace_dir: Optional[str] = None
     time_limit_s: float = 10.0
+    host_speed: Optional[float] = None   # --host-speed: host costs scaled by it at every point
 
 
 @dataclass
@@ -531,7 +532,7 @@ def evaluate_point(base: Base, index: int, setting: dict, x: dict, yaml_dir: Opt
         return pt
     pt.notes += notes
     pt.hardware = _hardware_summary(hw)
-    cal, cal_note = calibration_for(hw.accelerator, base.calibration)
+    cal, cal_note = _calibration(base, hw)
     pt.calibration = cal_note
     plan = _plan_at(base, setting)
     want_timeline = base.trace_dir is not None
@@ -563,6 +564,15 @@ def evaluate_point(base: Base, index: int, setting: dict, x: dict, yaml_dir: Opt
 
 def _label(value) -> str:
     return value.label if isinstance(value, Level) else str(value)
+
+
+def _calibration(base: Base, hw: Hardware):
+    """(calibration, note) of a point: the accelerator's (or --calibration), on a host
+    ``base.host_speed`` times the calibration's where given."""
+    cal, note = calibration_for(hw.accelerator, base.calibration)
+    if base.host_speed is None:
+        return cal, note
+    return cal.with_host_speed(base.host_speed), note + f"; host {base.host_speed:g}x the calibration's (--host-speed)"
 
 
 def _replan(base: Base, setting: dict, model, hw: Hardware, refs: tuple, variants: _Variants, cal,

@@ -420,5 +420,8 @@ def _check_model_fit(model: ModelSpec, plan: ParallelPlan, edge_chunks: bool = F
             raise PlanError("ep", f"ep={plan.ep} does not divide the {model.moe.num_experts} experts")
         if (tp * cp * plan.dp) % (plan.ep * plan.expert_tp):
             raise PlanError("ep", f"ep*etp = {plan.ep}*{plan.expert_tp} does not divide tp*cp*dp = {tp * cp * plan.dp}")
+    if plan.recompute_layers is not None and plan.recompute != "full":
+        raise PlanError("recompute_layers", f"fully recomputes that many layers per stage: needs recompute full "
+                                            f"(the plan has recompute {plan.recompute})")
     if plan.offload_params and not (plan.zero_stage == 3 and plan.offload_optimizer):
         raise PlanError("offload_params", "parameter offload (ZeRO-Infinity) needs zero_stage 3 and offload_optimizer")

@@ -65,6 +65,7 @@ def _files() -> dict[str, bytes | str | None]:
         "plan_prec": "precision: fp7\n", "plan_gpus32": "num_gpus: 32\ntp: 1\n", "plan_sp_int": "sequence_parallel: 1\n",
         "plan_gbs_str": "gbs: lots\n", "plan_nested_list": "layers_per_stage: [[1, 2]]\n",
         "plan_recompute_num": "recompute: 3\n", "plan_key_int": "1: 2\n",
+        "plan_dup_key": "tp: 8\npp: 1\ntp: 4\n",      # PyYAML kept the last tp silently
         # calibration profiles
         "cal_gemm5": "parameters:\n  gemm_peak_fraction: {bf16: 5.0}\n", "cal_hbm_str": "parameters:\n  hbm_fraction: '0.9'\n",
         "cal_hbm_zero": "parameters:\n  hbm_fraction: 0\n", "cal_hbm_neg": "parameters:\n  hbm_fraction: -0.5\n",
@@ -77,6 +78,7 @@ def _files() -> dict[str, bytes | str | None]:
         "cal_coll_neg": "parameters:\n  collective_fraction: {all_gather: -1}\n",
         "cal_params_list": "parameters: [1, 2]\n", "cal_bool": "parameters:\n  hbm_fraction: true\n",
         "cal_dict_str": "parameters:\n  gemm_peak_fraction: fast\n",
+        "cal_dup_key": "parameters:\n  hbm_fraction: 0.9\n  hbm_fraction: 0.5\n",
         # measurement files
         "meas_no_records": json.dumps({"info": small["info"]}),
         "meas_no_gpu": json.dumps({"info": {}, "records": []}),
@@ -92,6 +94,10 @@ def _files() -> dict[str, bytes | str | None]:
         "meas_bf16_train_only": json.dumps({"info": small["info"], "records": [
             {"kind": "train_step", "layers": 2, "hidden": 4096, "heads": 32, "vocab": 1000, "seq": 128,
              "micro_batch": 1, "time_s": 0.5}]}),
+        "meas_train_heads": json.dumps({"info": small["info"], "records": [
+            {"kind": "train_step", "layers": 2, "hidden": 1024, "heads": 7, "vocab": 1000, "seq": 128,
+             "micro_batch": 1, "time_s": 0.5}]}),
+        "meas_dtype": bad_rec(dtype="int3"), "meas_causal_str": bad_rec(causal="maybe"), "meas_empty": json.dumps({"info": small["info"], "records": []}),
         # published CSVs
         "runs_nocols": "a,b\n1,2\n", "runs_header_only": runs_header + "\n",
         "runs_nan": runs_header + "\n" + _run_row(runs_header, iteration_time_s="nan"),
@@ -100,6 +106,8 @@ def _files() -> dict[str, bytes | str | None]:
         "runs_zero_gpus": runs_header + "\n" + _run_row(runs_header, num_gpus="0"),
         "runs_text_tp": runs_header + "\n" + _run_row(runs_header, tp="eight"),
         "runs_ragged": runs_header + "\nonly,three,cells\n",
+        "runs_frac_tp": runs_header + "\n" + _run_row(runs_header, tp="2.5"),        # was read as tp=2
+        "runs_dup_col": runs_header + ",tp\n" + _run_row(runs_header).rstrip("\n") + ",4\n",   # the last tp won
         "runs_unmodelled": runs_header + "\n" + _run_row(runs_header, gpu="TPU v5"),
         "layers_nocols": "implementation,value\nx,1\n",
         "layers_neg": layers_lines[0] + "\n" + good_layer.replace(",forward_time,7.7,", ",forward_time,-7.7,"),
@@ -112,6 +120,25 @@ def _files() -> dict[str, bytes | str | None]:
         "cluster_bad": "name: c\nnum_nodes: zero\n",
         "hf_list": "[1, 2, 3]", "hf_broken": '{"hidden_size": 4096,', "hf_empty_obj": "{}",
         "hf_nan": '{"hidden_size": NaN}',
+        # launch configs (--from-megatron-args / --from-torchtitan / --from-deepspeed)
+        "mg_novalue": "torchrun pretrain_gpt.py --tensor-model-parallel-size --global-batch-size 64\n",
+        "mg_no_flags": "echo nothing to see here\n",
+        "mg_bf16_fp16": "pretrain_gpt.py --bf16 --fp16 --global-batch-size 64\n",
+        "mg_dropout": "pretrain_gpt.py --attention-dropout abc --global-batch-size 64\n",
+        "mg_freq0": "pretrain_gpt.py --moe-layer-freq 0 --num-layers 32 --global-batch-size 64\n",
+        "mg_chunk0": "pretrain_gpt.py --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 0 "
+                     "--global-batch-size 64\n",
+        "tt_str": "[parallelism]\ntensor_parallel_degree = 'two'\n", "tt_bool": "[parallelism]\ntensor_parallel_degree = true\n",
+        "tt_zero": "[parallelism]\ntensor_parallel_degree = 0\n", "tt_inf": "[parallelism]\npipeline_parallel_degree = inf\n",
+        "tt_frac": "[training]\nlocal_batch_size = 2.5\n", "tt_list": "parallelism = [1, 2]\n",
+        "tt_parts": "[parallelism]\npipeline_parallel_degree = 2\nmodule_fqns_per_model_part = 5\n",
+        "ds_str": '{"train_batch_size": "lots"}', "ds_bool": '{"train_batch_size": true}',
+        "ds_frac": '{"train_batch_size": 256.5}', "ds_auto": '{"train_batch_size": "auto"}',
+        "ds_zero_str": '{"train_batch_size": 256, "zero_optimization": "yes"}',
+        "ds_both_prec": '{"train_batch_size": 256, "bf16": {"enabled": true}, "fp16": {"enabled": true}}',
+        "ds_enabled_str": '{"train_batch_size": 256, "bf16": {"enabled": "yes"}}',
+        "ds_gas0": '{"train_batch_size": 256, "gradient_accumulation_steps": 0}',
+        "ds_tiny": '{"train_batch_size": 4}',
     }
 
 
@@ -185,7 +212,8 @@ def _cases() -> list[tuple[str, list[str], str]]:
                   "plan_empty_body": "empty plan", "plan_null_body": "empty plan", "plan_list_body": "mapping",
                   "plan_zero5": "zero_stage", "plan_sched": "schedule", "plan_prec": "precision",
                   "plan_sp_int": "sequence_parallel", "plan_gbs_str": "gbs", "plan_nested_list": "layers_per_stage",
-                  "plan_recompute_num": "recompute", "plan_key_int": "field names"}
+                  "plan_recompute_num": "recompute", "plan_key_int": "field names",
+                  "plan_dup_key": "line 3, column 1: duplicate key 'tp'"}
     for key, field in plan_cases.items():
         add((f"simulate-{key}", SIM + ["--plan", "{" + key + "}"], field))
         add((f"whatif-{key}", WHATIF + ["--plan", "{" + key + "}"], field))
@@ -199,7 +227,8 @@ def _cases() -> list[tuple[str, list[str], str]]:
                  "cal_link_bw0": "links.nvlink.bandwidth_fraction", "cal_link_alpha_str": "links.nvlink.alpha_s",
                  "cal_link_unknown": "links.nvlink.gamma", "cal_mem_op_2": "memory_op_fraction.softmax",
                  "cal_coll_neg": "collective_fraction.all_gather", "cal_params_list": "parameters",
-                 "cal_bool": "hbm_fraction", "cal_dict_str": "gemm_peak_fraction"}
+                 "cal_bool": "hbm_fraction", "cal_dict_str": "gemm_peak_fraction",
+                 "cal_dup_key": "duplicate key 'hbm_fraction'"}
     for key, field in cal_cases.items():
         add((f"simulate-{key}", SIM + ["--calibration", "{" + key + "}"], field))
         add((f"plan-{key}", PLAN + ["--calibration", "{" + key + "}"], field))
@@ -209,16 +238,22 @@ def _cases() -> list[tuple[str, list[str], str]]:
                   "meas_no_kind": "records[0]", "meas_time_neg": "time_s", "meas_time_zero": "time_s",
                   "meas_time_str": "time_s", "meas_m_float": ".m", "meas_m_neg": ".m", "meas_m_str": ".m",
                   "meas_k_bool": ".k", "meas_inf": "malformed JSON", "meas_unknown_kind": "records",
-                  "meas_world_zero": "info.world"}
+                  "meas_world_zero": "info.world", "meas_dtype": "records[0].dtype: unknown dtype 'int3'",
+                  "meas_causal_str": "records[0].causal: must be true or false"}
     for key, field in meas_cases.items():
         add((f"validate-{key}", ["validate", "--measurements", "{" + key + "}"], field))
         add((f"calibrate-{key}", ["calibrate", "--measurements", "{" + key + "}", "-o", "{out}/p.yaml"], field))
+    add(("validate-meas_train_heads", ["validate", "--measurements", "{meas_train_heads}"],
+         "its dimensions are no valid model: hidden 1024 is not divisible by num_heads 7"))   # was a traceback
+    add(("validate-meas_empty", ["validate", "--measurements", "{meas_empty}"], "the file holds no records"))
     add(("calibrate-nothing-constrained", ["calibrate", "--measurements", "{meas_bf16_train_only}", "-o",
                                            "{out}/p.yaml"], "measurements"))
     # ---- published CSVs -------------------------------------------------------------------------
     for key, field in {"runs_nocols": "source", "runs_header_only": "no data rows", "runs_nan": "iteration_time_s",
                        "runs_inf": "iteration_time_s", "runs_neg": "iteration_time_s", "runs_zero_gpus": "num_gpus",
-                       "runs_text_tp": "tp", "runs_ragged": "line 2", "runs_unmodelled": "no row could be modelled"}.items():
+                       "runs_text_tp": "tp", "runs_ragged": "line 2", "runs_unmodelled": "no row could be modelled",
+                       "runs_frac_tp": "line 2: tp: must be a whole number",
+                       "runs_dup_col": "tp: column given twice"}.items():
         add((f"validate-published-{key}", ["validate", "--published", "{" + key + "}"], field))
     for key, field in {"layers_nocols": "gpu", "layers_neg": "value", "layers_nan": "value", "layers_metric": "metric",
                        "layers_unknown_impl": "implementation", "layers_hidden_text": "hidden"}.items():
@@ -240,8 +275,15 @@ def _cases() -> list[tuple[str, list[str], str]]:
                                ("--attention", "psychic", "attention"), ("--ep", "2", "ep"), ("--cp", "0", "cp"),
                                ("--vp", "2", "vp"), ("--seq", "0", "seq"), ("--layers-per-stage", "a,b", "layers-per-stage"),
                                ("--layers-per-stage", "16,16", "layers_per_stage"), ("--etp", "0", "etp"),
-                               ("--recompute-layers", "0", "recompute_layers"), ("--dp", "3", "dp")):
+                               ("--recompute-layers", "0", "recompute_layers"), ("--dp", "3", "dp"),
+                               ("--layers-per-stage", "", "layers-per-stage"),            # was silently no split
+                               ("--recompute-layers", "5", "needs recompute full")):     # was silently ignored
         add((f"simulate{flag}={value}", SIM + [flag, value], field))
+    for value in ("inf", "1e308", "nan", "0"):        # inf divided by zero in the host model; 1e308 overflowed
+        add((f"simulate--host-speed={value}", SIM + ["--host-speed", value], "--host-speed"))
+        add((f"plan--host-speed={value}", PLAN + ["--host-speed", value], "--host-speed"))
+        add((f"whatif--host-speed={value}", WHATIF + ["--host-speed", value], "--host-speed"))
+        add((f"validate--host-speed={value}", VAL + ["--host-speed", value], "--host-speed"))
     add(("simulate-fp8-on-a100", ["simulate", "--model", "llama3-8b", "--cluster", "dgx-a100-superpod", "--gpus", "64",
                                   "--gbs", "256", "--precision", "fp8"], "a100-80gb-sxm"))
     add(("plan-fp8-on-a100", ["plan", "--model", "llama3-8b", "--cluster", "dgx-a100-superpod", "--gpus", "64",
@@ -257,7 +299,14 @@ def _cases() -> list[tuple[str, list[str], str]]:
     for argv, field in ((["--top", "0"], "top"), (["--days", "3"], "days"), (["--tokens", "-1"], "tokens"),
                         (["--price", "0", "--tokens", "1e9"], "price"), (["--time-limit", "0", "--inner", "ilp"], ""),
                         (["--ep", "3"], "ep"), (["--dp", "3"], "dp"), (["--schedules", "zigzag"], "schedule"),
-                        (["--pool", "dgx-h100:x"], "pool")):
+                        (["--pool", "dgx-h100:x"], "pool"),
+                        # each of these searched anyway (--seq 0 at the model's length, --days nan with no
+                        # deadline, --schedules "" and --max-vp 0 as if absent) or named no flag
+                        (["--seq", "0"], "seq: must be positive"), (["--days", "nan", "--tokens", "1e9"], "days"),
+                        (["--tokens", "inf"], "tokens"), (["--schedules", ""], "schedules: empty list"),
+                        (["--max-vp", "0"], "max-vp"), (["--max-tp", "0"], "max-tp"), (["--max-mbs", "-1"], "max-mbs"),
+                        (["--tp", "4", "--max-tp", "2"], "above --max-tp 2"),
+                        (["--dp", "8", "--tp", "2"], "tp*dp = 2*8 = 16 does not divide")):
         add((f"plan{''.join(argv)}", PLAN[:7] + ["--gbs", "64"] + argv, field))
     add(("plan-mixtral-ep3", ["plan", "--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--gpus", "64", "--gbs", "256",
                               "--ep", "3"], "ep=3 does not divide the 8 experts"))
@@ -273,6 +322,30 @@ def _cases() -> list[tuple[str, list[str], str]]:
     add(("simulate-megatron-gpipe", SIM + ["--pp", "2", "--schedule", "gpipe"], "megatron-core: has no gpipe schedule"))
     add(("simulate-export-mismatch", SIM + ["--export", "torchtitan"], "export"))
     add(("simulate-export-file-bad-dir", SIM + ["--export", "megatron", "-O", "/nonexistent/dir/run.sh"], "export-file"))
+    launch = {"mg_novalue": ("megatron", "--tensor-model-parallel-size: given without a value"),
+              "mg_no_flags": ("megatron", "no --flag found"), "mg_bf16_fp16": ("megatron", "--fp16 and --bf16"),
+              "mg_dropout": ("megatron", "--attention-dropout: expected a number"),
+              "mg_freq0": ("megatron", "--moe-layer-freq: must be at least 1"),
+              "mg_chunk0": ("megatron", "--num-layers-per-virtual-pipeline-stage: must be at least 1"),
+              "tt_str": ("torchtitan", "tensor_parallel_degree: expected an integer"),
+              "tt_bool": ("torchtitan", "tensor_parallel_degree: expected an integer, got True"),
+              "tt_zero": ("torchtitan", "tensor_parallel_degree: must be at least 1"),
+              "tt_inf": ("torchtitan", "pipeline_parallel_degree: expected an integer, got inf"),
+              "tt_frac": ("torchtitan", "local_batch_size: expected an integer, got 2.5"),
+              "tt_list": ("torchtitan", "parallelism: expected a table"),
+              "tt_parts": ("torchtitan", "module_fqns_per_model_part: expected a list"),
+              "ds_str": ("deepspeed", "train_batch_size: expected an integer, got 'lots'"),
+              "ds_bool": ("deepspeed", "train_batch_size: expected an integer, got True"),
+              "ds_frac": ("deepspeed", "train_batch_size: expected an integer, got 256.5"),
+              "ds_auto": ("deepspeed", "Hugging Face Trainer"),
+              "ds_zero_str": ("deepspeed", "zero_optimization: expected a table"),
+              "ds_both_prec": ("deepspeed", "fp16 and bf16 are both enabled"),
+              "ds_enabled_str": ("deepspeed", "bf16: enabled: expected true or false"),
+              "ds_gas0": ("deepspeed", "gradient_accumulation_steps: must be at least 1"),
+              "ds_tiny": ("deepspeed", "less than one sequence per GPU")}
+    for key, (fmt, expect) in launch.items():
+        flag = {"megatron": "--from-megatron-args", "torchtitan": "--from-torchtitan", "deepspeed": "--from-deepspeed"}[fmt]
+        add((f"simulate-{key}", SIM[:7] + [flag, "{" + key + "}"], expect))
     add(("simulate-from-megatron-missing", SIM + ["--from-megatron-args", "/nonexistent/run.sh"], "/nonexistent/run.sh"))
     add(("plan-deepspeed-ep8", ["plan", "--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--gpus", "64",
                                 "--gbs", "128", "--framework", "deepspeed", "--ep", "8"], "deepspeed has no ep"))

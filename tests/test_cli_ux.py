@@ -175,3 +175,15 @@ def test_catalog_model_shows_shape_and_counts(capsys):
     assert p["total"] == (per["count"] * per["total"] + p["embedding"] + p["output_head"] + p["final_norm"])
     code, out, _ = run_cli(capsys, "catalog", "--model", "deepseek-v3")
     assert code == 0 and "MLA" in out and "active per token" in out and "moe layer x58" in out
+
+
+def test_calibrate_text_without_held_out_records_prints_no_nan(capsys, tmp_path):
+    """--holdout-every 0 (the documented 'none') printed 'nan%' in the held-out columns."""
+    data = json.loads(open("validation/measurements/h100_kernels.json").read())
+    small = tmp_path / "gemms.json"
+    small.write_text(json.dumps({"info": data["info"], "records": [r for r in data["records"] if r["kind"] == "gemm"][:20]}))
+    code, out, err = run_cli(capsys, "calibrate", "--measurements", str(small), "-o", str(tmp_path / "p.yaml"),
+                             "--holdout-every", "0")
+    assert code == 0, err
+    row = next(line for line in out.splitlines() if line.startswith("gemm "))
+    assert "nan" not in out and row.split()[-2:] == ["-", "-"]

@@ -2,6 +2,7 @@
 between lent machines; tiny twin steps measure it on the machine itself (issue #11)."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -79,6 +80,21 @@ def test_host_speed_scales_every_host_cost_and_the_host_bound_step():
 def test_a_bad_host_speed_is_one_clear_error(argv):
     r = subprocess.run([sys.executable, "-m", "meshcast.cli", *argv], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 2 and "--host-speed" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_whatif_applies_host_speed_at_every_point(tmp_path, capsys):
+    """whatif took --host-speed and ignored it: a host-bound point kept the reference host's step."""
+    from meshcast.cli import main
+    model = tmp_path / "tiny.yaml"
+    model.write_text("name: tiny\nnum_layers: 1\nhidden: 64\nffn_hidden: 256\nnum_heads: 1\nvocab: 128\nseq_len: 64\n")
+    steps = []
+    for speed in ("1", "3"):
+        assert main(["whatif", "--model", str(model), "--cluster", "h100-1gpu", "--gpus", "1", "--gbs", "1",
+                     "--sweep", "gpus=1", "--host-speed", speed, "--json"]) == 0
+        point = json.loads(capsys.readouterr().out)["points"][0]
+        steps.append(point["result"]["step_time_s"])
+        assert ("host 3x" in point["calibration"]) == (speed == "3")
+    assert steps[1] > 2.5 * steps[0]
 
 
 def test_the_harness_twin_keeps_plan_and_structure():

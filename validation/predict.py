@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pydantic
+
 from hardware_specs.catalog import Hardware
 from models.schema import ModelSpec
 from simulator.calibration import Calibration
@@ -78,6 +80,9 @@ def predict_record(rec: dict, hw: Hardware, cal: Calibration) -> Prediction:
             return plan_step_prediction(rec, hw, cal)
     except KeyError as exc:
         raise Unsupported(f"missing field {exc.args[0]!r}") from None
+    except pydantic.ValidationError as exc:    # the record's dimensions describe no valid model
+        raise Unsupported(f"its dimensions are no valid model: {exc.errors()[0]['msg'].removeprefix('Value error, ')}") \
+            from None
     raise Unsupported(f"unknown kind {kind!r}")
 
 

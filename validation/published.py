@@ -113,6 +113,10 @@ RUN_NUMBERS = ("params_b", "layers", "hidden", "heads", "kv_heads", "vocab", "se
 LAYER_COLUMNS = ("gpu", "num_gpus", "implementation", "seq_len", "num_heads", "batch_size", "hidden", "metric",
                  "value")
 LAYER_NUMBERS = ("num_gpus", "seq_len", "head_dim", "num_heads", "batch_size", "hidden", "value")
+# counts: a whole number (a 2.5 in 'layers' was read as 2 without a word)
+WHOLE_NUMBERS = frozenset(("layers", "hidden", "heads", "kv_heads", "vocab", "seq_len", "moe_experts", "moe_topk",
+                           "num_gpus", "tp", "pp", "vp", "cp", "ep", "dp", "global_batch", "micro_batch",
+                           "head_dim", "num_heads", "batch_size"))
 
 
 def _check_numbers(rows: list[dict], path, columns) -> None:
@@ -123,7 +127,9 @@ def _check_numbers(rows: list[dict], path, columns) -> None:
         for col in columns:
             text = (row.get(col) or "").strip()
             if text:
-                finite_number(text.rstrip("%"), f"{path}: line {i + 2}: {col}", positive=True)
+                x = finite_number(text.rstrip("%"), f"{path}: line {i + 2}: {col}", positive=True)
+                if col in WHOLE_NUMBERS and not x.is_integer():
+                    raise SpecError(f"{path}: line {i + 2}: {col}", f"must be a whole number, got {text!r}")
         ffn = (row.get("ffn_hidden") or "").strip()
         if ffn:
             parse_ffn(ffn, f"{path}: line {i + 2}: ffn_hidden")

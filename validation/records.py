@@ -30,6 +30,10 @@ class MeasurementFile:
 COUNT_FIELDS = ("batch", "batch_ops", "bytes", "bytes_min", "bytes_moved", "head_dim", "heads", "hidden", "k",
                 "kv_heads", "layers", "m", "micro_batch", "n", "params", "reps", "seq", "tokens", "vocab", "world")
 BYTE_FIELDS = ("allocated_before_bytes", "peak_memory_bytes", "total_memory_bytes", "l2_bytes")
+BOOL_FIELDS = ("causal", "oom", "unsupported", "ran", "linear_bias", "tied_embeddings", "sequence_parallel",
+               "cp_load_balance", "skewed", "gate", "pp_return_outputs", "pp_scale_grads")
+KNOWN_DTYPES = frozenset(TORCH_DTYPES) | frozenset(TORCH_DTYPES.values()) | {"tf32"}
+"""A record's ``dtype``: torch's name (bfloat16, float8_e4m3fn, ...) or the catalog's (bf16, fp8, tf32)."""
 _MEASURED_SUFFIXES = ("_s", "_GBps", "_mb")
 
 
@@ -55,7 +59,7 @@ def load_measurements(path: str | Path) -> MeasurementFile:
 
 
 def _check_fields(rec: dict, where: str) -> None:
-    """Counts are positive integers; byte sizes non-negative integers (or null); measured
+    """Counts are positive integers; flags true or false; byte sizes non-negative integers (or null); measured
     times, rates and sizes positive finite numbers (or null where nothing was measured)."""
     for key, v in rec.items():
         if key in COUNT_FIELDS:
@@ -64,6 +68,11 @@ def _check_fields(rec: dict, where: str) -> None:
         elif key in BYTE_FIELDS:
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
                 raise SpecError(f"{where}.{key}", f"must be a non-negative integer of bytes, got {v!r}")
+        elif key in BOOL_FIELDS:
+            if v is not None and not isinstance(v, bool):     # "maybe" was read as True
+                raise SpecError(f"{where}.{key}", f"must be true or false, got {v!r}")
+        elif key == "dtype" and v is not None and v not in KNOWN_DTYPES:
+            raise SpecError(f"{where}.dtype", f"unknown dtype {v!r}; known: {', '.join(sorted(KNOWN_DTYPES))}")
         elif key.endswith(_MEASURED_SUFFIXES) or key in ("flops", "tokens_per_s"):
             for x in (v if isinstance(v, list) else [v]):    # a list: every sample (e.g. step_times_s)
                 if x is not None and not _positive_finite(x):

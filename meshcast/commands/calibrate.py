@@ -105,9 +105,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"\n{'kind':<20}{'fitted MAPE':>12}{'held-out MAPE':>15}{'held-out worst':>16}")
     held = {s.kind: s for s in report.held_out}
     for s in report.fitted:
-        h = held.get(s.kind)
-        print(f"{s.kind:<20}{s.mape:>12.1%}{(h.mape if h else float('nan')):>15.1%}"
-              f"{(h.worst_abs_error if h else float('nan')):>16.1%}")
+        h = held.get(s.kind)    # none held out (--holdout-every 0, or fewer records than N): '-', not 'nan%'
+        print(f"{s.kind:<20}{s.mape:>12.1%}{f'{h.mape:.1%}' if h else '-':>15}"
+              f"{f'{h.worst_abs_error:.1%}' if h else '-':>16}")
     for path, kinds in meta.get("transfer_error", {}).items():
         print(f"\ntransfer to {path} (its datasheet, this profile's efficiencies):")
         for kind, v in kinds.items():

@@ -120,7 +120,7 @@ def plan_from_args(args: argparse.Namespace, base: dict | None = None):
         value = getattr(args, field, None)
         if value is not None:
             data[field] = value
-    if getattr(args, "layers_per_stage", None):
+    if getattr(args, "layers_per_stage", None) is not None:    # --layers-per-stage "" is an error, not no split
         try:
             data["layers_per_stage"] = [int(x) for x in args.layers_per_stage.split(",")]
         except ValueError:
@@ -216,14 +216,31 @@ def with_host_speed(cal, note: str, args: argparse.Namespace):
     return apply_host_speed(cal, note, getattr(args, "host_speed", None))
 
 
+HOST_SPEED_RANGE = (0.01, 100.0)
+"""--host-speed factors accepted: lent machines of one GPU kind differed by up to 1.5x; a factor
+of 1e308 or inf would overflow every host cost into an infinite step."""
+
+
+def check_host_speed(speed: float | None) -> None:
+    """One clear error naming --host-speed unless ``speed`` is None or a finite factor in
+    :data:`HOST_SPEED_RANGE`."""
+    from hardware_specs.errors import MeshcastError
+    if speed is None:
+        return
+    if not speed > 0:
+        raise MeshcastError("--host-speed", f"must be a positive factor, got {speed}")
+    lo, hi = HOST_SPEED_RANGE
+    if not lo <= speed <= hi:
+        raise MeshcastError("--host-speed", f"must be between {lo:g} and {hi:g} (a host that many times slower "
+                                            f"or faster than the calibration's), got {speed:g}")
+
+
 def apply_host_speed(cal, note: str, speed: float | None):
     """(calibration, note) on a host ``speed`` times the calibration's (None: unchanged); one clear
-    error naming --host-speed unless it is a positive factor."""
+    error naming --host-speed unless it is a factor :func:`check_host_speed` accepts."""
     if speed is None:
         return cal, note
-    if not speed > 0:
-        from hardware_specs.errors import MeshcastError
-        raise MeshcastError("--host-speed", f"must be a positive factor, got {speed}")
+    check_host_speed(speed)
     return cal.with_host_speed(speed), note + f"; host {speed:g}x the calibration's (--host-speed)"
 
 

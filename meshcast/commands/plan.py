@@ -158,13 +158,13 @@ def run(args: argparse.Namespace) -> int:
         raise MeshcastError("days", "a deadline needs --tokens (how many tokens to train)")
     for name in ("tokens", "days", "price"):
         v = getattr(args, name)
-        if v is not None and v <= 0:
-            raise MeshcastError(name, f"must be positive, got {v}")
+        if v is not None and not 0 < v < float("inf"):    # NaN too: --days nan was silently no deadline
+            raise MeshcastError(name, f"must be a positive finite number, got {v}")
     kind = args.objective or ("cost" if args.tokens is not None else "throughput")
     price = args.price if args.price is not None else hw0.accelerator.price_per_gpu_hour_usd
     if kind == "cost" and price is None and args.tokens is not None:
         raise MeshcastError("price", f"{hw0.accelerator.name} has no catalog price; pass --price USD per GPU-hour")
-    schedules = [x.strip() for x in args.schedules.split(",")] if args.schedules else None
+    schedules = [x.strip() for x in args.schedules.split(",")] if args.schedules is not None else None
     base = ParallelPlan(precision=args.precision, framework=args.framework)
     if args.export:   # before the search: a torchtitan plan is no Megatron config
         from simulator.frameworks.launch import require_format

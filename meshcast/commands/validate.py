@@ -52,7 +52,8 @@ def run(args: argparse.Namespace) -> int:
     for path in args.measurements:
         mf = framework_records(load_measurements(path), args.framework)
         if not mf.records:
-            raise MeshcastError(f"{path}: records", f"no record of this file ran on {args.framework}")
+            raise MeshcastError(f"{path}: records", f"no record of this file ran on {args.framework}"
+                                if args.framework else "the file holds no records")
         hw = hardware_for(mf, args.hardware)
         cal, note = calibration_for(hw.accelerator, args.calibration)
         results, unsupported, host_note = file_results(mf, hw, cal, args.host_speed)

@@ -6,7 +6,8 @@ import argparse
 import os
 import sys
 
-from meshcast.commands.common import add_model_cluster, add_plan_options, check_outputs, emit_json, plan_from_args
+from meshcast.commands.common import (add_model_cluster, add_plan_options, check_host_speed, check_outputs, emit_json,
+                                      plan_from_args)
 
 EXAMPLES = """\
 sweeps (repeat --sweep for a grid; NAME=V1,V2,... or NAME=LO:HI:STEP or NAME=LO:HI:xFACTOR):
@@ -72,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
         raise MeshcastError("gpus", f"the plan file fixes num_gpus: {plan.num_gpus}, which a sweep over gpus "
                                     "would contradict at every other point; drop num_gpus from the plan")
     price, prices = parse_price(args.price)
+    check_host_speed(args.host_speed)
     if args.tokens is not None and not args.tokens > 0:
         raise MeshcastError("tokens", f"must be positive, got {args.tokens:g}")
     if not args.pue >= 1.0:
@@ -104,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"note: --replan searches {flags} at every point; --replan-fix keeps them", file=sys.stderr)
     base = Base(model=args.model, cluster=args.cluster, gpus=args.gpus, plan=plan, calibration=args.calibration,
                 replan=args.replan, replan_fix=fix, tokens=args.tokens, price=price, prices=prices, pue=args.pue,
+                host_speed=args.host_speed,
                 with_ops=bool(args.output), trace_dir=args.trace_dir)
     npoints = 1
     for a in axes:

@@ -13,13 +13,15 @@ from typing import Optional
 
 from hardware_specs.errors import SpecError
 from models.schema import ModelSpec
-from simulator.frameworks.launch import ALLOC_CONF, ALLOC_WHY, ImportedConfig, LaunchConfig, read_guarded
+from simulator.frameworks.launch import (ALLOC_CONF, ALLOC_WHY, ImportedConfig, LaunchConfig, config_bool, config_int,
+                                        config_table, read_guarded)
 from simulator.memory import DS_MAX_LIVE_PARAMS, DS_PREFETCH_PARAMS, DS_REDUCE_BUCKET
 from simulator.plan import ParallelPlan
 
 # the budgets the simulator assumes (simulator.memory), written out so the run matches them
 REDUCE_BUCKET = int(DS_REDUCE_BUCKET)
 MAX_LIVE_PARAMETERS = int(DS_MAX_LIVE_PARAMS)
+LABEL = "deepspeed config"
 PREFETCH_BUCKET = int(DS_PREFETCH_PARAMS)
 
 
@@ -105,20 +107,21 @@ def _read(text: str, model: Optional[ModelSpec], num_gpus: Optional[int]) -> Imp
         raise SpecError("deepspeed config", "expected a JSON object")
     if not num_gpus:
         raise SpecError("gpus", "a DeepSpeed config does not state the world size; give the GPU count (--gpus)")
-    z = doc.get("zero_optimization", {}) or {}
-    pp = int((doc.get("pipeline") or {}).get("stages", 1)) if doc.get("pipeline") else 1
+    z = config_table(doc, "zero_optimization", LABEL)
+    pp = config_int(config_table(doc, "pipeline", LABEL), "stages", f"{LABEL}: pipeline", 1)
     if num_gpus % pp:
         raise SpecError("deepspeed config: pipeline.stages", f"{pp} stages do not divide {num_gpus} GPUs")
     dp = num_gpus // pp
     mbs, gbs = _batch(doc, dp)
-    ms = doc.get("meshcast") or {}
+    ms = config_table(doc, "meshcast", LABEL)
     notes = [] if ms else ["no \"meshcast\" key: sequence length, recompute and layer split are the defaults"]
-    precision = "fp16" if (doc.get("fp16") or {}).get("enabled") else "bf16"
     lps = ms.get("layers_per_stage")
-    plan = ParallelPlan(pp=pp, dp=dp, zero_stage=int(z.get("stage", 0)), mbs=mbs, gbs=gbs, seq=ms.get("seq"),
-                        precision=precision, recompute=ms.get("recompute", "none"),
+    zlabel = f"{LABEL}: zero_optimization"
+    plan = ParallelPlan(pp=pp, dp=dp, zero_stage=config_int(z, "stage", zlabel, 0, minimum=0), mbs=mbs, gbs=gbs,
+                        seq=ms.get("seq"), precision=_precision(doc), recompute=ms.get("recompute", "none"),
                         recompute_layers=ms.get("recompute_layers"), attention=ms.get("attention"),
-                        dropout=bool(ms.get("dropout", False)), overlap_grad_reduce=bool(z.get("overlap_comm", False)),
+                        dropout=bool(ms.get("dropout", False)),
+                        overlap_grad_reduce=config_bool(z, "overlap_comm", zlabel),
                         overlap_param_gather=bool(ms.get("overlap_param_gather", True)),
                         offload_optimizer=_offloaded(z, "offload_optimizer"),
                         offload_params=_offloaded(z, "offload_param"),
@@ -128,10 +131,13 @@ def _read(text: str, model: Optional[ModelSpec], num_gpus: Optional[int]) -> Imp
 
 def _batch(doc: dict, dp: int) -> tuple[int, int]:
     """(micro-batch, global batch) from any two of DeepSpeed's three batch keys, as DeepSpeed derives them."""
-    gbs, mbs, gas = (doc.get(k) for k in ("train_batch_size", "train_micro_batch_size_per_gpu",
-                                           "gradient_accumulation_steps"))
+    gbs, mbs, gas = (config_int(doc, k, LABEL) for k in ("train_batch_size", "train_micro_batch_size_per_gpu",
+                                                        "gradient_accumulation_steps"))
     if mbs is None and gbs is not None:
         mbs = gbs // (dp * (gas or 1))
+        if mbs == 0:
+            raise SpecError("deepspeed config: train_batch_size", f"{gbs} is less than one sequence per GPU "
+                                                                  f"over data parallel {dp} x accumulation {gas or 1}")
     if gbs is None and mbs is not None:
         gbs = mbs * dp * (gas or 1)
     if mbs is None or gbs is None:
@@ -139,9 +145,18 @@ def _batch(doc: dict, dp: int) -> tuple[int, int]:
     if gas is not None and gbs != mbs * dp * gas:
         raise SpecError("deepspeed config: train_batch_size",
                         f"{gbs} != micro-batch {mbs} x gradient accumulation {gas} x data parallel {dp}")
-    return int(mbs), int(gbs)
+    return mbs, gbs
+
+
+def _precision(doc: dict) -> str:
+    """fp16 or bf16 from the ``fp16`` / ``bf16`` blocks; both enabled is DeepSpeed's own error."""
+    fp16, bf16 = (config_bool(config_table(doc, k, LABEL), "enabled", f"{LABEL}: {k}") for k in ("fp16", "bf16"))
+    if fp16 and bf16:
+        raise SpecError(f"{LABEL}: fp16", "fp16 and bf16 are both enabled; DeepSpeed refuses that (enable one)")
+    return "fp16" if fp16 else "bf16"
 
 
 def _offloaded(z: dict, key: str) -> bool:
-    o = z.get(key)
-    return bool(o) and (o.get("device", "none") if isinstance(o, dict) else "none") != "none"
+    """Whether ``zero_optimization.<key>`` offloads to a device (cpu or nvme)."""
+    o = config_table(z, key, f"{LABEL}: zero_optimization")
+    return o.get("device", "none") != "none"

@@ -9,6 +9,7 @@ docs/frameworks.md maps every field.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from hardware_specs.errors import PlanError, SpecError
@@ -93,6 +94,47 @@ def read_guarded(label: str, read, *args) -> ImportedConfig:
         raise
     except (ValueError, ArithmeticError, TypeError, AttributeError, KeyError) as exc:
         raise SpecError(label, f"cannot read it: {type(exc).__name__}: {exc}") from None
+
+
+def config_table(doc: dict, key: str, label: str) -> dict:
+    """The section ``key`` of a parsed launch config ({} when absent); SpecError naming
+    ``label: key`` when it is not a table (a TOML ``parallelism = [1, 2]``, a JSON ``"zero_optimization": "yes"``)."""
+    v = doc.get(key)
+    if v is None:
+        return {}
+    if not isinstance(v, dict):
+        raise SpecError(f"{label}: {key}", f"expected a table of settings, got {v!r}")
+    return v
+
+
+def config_int(table: dict, key: str, label: str, default=None, minimum: int | None = 1):
+    """The integer setting ``key`` of a launch-config section (``default`` when absent); SpecError
+    naming ``label: key`` for text, a bool, a fraction, NaN or infinity, or a value below ``minimum``.
+    A whole float (``256.0``) is read as the integer it is, as the frameworks' own parsers do."""
+    v = table.get(key, default)
+    if v is None:
+        return None
+    whole = isinstance(v, int) or (isinstance(v, float) and math.isfinite(v) and v.is_integer())
+    if isinstance(v, bool) or not whole:
+        raise SpecError(f"{label}: {key}", f"expected an integer, got {v!r}{_auto_hint(v)}")
+    if minimum is not None and v < minimum:
+        raise SpecError(f"{label}: {key}", f"must be at least {minimum}, got {v!r}")
+    return int(v)
+
+
+def config_bool(table: dict, key: str, label: str, default: bool = False) -> bool:
+    """The true/false setting ``key`` of a launch-config section; SpecError naming ``label: key``
+    for anything else (``"yes"`` is not a bool)."""
+    v = table.get(key, default)
+    if not isinstance(v, bool):
+        raise SpecError(f"{label}: {key}", f"expected true or false, got {v!r}{_auto_hint(v)}")
+    return v
+
+
+def _auto_hint(v) -> str:
+    """Why a config may say ``"auto"``, and what to do about it."""
+    return (" ('auto' is filled in by the Hugging Face Trainer's DeepSpeed integration; give the value it "
+            "would fill)" if v == "auto" else "")
 
 
 def import_config(fmt: str, text: str, model: ModelSpec, num_gpus: int | None = None) -> ImportedConfig:

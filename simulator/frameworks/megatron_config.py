@@ -318,6 +318,9 @@ def read_config(text: str, model: Optional[ModelSpec] = None, num_gpus: Optional
     """The plan (framework megatron-core or -local), the model dimensions stated and notes, from a
     launch script or argument list; flags meshcast does not read are listed in the notes."""
     vals, notes = parse_flags(text)
+    if not vals:
+        raise SpecError("megatron args", "no --flag found: expected a Megatron-LM command line (a launch script "
+                                         "running pretrain_gpt.py) or its argument list")
     try:
         dims = _dims(vals)
         L = dims.get("num_layers") or (model.num_layers if model is not None else None)
@@ -408,20 +411,44 @@ _PLAN_FLAGS = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size",
 _KNOWN = set(_DIM_FLAGS) | _PLAN_FLAGS | {f for f, _ in TRAINING_DEFAULTS}
 
 
-def _int(vals: dict, flag: str, default=None):
-    v = vals.get(flag)
+def _int(vals: dict, flag: str, default=None, minimum: int | None = None):
+    """The integer value of ``flag`` (``default`` when absent); SpecError naming the flag when it is
+    given without a value (Megatron-LM's argparse refuses that), is not an integer or is below ``minimum``."""
+    v = _value(vals, flag)
     if v is None:
         return default
     try:
-        return int(v)
+        n = int(v)
     except ValueError:
         raise SpecError(f"megatron args: {flag}", f"expected an integer, got {v!r}") from None
+    if minimum is not None and n < minimum:
+        raise SpecError(f"megatron args: {flag}", f"must be at least {minimum}, got {n}")
+    return n
+
+
+def _float(vals: dict, flag: str, default: float) -> float:
+    """The number value of ``flag`` (``default`` when absent); SpecError naming the flag otherwise."""
+    v = _value(vals, flag)
+    if v is None:
+        return default
+    try:
+        return float(v)
+    except ValueError:
+        raise SpecError(f"megatron args: {flag}", f"expected a number, got {v!r}") from None
+
+
+def _value(vals: dict, flag: str):
+    """The text after ``flag`` (None when absent); a flag present without its value is an error."""
+    if flag in vals and vals[flag] is None:
+        raise SpecError(f"megatron args: {flag}", "given without a value (the next token is another flag or "
+                                                  "the end of the command)")
+    return vals.get(flag)
 
 
 def _dims(vals: dict) -> dict:
     """The ModelSpec values the arguments state (a full model config also states Megatron's defaults
     for norm, activation, embeddings and biases)."""
-    dims = {name: _int(vals, flag) for flag, name in _DIM_FLAGS.items() if vals.get(flag) is not None}
+    dims = {name: _int(vals, flag) for flag, name in _DIM_FLAGS.items() if flag in vals}
     if "--num-query-groups" in vals and "--group-query-attention" in vals:
         dims["kv_heads"] = _int(vals, "--num-query-groups")
     if "--hidden-size" in vals:     # a full model definition: Megatron's defaults hold where a flag is absent
@@ -444,7 +471,7 @@ def _moe_freq(text: str, L: Optional[int]):
     """Megatron's --moe-layer-freq (an int N or a list expression) as a tuple of 0/1 per layer."""
     text = text.strip()
     if "[" not in text:
-        n = int(text)
+        n = _int({"--moe-layer-freq": text}, "--moe-layer-freq", minimum=1)
         return None if L is None else tuple(int(i % n == 0) for i in range(L))
     return tuple(_eval_list(ast.parse(text, mode="eval").body))
 
@@ -503,7 +530,10 @@ def _plan(vals: dict, L: Optional[int], model: Optional[ModelSpec]) -> tuple[Par
     local = vals.get("--transformer-impl") == "local"
     backend = vals.get("--attention-backend", "auto")
     etp = _int(vals, "--expert-tensor-parallel-size")
-    dropout = any(float(vals.get(f) or 0.1) > 0 for f in ("--attention-dropout", "--hidden-dropout"))
+    dropout = any(_float(vals, f, 0.1) > 0 for f in ("--attention-dropout", "--hidden-dropout"))
+    if "--fp16" in vals and "--bf16" in vals:
+        raise SpecError("megatron args: --fp16", "--fp16 and --bf16 are both given; Megatron-LM refuses that "
+                                                 "(give one)")
     plan = ParallelPlan(
         tp=tp, pp=pp, vp=vp, cp=_int(vals, "--context-parallel-size", 1), ep=_int(vals, "--expert-model-parallel-size", 1),
         etp=None if etp in (None, tp) else etp, sequence_parallel="--sequence-parallel" in vals, zero_stage=zero,
@@ -538,7 +568,7 @@ def _split(vals: dict, pp: int, L: Optional[int]) -> tuple[Optional[tuple[int, .
         return _layout_split(layout, pp)
     vp = _int(vals, "--num-virtual-stages-per-pipeline-rank", 1)
     first, last = _int(vals, "--decoder-first-pipeline-num-layers"), _int(vals, "--decoder-last-pipeline-num-layers")
-    per_chunk = _int(vals, "--num-layers-per-virtual-pipeline-stage")
+    per_chunk = _int(vals, "--num-layers-per-virtual-pipeline-stage", minimum=1)
     if pp == 1 or L is None:
         return None, vp
     if first is not None or last is not None:

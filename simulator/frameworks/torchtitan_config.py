@@ -14,9 +14,12 @@ from typing import Optional
 from hardware_specs.errors import PlanError, SpecError
 from models.schema import ModelSpec
 from simulator.frameworks import get_framework
-from simulator.frameworks.launch import ALLOC_CONF, ALLOC_WHY, ImportedConfig, LaunchConfig, read_guarded
+from simulator.frameworks.launch import (ALLOC_CONF, ALLOC_WHY, ImportedConfig, LaunchConfig, config_int, config_table,
+                                        read_guarded)
 from simulator.frameworks.rules import grad_sync_expressible
 from simulator.plan import ParallelPlan
+
+LABEL = "torchtitan config"
 
 SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B"}
 _SCHEDULE_BACK = {v.lower(): k for k, v in SCHEDULES.items()} | {"loopedbfs": "interleaved",
@@ -158,12 +161,17 @@ def _read(text: str, model: Optional[ModelSpec], num_gpus: Optional[int]) -> Imp
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise SpecError("torchtitan config", f"not TOML: {exc}") from None
-    par, tr, ac = doc.get("parallelism", {}), doc.get("training", {}), doc.get("activation_checkpoint", {})
-    notes = [f"[model] {doc.get('model', {}).get('name')} flavor {doc.get('model', {}).get('flavor')!r}: "
+    par, tr, ac = (config_table(doc, k, LABEL) for k in ("parallelism", "training", "activation_checkpoint"))
+    mdl = config_table(doc, "model", LABEL)
+    notes = [f"[model] {mdl.get('name')} flavor {mdl.get('flavor')!r}: "
              "torchtitan's flavor registry holds the shapes; --model names them"]
-    tp, pp, cp = (int(par.get(k, 1)) for k in ("tensor_parallel_degree", "pipeline_parallel_degree",
-                                               "context_parallel_degree"))
-    replicate, shard = int(par.get("data_parallel_replicate_degree", 1)), int(par.get("data_parallel_shard_degree", -1))
+    plabel = f"{LABEL}: parallelism"
+    tp, pp, cp = (config_int(par, k, plabel, 1) for k in ("tensor_parallel_degree", "pipeline_parallel_degree",
+                                                          "context_parallel_degree"))
+    replicate = config_int(par, "data_parallel_replicate_degree", plabel, 1)
+    shard = config_int(par, "data_parallel_shard_degree", plabel, -1, minimum=-1)
+    if shard == 0:
+        raise SpecError(f"{plabel}: data_parallel_shard_degree", "must be -1 (the rest of the GPUs) or at least 1, got 0")
     if shard < 0 and num_gpus:
         shard = num_gpus // (replicate * tp * pp * cp)
     if replicate > 1 and shard > 1:
@@ -172,22 +180,24 @@ def _read(text: str, model: Optional[ModelSpec], num_gpus: Optional[int]) -> Imp
     dp = replicate if replicate > 1 else (shard if shard > 0 else None)
     zero = 0 if replicate > 1 or (shard == 1 and cp == 1) else 3   # FSDP2 needs a shard (or cp) mesh
     lps, vp = _parts(par, pp, model)
-    mbs = int(par.get("pipeline_parallel_microbatch_size", 1)) if pp > 1 else int(tr.get("local_batch_size", 8))
-    gbs = int(tr.get("global_batch_size", -1))
+    tlabel = f"{LABEL}: training"
+    local = config_int(tr, "local_batch_size", tlabel, 8)
+    mbs = config_int(par, "pipeline_parallel_microbatch_size", plabel, 1) if pp > 1 else local
+    gbs = config_int(tr, "global_batch_size", tlabel, -1, minimum=None)
     if gbs <= 0:
-        gbs = int(tr.get("local_batch_size", 8)) * dp if dp else None
+        gbs = local * dp if dp else None
     recompute, rec_layers = _recompute(ac, model, pp, lps)
-    etp = par.get("expert_tensor_parallel_degree")
+    etp = config_int(par, "expert_tensor_parallel_degree", plabel)
     schedule = _SCHEDULE_BACK.get(str(par.get("pipeline_parallel_schedule", "1F1B")).lower()) if pp > 1 else None
     if pp > 1 and schedule is None:
         notes.append(f"schedule {par.get('pipeline_parallel_schedule')!r} read as 1f1b")
         schedule = "1f1b"
-    if doc.get("compile", {}).get("enable"):
+    if config_table(doc, "compile", LABEL).get("enable"):
         notes.append("torch.compile is on; meshcast models eager torchtitan (compiled fusion not modelled)")
-    plan = ParallelPlan(tp=tp, pp=pp, dp=dp, vp=vp, cp=cp, ep=int(par.get("expert_parallel_degree", 1)),
-                        etp=None if etp is None or int(etp) == tp else int(etp), sequence_parallel=True,
+    plan = ParallelPlan(tp=tp, pp=pp, dp=dp, vp=vp, cp=cp, ep=config_int(par, "expert_parallel_degree", plabel, 1),
+                        etp=None if etp is None or etp == tp else etp, sequence_parallel=True,
                         zero_stage=zero, recompute=recompute, recompute_layers=rec_layers, mbs=mbs, gbs=gbs,
-                        seq=int(tr["seq_len"]) if "seq_len" in tr else None, schedule=schedule,
+                        seq=config_int(tr, "seq_len", tlabel), schedule=schedule,
                         layers_per_stage=lps, framework="torchtitan")
     return ImportedConfig(plan, {}, tuple(notes))
 
@@ -198,17 +208,22 @@ def _parts(par: dict, pp: int, model: Optional[ModelSpec]) -> tuple[Optional[tup
     if pp == 1:
         return None, 1
     if parts:
+        if not isinstance(parts, list) or not all(isinstance(p, list) and all(isinstance(f, str) for f in p)
+                                                  for p in parts):
+            raise SpecError(f"{LABEL}: parallelism: module_fqns_per_model_part",
+                            f"expected a list of lists of module names, got {parts!r}")
         if len(parts) % pp:
             raise SpecError("torchtitan config: module_fqns_per_model_part", f"{len(parts)} parts for pp={pp}")
         per_rank = [0] * pp
         for i, part in enumerate(parts):
             per_rank[i % pp] += sum(1 for fqn in part if fqn.startswith("layers."))
         return (None if len(set(per_rank)) == 1 else tuple(per_rank)), len(parts) // pp
-    per = par.get("pipeline_parallel_layers_per_stage")
+    plabel = f"{LABEL}: parallelism"
+    per = config_int(par, "pipeline_parallel_layers_per_stage", plabel)
     if per is not None and model is not None:
-        first = int(par.get("pipeline_parallel_first_stage_less_layers", 1))
-        last = int(par.get("pipeline_parallel_last_stage_less_layers", 1))
-        stages = (model.num_layers + first + last) // int(per)
+        first = config_int(par, "pipeline_parallel_first_stage_less_layers", plabel, 1, minimum=0)
+        last = config_int(par, "pipeline_parallel_last_stage_less_layers", plabel, 1, minimum=0)
+        stages = (model.num_layers + first + last) // per
         if stages % pp:
             raise SpecError("torchtitan config: pipeline_parallel_layers_per_stage",
                             f"{stages} stages is not a multiple of pp={pp}")

@@ -528,10 +528,7 @@ def test_validate_marks_which_wrong_verdicts_were_borderline():
     are wrong verdicts within the 5% margin; set 1's llama-1b pp2 plan (55 GiB predicted, an
     allocator-fragmentation OOM under the default allocator) is wrong and not borderline."""
     def stats(name):
-        mf = load_measurements(MEAS / name)
-        hw = hardware_for(mf)
-        res, _ = evaluate(mf, hw, calibration_for(hw.accelerator)[0])
-        s = {k.kind: k for k in summarize(res)}["plan_step"]
+        s = evaluated(name)[2]
         return s.fit_total - s.fit_correct, s.fit_wrong_borderline
     assert stats("h200x2_plan_native13_megatron.json") == (1, 1)
     assert stats("h200x2_plan_megatron.json") == (2, 2)

@@ -23,7 +23,7 @@ from simulator.frameworks import get_framework
 from simulator.regimes import model_tags
 from simulator.flops import step_hardware_flops, step_model_flops
 from simulator.identity_cache import IdentityCache
-from simulator.lowering import Context, embedding_ops, last_stage_ops, layer_ops, p2p_time
+from simulator.lowering import EXPERT_LOOP_OP, Context, embedding_ops, last_stage_ops, layer_ops, p2p_time
 from simulator.memory import (DS_REDUCE_BUCKET, StageFootprint, fits_in, kinds_in, layer_activations_by_kind,
                               layer_kind_params, moe_layers_in, stage_footprint, stage_memory, stage_params)
 from simulator.ops import Op
@@ -139,6 +139,7 @@ class OpsSummary:
     count: int = 0           # ops the host dispatches (eager frameworks launch one by one)
     count_forward: int = 0   # of which in the forward pass
     power_s: dict = None     # (exposed, active) seconds per class of the step power model (power_class)
+    loop_count: int = 0      # ops issued by a Python loop over local experts (lowering.EXPERT_LOOP_OP)
 
 
 def power_class(op: Op) -> str | None:
@@ -170,7 +171,8 @@ def summarize_ops(ops: list[Op], step_power: dict | None = None) -> OpsSummary:
     return OpsSummary(tuple(ops), _sum_phase(ops, ("fwd",)), _sum_phase(ops, ("bwd", "recompute")),
                       _group_time(ops, ("fwd", "bwd", "recompute")),
                       sum(op.flops for op in ops if op.phase in ("fwd", "bwd")), len(ops),
-                      sum(1 for op in ops if op.phase == "fwd"), _power_seconds(ops, step_power))
+                      sum(1 for op in ops if op.phase == "fwd"), _power_seconds(ops, step_power),
+                      sum(1 for op in ops if op.name.startswith(EXPERT_LOOP_OP)))
 
 
 def stage_layer_ranges(model: ModelSpec, plan: ParallelPlan) -> list[range]:
@@ -576,7 +578,8 @@ def _host_seconds(ctx: Context, parts, layers: range, first: bool, last: bool) -
     ``host_op_s`` per op plain eager PyTorch dispatches, times the framework's ``host.op_scale``
     (and ``host.tp_op_scale`` under tensor parallelism: DTensor's dispatch, Megatron's
     communicating autograd functions; ``host.cp_op_scale`` under context parallelism: torch's
-    context_parallel dispatches the attention through DTensor and re-shards its buffers), plus
+    context_parallel dispatches the attention through DTensor and re-shards its buffers; each op of
+    a Python loop over local experts at ``host.expert_loop_op_scale`` of a layer op), plus
     op-equivalents of schedule and loss code per micro-batch and model chunk (``host.microbatch_ops``,
     and ``host.pp_microbatch_ops`` more under pipelining: a virtual pipeline runs its per-chunk
     step code ``vp`` times a micro-batch) and per checkpointed region (``host.recompute_call_ops``:
@@ -588,7 +591,7 @@ def _host_seconds(ctx: Context, parts, layers: range, first: bool, last: bool) -
     cal, p = ctx.dev.cal, ctx.plan
     host = get_framework(p.framework).host
     scale = host.op_scale * (host.tp_op_scale if p.tp > 1 else 1.0) * (host.cp_op_scale if p.cp > 1 else 1.0)
-    ops = sum(o.count * n for o, n in parts)
+    ops = sum((o.count + (host.expert_loop_op_scale - 1.0) * o.loop_count) * n for o, n in parts)
     fwd_share = sum(o.count_forward * n for o, n in parts) / ops if ops else 0.5
     per_chunk = host.microbatch_ops + (host.pp_microbatch_ops if p.pp > 1 else 0.0)
     t = cal.host_op_s * (scale * ops + per_chunk * p.vp + host.recompute_call_ops * _checkpointed_regions(p, layers))

@@ -442,8 +442,12 @@ def _moe_ffn(ctx: Context) -> list[Op]:
     local_experts = e.num_experts // p.ep
     width = e.latent_size or m.hidden      # LatentMoE: tokens travel and experts run at the latent size
     a2a = moe_dispatch.routed_rows(ctx) * width * ACT_BYTES
-    experts = _dense_ffn(ctx, "moe.experts", moe_dispatch.expert_tokens(ctx), e.expert_ffn_hidden // etp,
-                         local_experts, width)
+    if get_framework(p.framework).kernels.expert_gemm == "sequential":
+        experts = _sequential_experts(ctx, moe_dispatch.expert_tokens(ctx), e.expert_ffn_hidden // etp,
+                                      local_experts, width)
+    else:
+        experts = _dense_ffn(ctx, "moe.experts", moe_dispatch.expert_tokens(ctx), e.expert_ffn_hidden // etp,
+                             local_experts, width)
     shared = []
     if e.shared_experts:
         shared_width = (e.shared_expert_ffn_hidden or e.expert_ffn_hidden) * e.shared_experts
@@ -464,6 +468,38 @@ def _moe_ffn(ctx: Context) -> list[Op]:
     if e.latent_size:   # latent -> hidden after the combine
         ops.append(_gemm(ctx, "moe.latent_up", T, m.hidden, e.latent_size, "fwd"))
     return ops + shared
+
+
+EXPERT_LOOP_OP = "moe.expert."     # name prefix of the ops of one iteration of a Python loop over experts
+
+
+def _sequential_experts(ctx: Context, tokens: int, ffn_local: int, experts: int, width: int) -> list[Op]:
+    """Megatron-Core's SequentialMLP (transformer/moe/experts.py): torch.split of the permuted rows,
+    then each local expert's MLP module in turn (up GEMM, activation, with the profile's
+    ``moe_probs: experts`` the probability scaling, down GEMM: mlp.py MLP.forward), then torch.cat of
+    the outputs (``tokens`` rows of ``width`` bf16 values per expert, read and written). One copy of
+    the ops per expert, so that each GEMM pays its own tile waves and fixed cost and the host issues
+    every kernel of the loop (its op count)."""
+    one = _dense_ffn(ctx, EXPERT_LOOP_OP.rstrip("."), tokens, ffn_local, 1, width)
+    if get_framework(ctx.plan.framework).kernels.moe_probs == "experts":
+        one = one[:2] + _prob_scale_ops(ctx, tokens, ffn_local) + one[2:]
+    cat = 2 * ACT_BYTES * tokens * experts * width
+    return one * experts + [Op("moe.experts_cat", "memory", "fwd", memory_time(ctx.dev, cat), bytes=cat)]
+
+
+def _prob_scale_ops(ctx: Context, rows: int, ffn: int) -> list[Op]:
+    """MLP.forward's ``per_token_scale`` on one expert's ``rows`` x ``ffn`` bf16 activation
+    (megatron/core/transformer/mlp.py, the unfused branch): ``intermediate * probs.unsqueeze(-1)``
+    with fp32 probabilities promotes to fp32 (read 2 + 4/ffn, write 4 bytes per element), then
+    ``.to(bf16)`` (read 4, write 2): two kernels forward. Backward, by autograd's formulas: the cast's
+    gradient to fp32 (r2 w4), the product's two gradients, grad x probs into fp32 and its cast to
+    bf16 for the bf16 input (r4 w4, r4 w2), and grad x input summed over ``ffn`` for the
+    probabilities (r4 r2 w4, then r4): five kernels, 34 bytes per element. One modelled op each way,
+    as the routing ops count theirs (simulator/moe_dispatch.py)."""
+    n = rows * ffn
+    fwd, bwd = 12.0 * n + 4 * rows, 34.0 * n + 8 * rows
+    return [Op("moe.expert.prob_scale", "memory", "fwd", memory_time(ctx.dev, fwd, launches=2), bytes=fwd),
+            Op("moe.expert.prob_scale", "memory", "bwd", memory_time(ctx.dev, bwd, launches=5), bytes=bwd)]
 
 
 def backward_of(ctx: Context, fwd: list[Op]) -> list[Op]:

@@ -244,6 +244,8 @@ def unpermute_ops(ctx, s: DispatchSettings, width: int) -> list[Op]:
     the rank's local tokens and their rows (local_tokens), as for the permutation."""
     e, T = ctx.model.moe, local_tokens(ctx)
     R, elems = routed_rows(ctx, T), T * e.num_experts
+    if get_framework(ctx.plan.framework).kernels.moe_probs == "experts":
+        return _unweighted_unpermute_ops(ctx, s, width, T, R, elems)
     if s.permute_fusion:
         fwd = R * (2.0 * width + 4) + 4.0 * elems + 2.0 * width * T
         bwd = R * (4.0 * width + 4) + 2.0 * width * T + 4.0 * elems
@@ -252,6 +254,21 @@ def unpermute_ops(ctx, s: DispatchSettings, width: int) -> list[Op]:
         fwd = 15.0 * elems + R * (14.0 * width + 16) + 10.0 * width * T
         bwd = 6.0 * width * T + R * (20.0 * width + 16) + 12.0 * elems
         nf, nb = 7, 7
+    return [_mem(ctx, "moe.unpermute", "fwd", fwd, nf), _mem(ctx, "moe.unpermute", "bwd", bwd, nb)]
+
+
+def _unweighted_unpermute_ops(ctx, s: DispatchSettings, width: int, T: int, R: int, elems: int) -> list[Op]:
+    """moe_utils.unpermute without probabilities (the experts weighted their outputs): eager, zeros of
+    T·2w and a scatter_add_ of the R rows (read R·(2w + 8) with their int64 indices, atomically add
+    R·2w): T·2w + R·(4w + 8) bytes, 2 kernels; backward, scatter_add_'s gradient gathers R rows of the
+    output gradient (R·(4w + 8)), 1 kernel. Fused (TE moe_unpermute, no merging probabilities): read
+    R·2w and the row map (4 per [T, E] element), write T·2w; backward the reverse, 1 kernel each."""
+    if s.permute_fusion:
+        fwd = bwd = R * 2.0 * width + 4.0 * elems + 2.0 * width * T
+        nf = nb = 1
+    else:
+        fwd, bwd = 2.0 * width * T + R * (4.0 * width + 8), R * (4.0 * width + 8)
+        nf, nb = 2, 1
     return [_mem(ctx, "moe.unpermute", "fwd", fwd, nf), _mem(ctx, "moe.unpermute", "bwd", bwd, nb)]
 
 

@@ -147,3 +147,59 @@ def test_te_expert_gemms_one_cublas_call_per_local_expert():
         one, batched = gemm_time(ctx.dev, rows, 768, H, "bf16"), gemm_time(ctx.dev, rows, 768, H, "bf16", local)
         assert t == pytest.approx(local * one if per_expert else batched)
         assert local * one >= batched
+
+
+# ---- Megatron-Core's local spec: SequentialMLP, a Python loop over the local experts (session 19)
+
+def _local_ctx(model, **plan):
+    return _ctx(model, framework="megatron-core-local", attention="unfused_torch", moe_permute_fusion=False, **plan)
+
+
+def test_sequential_mlp_runs_each_local_expert_as_its_own_gemms():
+    """SequentialMLP: one up and one down GEMM per local expert, each of the expert's rows alone
+    (not one batched kernel), with the probability scaling per expert (per_token_scale)."""
+    from simulator.compute import gemm_time
+    ctx = _local_ctx(_model())
+    local, rows = E // 8, 4096 * K * 8 // E
+    ups = _ops(ctx, "moe.expert.up")
+    assert len(ups) == local and not _ops(ctx, "moe.experts.up")
+    assert all(op.shape[:4] == (rows, 2 * 768, H, 1) for op in ups)
+    assert ups[0].time_s == pytest.approx(gemm_time(ctx.dev, rows, 2 * 768, H, "bf16"))
+    assert len(_ops(ctx, "moe.expert.prob_scale")) == len(_ops(ctx, "moe.expert.prob_scale", "bwd")) == local
+
+
+def test_probabilities_weighted_in_the_experts_leave_unpermute_a_plain_scatter():
+    """Megatron-Core 0.19's alltoall dispatcher unpermutes without probabilities when the experts
+    applied them: the eager unpermute is zeros + scatter_add_ of bf16 rows, T·2w + R·(4w + 8) bytes."""
+    T, R = 4096, 4096 * K
+    (op,) = _ops(_local_ctx(_model()), "moe.unpermute")
+    assert op.bytes == 2 * H * T + R * (4 * H + 8)
+    assert op.bytes < _ops(_ctx(_model(), moe_permute_fusion=False), "moe.unpermute")[0].bytes
+
+
+def test_expert_loop_host_cost_grows_with_the_local_experts():
+    """The host issues every iteration of the loop: with the same routed rows, each further local
+    expert adds the same host seconds (its ops at expert_loop_op_scale of a layer op)."""
+    from simulator.frameworks import get_framework
+    hw = load_hardware("dgx-h100", 8)
+
+    def host(experts):
+        m = _model(num_experts=experts, top_k=K)
+        plan = ParallelPlan(tp=1, ep=8, mbs=1, gbs=8, seq=4096, framework="megatron-core-local",
+                            attention="unfused_torch")
+        return simulate(m, hw, plan, DEFAULT_CALIBRATION).host_issue_s
+    h64, h128, h256 = host(64), host(128), host(256)
+    assert h256 - h128 == pytest.approx(2 * (h128 - h64), rel=0.02)
+    per_op = DEFAULT_CALIBRATION.host_op_s * get_framework("megatron-core-local").host.op_scale
+    scale = get_framework("megatron-core-local").host.expert_loop_op_scale
+    # 8 more local experts x 4 layers x 8 micro-batches, each iteration 4 forward + 6 backward modelled ops
+    assert h128 - h64 == pytest.approx(8 * 4 * 8 * 10 * scale * per_op, rel=0.02)
+
+
+def test_plan_step_record_with_experts_is_a_moe_model():
+    from validation.predict import plan_model
+    rec = dict(layers=8, hidden=2048, heads=16, kv_heads=4, ffn_hidden=768, vocab=32768, seq=2048,
+               activation="swiglu", norm="rmsnorm", experts=64, topk=8, moe_ffn_hidden=768)
+    m = plan_model(rec)
+    assert (m.moe.num_experts, m.moe.top_k, m.moe.expert_ffn_hidden) == (64, 8, 768)
+    assert plan_model({k: v for k, v in rec.items() if k not in ("experts", "topk", "moe_ffn_hidden")}).moe is None

@@ -73,7 +73,7 @@ def measurement_residuals(pattern: str = "validation/measurements/*.json") -> li
     from simulator.calibration import calibration_for, load_calibration
     from validation.accuracy import evaluate
     from validation.fit import host_bound
-    from validation.host_fit import HOST_FILES
+    from validation.host_fit import EXPERT_LOOP_FILES, HOST_FILES
     from validation.host_speed import is_twin
     from validation.hardware import hardware_for
     from validation.records import load_measurements
@@ -92,7 +92,8 @@ def measurement_residuals(pattern: str = "validation/measurements/*.json") -> li
             regime, _ = gpu_regime(hw.accelerator, cal.name)
             for res in evaluate(mf, hw, cal, idx)[0]:
                 # the host fit takes only twins (host-* models) from its files; their real-size plans stay held out
-                fitted = host_bound(res.record) or is_twin(res.record) and Path(path).name in HOST_FILES
+                fitted = (host_bound(res.record) or is_twin(res.record) and Path(path).name in HOST_FILES
+                          or Path(path).name in EXPERT_LOOP_FILES)
                 out.append(_measured(res, regime, Path(path).name, not fitted))
     return out
 

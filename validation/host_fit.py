@@ -44,6 +44,10 @@ MEAS = Path(__file__).resolve().parent / "measurements"
 HOST_FILES = ("h200_plan_host.json", "h200x2_plan_host.json", "h200x2_plan_host_cp.json",
               "h200x2_plan_hostdiag.json", "h200x2_plan_native6.json")
 ANCHOR = "h200_plan_host.json"
+# host-bound MoE steps (tiny experts, 4-64 of them) that fitted megatron-core-local's
+# expert_loop_op_scale by hand (session 19; simulator/frameworks/megatron-core-local.yaml): every
+# record of them is fit data
+EXPERT_LOOP_FILES = ("h200_moe_host.json",)
 FITTED = {"megatron-core-local": ("op_scale", "tp_op_scale", "microbatch_ops", "recompute_call_ops"),
           "torchtitan": ("tp_op_scale", "cp_op_scale", "pp_microbatch_ops")}
 START = {"op_scale": 1.0, "tp_op_scale": 1.0, "cp_op_scale": 1.0, "microbatch_ops": 50.0, "recompute_call_ops": 10.0,

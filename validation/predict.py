@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import pydantic
 
 from hardware_specs.catalog import Hardware
-from models.schema import ModelSpec
+from models.schema import ModelSpec, MoEConfig
 from simulator.calibration import Calibration
 from simulator.comm import COLLECTIVES, collective_time, fabric_from_hardware
 from simulator.compute import (ELEMENTWISE_PASSES, attention_time, cast_to_fp32_time, causal_fraction, elementwise_time,
@@ -254,14 +254,18 @@ PLAN_STEP_FRAMEWORKS = ("megatron-core", "megatron-core-local", "torchtitan", "d
 
 
 def plan_model(rec: dict) -> ModelSpec:
-    """The model a plan_step record trained, from its dimensions (Llama-style or GPT-style)."""
+    """The model a plan_step record trained, from its dimensions (Llama-style or GPT-style); with
+    ``experts``, ``topk`` and ``moe_ffn_hidden`` every layer's FFN is a dropless MoE."""
     gated = rec["activation"] in ("swiglu", "geglu")
+    moe = MoEConfig(num_experts=rec["experts"], top_k=rec["topk"], expert_ffn_hidden=rec["moe_ffn_hidden"]) \
+        if rec.get("experts") else None
     return ModelSpec(name=rec.get("name") or f"plan-model-{rec['layers']}x{rec['hidden']}",
                      family="llama" if gated else "gpt", num_layers=rec["layers"], hidden=rec["hidden"],
                      ffn_hidden=rec["ffn_hidden"], num_heads=rec["heads"], num_kv_heads=rec.get("kv_heads"),
                      vocab=rec["vocab"], seq_len=rec["seq"], activation=rec["activation"], norm=rec["norm"],
                      tied_embeddings=bool(rec.get("tied_embeddings", False)),
-                     linear_bias=bool(rec.get("linear_bias", False)), position=rec.get("position", "rope"))
+                     linear_bias=bool(rec.get("linear_bias", False)), position=rec.get("position", "rope"),
+                     moe=moe)
 
 
 # validation/harness/plan_step.py deferred FSDP2's gradient sync to the last micro-batch for every

@@ -90,7 +90,15 @@ class Kernels(_Strict):
     # "per_expert" (Transformer Engine's GroupedLinear through general_grouped_gemm ->
     # nvte_multi_tensor_gemm -> multi_stream_cublas_gemm: one cuBLAS GEMM per expert, TE <= 2.16 on
     # Blackwell, and on Hopper unless NVTE_USE_CUTLASS_GROUPED_GEMM is set)
-    expert_gemm: Literal["grouped", "per_expert"] = "grouped"
+    # "sequential": Megatron-Core's SequentialMLP (the local spec without the grouped_gemm package:
+    # megatron/core/transformer/moe/experts.py), a Python loop over the local experts, each an MLP
+    # module of its own: its GEMMs, its activation and the probability scaling (per_token_scale) as
+    # separate kernels issued one by one (simulator.lowering._sequential_experts)
+    expert_gemm: Literal["grouped", "per_expert", "sequential"] = "grouped"
+    # where the router's probabilities weight the expert outputs: "unpermute" (moe_utils.unpermute
+    # with probs, the combine's scatter-add) or "experts" (Megatron-Core 0.19's alltoall dispatcher
+    # calls unpermute without probs and hands them to the experts, MLP.forward's per_token_scale)
+    moe_probs: Literal["unpermute", "experts"] = "unpermute"
     # the same choices for a build without its fused extensions (apex, Transformer Engine),
     # which a plan marks by running the attention backend ``unfused_torch``; None: as above
     without_extensions: "KernelChoices | None" = None
@@ -127,6 +135,10 @@ class HostCosts(_Strict):
     microbatch_ops: float = Field(0.0, ge=0)  # op-equivalents per micro-batch and model chunk (schedule, loss)
     pp_microbatch_ops: float = Field(0.0, ge=0)  # further op-equivalents per micro-batch and chunk under pp > 1
     recompute_call_ops: float = Field(0.0, ge=0)  # op-equivalents per checkpointed region per micro-batch
+    # host cost of each modelled op of a Python loop over local experts (Megatron-Core's SequentialMLP,
+    # Kernels.expert_gemm "sequential"), relative to a layer's other ops: one iteration issues its
+    # kernels through bare module calls, without the block's own Python around them
+    expert_loop_op_scale: float = Field(1.0, gt=0)
     p2p_sync: bool = False                    # pipeline exchanges synchronize the device (no overlap_p2p)
     measured_on: str = "not measured: plain PyTorch eager assumed"
 

@@ -45,6 +45,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# this folder's grouped_gemm.py (the grouped-GEMM kernel benchmark) would shadow the `grouped_gemm`
+# package Megatron-Core's MoE imports when present (megatron/core/transformer/moe/grouped_gemm_util.py
+# then reads grouped_gemm.ops from our module); the package is not installed, so make it absent
+sys.modules.setdefault("grouped_gemm", None)
 from nvml import Sampler, summarize_samples  # noqa: E402
 
 PLAN_FIELDS = ("world", "tp", "pp", "vp", "cp", "dp", "sequence_parallel", "zero_stage", "recompute",
@@ -83,17 +87,41 @@ MODELS = {
                        norm="rmsnorm", activation="swiglu", position="rope", linear_bias=False),
     "host-gpt": dict(layers=8, hidden=256, heads=4, kv_heads=4, ffn_hidden=1024, vocab=2048,
                      norm="layernorm", activation="gelu", position="learned", linear_bias=True),
+    # Mixture-of-experts (every layer): `experts` routed experts of width `moe_ffn_hidden`, `topk` per
+    # token, no shared expert; Megatron-Core only (its MoELayer: TopKRouter with the aux loss, the
+    # alltoall token dispatcher, SequentialMLP experts: the local spec has no grouped GEMM without the
+    # grouped_gemm package or Transformer Engine). A Mixtral-like layout (8 wide experts, top-2) and a
+    # fine-grained one (64 narrow experts, top-8, as Qwen3-MoE / DeepSeek route)
+    "moe-8x2": dict(layers=8, hidden=2048, heads=16, kv_heads=8, ffn_hidden=5632, vocab=32768,
+                    norm="rmsnorm", activation="swiglu", position="rope", linear_bias=False,
+                    experts=8, topk=2, moe_ffn_hidden=5632),
+    "moe-64x8": dict(layers=8, hidden=2048, heads=16, kv_heads=4, ffn_hidden=768, vocab=32768,
+                     norm="rmsnorm", activation="swiglu", position="rope", linear_bias=False,
+                     experts=64, topk=8, moe_ffn_hidden=768),
+    "tiny-moe": dict(layers=2, hidden=128, heads=4, kv_heads=2, ffn_hidden=256, vocab=512,
+                     norm="rmsnorm", activation="swiglu", position="rope", linear_bias=False,
+                     experts=4, topk=2, moe_ffn_hidden=256),
+    "tiny-moe-16": dict(layers=2, hidden=128, heads=4, kv_heads=2, ffn_hidden=64, vocab=512,
+                        norm="rmsnorm", activation="swiglu", position="rope", linear_bias=False,
+                        experts=16, topk=4, moe_ffn_hidden=64),
+    "tiny-moe-64": dict(layers=2, hidden=128, heads=4, kv_heads=2, ffn_hidden=64, vocab=512,
+                        norm="rmsnorm", activation="swiglu", position="rope", linear_bias=False,
+                        experts=64, topk=8, moe_ffn_hidden=64),
 }
+# the aux-loss coefficient of every MoE case (Megatron-Core's load-balancing loss; Mixtral-style runs use 1e-2)
+MOE_AUX_LOSS_COEFF = 1e-2
 
 
 def case(framework, model, seq, world, tp=1, pp=1, vp=1, cp=1, zero=0, sp=False, recompute="none", mbs=1, gbs=8,
-         risky=False, layers=None):
+         risky=False, layers=None, topk=None):
     """One case: framework, model (a MODELS name), sequence, world and plan fields; dp is what is
-    left of the world after tp * pp * cp."""
+    left of the world after tp * pp * cp. ``topk`` overrides a MoE model's experts per token."""
     dp = world // (tp * pp * cp)
     m = dict(MODELS[model], seq=seq, tied_embeddings=False)
     if layers is not None:
         m["layers"] = layers
+    if topk is not None:
+        m["topk"] = topk
     plan = dict(world=world, tp=tp, pp=pp, vp=vp, cp=cp, dp=dp, sequence_parallel=bool(sp and tp > 1),
                 zero_stage=zero, recompute=recompute, mbs=mbs, gbs=gbs,
                 schedule=("interleaved" if vp > 1 else "1f1b") if pp > 1 else None)
@@ -244,10 +272,32 @@ def grid(name: str) -> list[dict]:
                 hp(case(T, "host-llama", 2048, 2, tp=2, sp=True, gbs=8, layers=16)),
                 hp(case(F, "llama-1b", 2048, 2, tp=2, gbs=8)),
                 hp(case(F, "host-llama", 2048, 2, tp=2, gbs=8, layers=16))]
+    if name == "moe-smoke":
+        return [case(F, "tiny-moe", 256, 1, gbs=4)]
+    if name == "moe-host":   # host-bound MoE steps (kernels of microseconds): the expert loop's host cost
+        return [case(F, "tiny-moe", 256, 1, gbs=4), case(F, "tiny-moe-16", 256, 1, gbs=4),
+                case(F, "tiny-moe-64", 256, 1, gbs=4), case(F, "tiny-moe-64", 256, 1, gbs=4, topk=2),
+                case(F, "host-llama", 256, 1, gbs=4, layers=2)]
+    if name == "moe1":       # session 19: the first MoE steps, one GPU (expert parallelism needs two)
+        return with_twins(moe1_grid())
     if name == "cpu-pp":
         return [case(T, "tiny-llama", 64, 2, pp=2, gbs=4), case(T, "tiny-llama", 64, 2, pp=2, vp=2, gbs=4),
                 case(T, "tiny-gpt", 64, 2, pp=2, gbs=8, recompute="full")]
     raise SystemExit(f"unknown grid {name!r}")
+
+
+def moe1_grid() -> list[dict]:
+    """Megatron-Core MoE steps on one GPU (session 19, predicted before they ran): a Mixtral-like
+    layout (8 experts, top-2) and a fine-grained one (64 experts, top-8, and top-2 on the same
+    weights), each at one and two micro-batch sizes, with full recompute, and the fine-grained
+    model at seq 4096: per-expert GEMMs from 4k to 32k rows, the router, the token permutations,
+    SequentialMLP's per-expert loop on the host."""
+    F = "megatron-core-local"
+    return [case(F, "moe-8x2", 2048, 1, mbs=1, gbs=8), case(F, "moe-8x2", 2048, 1, mbs=2, gbs=8),
+            case(F, "moe-8x2", 2048, 1, mbs=2, gbs=8, recompute="full"),
+            case(F, "moe-64x8", 2048, 1, mbs=1, gbs=8), case(F, "moe-64x8", 2048, 1, mbs=2, gbs=8),
+            case(F, "moe-64x8", 2048, 1, mbs=2, gbs=8, recompute="full"),
+            case(F, "moe-64x8", 2048, 1, mbs=2, gbs=8, topk=2), case(F, "moe-64x8", 4096, 1, mbs=1, gbs=8)]
 
 
 def sync_each(c: dict) -> dict:
@@ -601,6 +651,8 @@ def fsdp_grad_sync(c: dict) -> str | None:
 def case_label(c: dict) -> str:
     p = c["plan"]
     name = c["name"] if c["model"]["layers"] == MODELS[c["name"]]["layers"] else f"{c['name']}-L{c['model']['layers']}"
+    if c["model"].get("experts") and c["model"]["topk"] != MODELS[c["name"]].get("topk"):
+        name += f"-top{c['model']['topk']}"
     bits = [c["framework"], name, f"s{c['model']['seq']}", f"w{p['world']}", f"tp{p['tp']}", f"pp{p['pp']}"]
     if p["vp"] > 1:
         bits.append(f"vp{p['vp']}")
@@ -812,7 +864,8 @@ def host_profile(ctx: Ctx, step) -> dict:
 
 def steps_for(c: dict) -> tuple[int, int]:
     m, p = c["model"], c["plan"]
-    params = m["layers"] * (4 * m["hidden"] ** 2 + 3 * m["hidden"] * m["ffn_hidden"]) + 2 * m["vocab"] * m["hidden"]
+    ffn = m["topk"] * m["moe_ffn_hidden"] if m.get("experts") else m["ffn_hidden"]    # active width
+    params = m["layers"] * (4 * m["hidden"] ** 2 + 3 * m["hidden"] * ffn) + 2 * m["vocab"] * m["hidden"]
     work = 6 * params * m["seq"] * p["gbs"] / p["world"]
     return (3, 5) if work > 1e15 else (3, 6)
 
@@ -857,7 +910,20 @@ class MegatronRunner:
             except Exception:  # noqa: BLE001
                 have[mod] = False
         return {"megatron_core": getattr(megatron.core, "__version__", "?"), **{f"has_{k}": v for k, v in have.items()},
-                "layer_spec": "get_gpt_layer_local_spec", "attention": "DotProductAttention (unfused, fp32 softmax)"}
+                "layer_spec": "get_gpt_layer_local_spec", "attention": "DotProductAttention (unfused, fp32 softmax)",
+                "moe": "MoELayer: TopKRouter (softmax, aux_loss), MoEAlltoAllTokenDispatcher, SequentialMLP"}
+
+    @staticmethod
+    def _moe_config(m: dict) -> dict:
+        """TransformerConfig fields of a MoE model (none for a dense one): every layer MoE, top-k
+        softmax router with the aux (load-balancing) loss, the alltoall token dispatcher, dropless,
+        SequentialMLP experts (moe_grouped_gemm off: the local spec's grouped MLP needs the
+        grouped_gemm package)."""
+        if not m.get("experts"):
+            return {}
+        return dict(num_moe_experts=m["experts"], moe_router_topk=m["topk"], moe_ffn_hidden_size=m["moe_ffn_hidden"],
+                    moe_token_dispatcher_type="alltoall", moe_router_load_balancing_type="aux_loss",
+                    moe_aux_loss_coeff=MOE_AUX_LOSS_COEFF, moe_grouped_gemm=False)
 
     def _layout(self, tp, pp, vp):
         from megatron.core import parallel_state as ps
@@ -904,9 +970,10 @@ class MegatronRunner:
             masked_softmax_fusion=False, bias_activation_fusion=False, bias_dropout_fusion=False,
             apply_rope_fusion=False, gradient_accumulation_fusion=False, cross_entropy_loss_fusion=False,
             persist_layer_norm=False, deallocate_pipeline_outputs=True, use_cpu_initialization=False,
-            init_method_std=0.02,
+            init_method_std=0.02, **self._moe_config(m),
         )
-        spec = get_gpt_layer_local_spec(normalization=cfg.normalization)
+        spec = get_gpt_layer_local_spec(num_experts=m.get("experts"), moe_grouped_gemm=False,
+                                        normalization=cfg.normalization)
         self.norm_impl = "WrappedTorchNorm (torch.nn.LayerNorm / RMSNorm)"
         if p["sequence_parallel"]:
             # The local spec's WrappedTorchNorm asserts `not config.sequence_parallel` (its SP norm is

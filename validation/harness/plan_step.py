@@ -280,6 +280,8 @@ def grid(name: str) -> list[dict]:
                 case(F, "host-llama", 256, 1, gbs=4, layers=2)]
     if name == "moe1":       # session 19: the first MoE steps, one GPU (expert parallelism needs two)
         return with_twins(moe1_grid())
+    if name == "moe1-alone":   # the moe1 cases whose peak a case before them in the process inflated, each alone
+        return [dict(c, risky=True) for c in moe1_grid()[1:5] + moe1_grid()[6:]]
     if name == "cpu-pp":
         return [case(T, "tiny-llama", 64, 2, pp=2, gbs=4), case(T, "tiny-llama", 64, 2, pp=2, vp=2, gbs=4),
                 case(T, "tiny-gpt", 64, 2, pp=2, gbs=8, recompute="full")]

@@ -32,6 +32,10 @@ class LinkEfficiency:
     ``ll_alpha_s``, ``ll_bandwidth_fraction``: the same for the low-latency protocol.
     ``chunk_bytes``: pipeline chunk of a chained (ring) broadcast: each rank past the first hop
     waits for one chunk, min(B, chunk), before forwarding (0: no fill term).
+    ``ramp_s``, ``ramp_tau_s``: start-up of a ring collective's two-way traffic (all-reduce,
+    all-gather, reduce-scatter), seconds: a call of link time t over n ranks pays
+    ramp_s/(n−1)·(1 − e^(−t/ramp_tau_s)) more, so its marginal bandwidth rises toward β with size
+    (simulator.comm.ring_ramp; ramp_tau_s 0: no term).
     """
 
     alpha_s: float
@@ -40,6 +44,8 @@ class LinkEfficiency:
     ll_bandwidth_fraction: float = 0.0
     ll_max_bytes: float = 65536.0
     chunk_bytes: float = 0.0
+    ramp_s: float = 0.0
+    ramp_tau_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -245,7 +251,8 @@ def _profile_schema() -> type:
     link = pydantic.create_model("LinkParameters", __config__=cfg, alpha_s=(nonneg, None),
                                  bandwidth_fraction=(fraction, None), ll_alpha_s=(nonneg, None),
                                  ll_bandwidth_fraction=(Annotated[float, Field(ge=0, le=1)], None),
-                                 ll_max_bytes=(nonneg, None), chunk_bytes=(nonneg, None))
+                                 ll_max_bytes=(nonneg, None), chunk_bytes=(nonneg, None),
+                                 ramp_s=(nonneg, None), ramp_tau_s=(nonneg, None))
     spec = {name: (Optional[fraction if name in FRACTIONS else nonneg], None)
             for name, value in DEFAULT.to_dict().items() if isinstance(value, float)}
     spec.update(gemm_peak_fraction=(Optional[dict[str, fraction]], None),

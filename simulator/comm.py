@@ -56,6 +56,8 @@ class Level:
     hop_s: float = 0.0        # per-step hop latency (catalog latency_s)
     ll_max_bytes: float = 0.0 # largest message sent with the low-latency protocol
     chunk_bytes: float = 0.0  # pipeline chunk of a chained broadcast (0: no fill term)
+    ramp_s: float = 0.0       # start-up cost of a ring's two-way traffic at 2 ranks, at most (ring_ramp)
+    ramp_tau_s: float = 0.0   # its time constant, seconds of link time (0: no term)
 
 
 @dataclass(frozen=True)
@@ -116,7 +118,8 @@ def fabric_from_hardware(hw: Hardware, cal: Calibration = DEFAULT) -> Fabric:
     eff = cal.link(intra.kind)
     bw0 = intra.bandwidth_per_direction_Bps
     levels = [Level("intra_node", intra.kind, span0, bw0, eff.alpha_s, bw0 * eff.bandwidth_fraction,
-                    eff.ll_alpha_s, bw0 * eff.ll_bandwidth_fraction, intra.latency_s, eff.ll_max_bytes, eff.chunk_bytes)]
+                    eff.ll_alpha_s, bw0 * eff.ll_bandwidth_fraction, intra.latency_s, eff.ll_max_bytes, eff.chunk_bytes,
+                    eff.ramp_s, eff.ramp_tau_s)]
     for tier in hw.cluster.tiers:
         share = tier.nics_per_node * tier.nic_bandwidth_per_direction_Bps / node.gpus_per_node
         share /= tier.oversubscription
@@ -124,7 +127,7 @@ def fabric_from_hardware(hw: Hardware, cal: Calibration = DEFAULT) -> Fabric:
         e = cal.link("scale_out")
         levels.append(Level(tier.name, "scale_out", max(span, span0), share, e.alpha_s, share * e.bandwidth_fraction,
                             e.ll_alpha_s, share * e.ll_bandwidth_fraction, tier.latency_s, e.ll_max_bytes,
-                            e.chunk_bytes))
+                            e.chunk_bytes, e.ramp_s, e.ramp_tau_s))
     return Fabric(tuple(levels), tuple(sorted(cal.collective_fraction.items())),
                   tuple(sorted(cal.collective_alpha_fraction.items())),
                   tuple(sorted(cal.collective_shard_steps.items())))
@@ -138,14 +141,47 @@ def flat_time(level: Level, kind: str, nbytes: float, n: int, fraction: float = 
     bandwidth and fixed-cost factors and its own-shard term."""
     if n <= 1 or nbytes <= 0:
         return 0.0
-    if level.ll_beta_Bps > 0 and nbytes <= level.ll_max_bytes:
-        a, b = level.ll_alpha_s, level.ll_beta_Bps
-    else:
-        a, b = level.alpha_s, level.beta_Bps
+    ll = level.ll_beta_Bps > 0 and nbytes <= level.ll_max_bytes
+    a, b = (level.ll_alpha_s, level.ll_beta_Bps) if ll else (level.alpha_s, level.beta_Bps)
     t = _alpha_beta(kind, nbytes, n, a * alpha_fraction, b * fraction, level.hop_s)
     own = shard_bytes(kind, nbytes, n) if self_copy_in_series(kind) else 0.0
-    return t + shard_steps * own / (b * fraction) + \
+    ramp = 0.0 if ll else ring_ramp(kind, n, wire_time(kind, nbytes, n, b * fraction), level.ramp_s, level.ramp_tau_s)
+    return t + shard_steps * own / (b * fraction) + ramp + \
         _chain_fill(kind, nbytes, n, level.chunk_bytes, b * fraction)
+
+
+def ring_ramp(kind: str, n: int, link_s: float, ramp_s: float, tau_s: float) -> float:
+    """Start-up of a ring collective's two-way traffic, seconds: ``ramp_s``/(n−1)·(1 − e^(−t/τ))
+    for a call of link time t = ``link_s`` over ``n`` ranks (all-reduce, all-gather,
+    reduce-scatter with NCCL's Simple protocol; 0 for broadcast, send/recv and all-to-all, and
+    when no τ is calibrated). Small calls run at β/(1 + ramp_s/((n−1)τ)); the excess stops growing
+    past a few τ, so large calls approach β.
+
+    Source: the data, not NCCL's code (docs/cost_model.md §3). In every 2-GPU H200 run the marginal
+    bandwidth of the ring kinds, where each rank sends and receives at once, keeps rising past
+    256 MiB (all-gather 264 -> 291 -> 302 GB/s over 64 MiB-256 MiB-1 GiB-4 GiB) while one-way
+    traffic (broadcast, send/recv) is flat at ~371 GB/s from 64 MiB; nothing NCCL 2.28.9 decides
+    changes there (Simple on 24 channels, a fixed chunk per channel: ``enqueue.cc``
+    ``calcCollChunking`` shrinks chunks only for tree, NVLS, CollNet and PAT). The rise is smaller
+    on 4 GPUs; 1/(n−1), the share of a rank's traffic that is its own shard, is the assumed scaling
+    (two GPU counts measured)."""
+    if tau_s <= 0 or ramp_s <= 0 or n <= 1 or kind not in ("all_reduce", "all_gather", "reduce_scatter"):
+        return 0.0
+    return ramp_s / (n - 1) * -math.expm1(-link_s / tau_s)
+
+
+def wire_time(kind: str, nbytes: float, n: int, b: float) -> float:
+    """Seconds the bytes each rank moves over a link take at bandwidth ``b`` (the β term of the
+    module doc's formulas, without α, hops, own-shard or fill terms)."""
+    if kind == "all_reduce":
+        ring = 2 * (n - 1) / n * nbytes / b
+        tree = 2 * nbytes / b
+        return ring if n <= 2 or ring <= tree else tree
+    if kind in ("reduce_scatter", "all_to_all"):
+        return (n - 1) / n * nbytes / b
+    if kind == "all_gather":
+        return (n - 1) * nbytes / b
+    return nbytes / b
 
 
 def shard_bytes(kind: str, nbytes: float, n: int) -> float:
@@ -193,16 +229,7 @@ def steps(kind: str, n: int) -> int:
 def _alpha_beta(kind: str, nbytes: float, n: int, a: float, b: float, hop: float) -> float:
     """Fixed cost of the call ``a`` (launch, synchronisation, protocol setup), one ``hop``
     latency per algorithm step, and the bytes each rank moves over bandwidth ``b``."""
-    fixed = a + steps(kind, n) * hop
-    if kind == "all_reduce":
-        ring = 2 * (n - 1) / n * nbytes / b
-        tree = 2 * nbytes / b
-        return fixed + (ring if n <= 2 or ring <= tree else tree)
-    if kind in ("reduce_scatter", "all_to_all"):
-        return fixed + (n - 1) / n * nbytes / b
-    if kind == "all_gather":
-        return fixed + (n - 1) * nbytes / b
-    return fixed + nbytes / b
+    return a + steps(kind, n) * hop + wire_time(kind, nbytes, n, b)
 
 
 def _flat(fabric: Fabric, level: Level, kind: str, nbytes: float, n: int) -> float:

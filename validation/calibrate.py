@@ -2,14 +2,14 @@
 collective records, report fit residuals and held-out error, and write a profile."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from hardware_specs.catalog import Hardware
 from hardware_specs.errors import MeshcastError
 from simulator.calibration import DEFAULT, Calibration
 from validation.accuracy import KindStats, evaluate, summarize
-from validation.fit import (COLLECTIVE_KINDS, COMPUTE_PARAMS, COMPUTE_SEEDS, HOST_PARAMS, comm_params, comm_seeds, fit,
-                            host_bound, host_targets, restrict, split_holdout)
+from validation.fit import (COLLECTIVE_KINDS, COMPUTE_PARAMS, COMPUTE_SEEDS, HOST_PARAMS, RAMP_MIN_BYTES, comm_params,
+                            comm_seeds, fit, host_bound, host_targets, restrict, set_values, split_holdout)
 from validation.predict import KERNEL_KINDS, Unsupported, predict_record
 from validation.records import MeasurementFile
 
@@ -95,6 +95,7 @@ def calibrate(files: list[tuple[MeasurementFile, Hardware]], name: str, start: C
         train, _ = _select(sub, COLLECTIVE_KINDS, holdout_every, tuple(fit_seeds))
         params = restrict(comm_params(link), only)
         if train and params:
+            cal, params = _fit_ramp(report, link, train, params, cal, name, seeds_of(params, comm_seeds(link)))
             res = fit(train, params, cal, name, seeds=seeds_of(params, comm_seeds(link)))
             cal = _keep(report, f"comm:{link}", res, cal)
     host = [(r, hw, what, v) for mf, hw in files for r in mf.records if host_bound(r) for what, v in host_targets(r)]
@@ -128,6 +129,28 @@ def _moved(rec: dict, hw: Hardware, before: Calibration, after: Calibration) -> 
     except Unsupported:
         return False
     return abs(a - b) > 1e-12 * max(abs(a), 1e-30)
+
+
+def _fit_ramp(report: CalibrationReport, link: str, train: list, params: list, cal: Calibration, name: str,
+              seeds: list) -> tuple[Calibration, list]:
+    """Stage one of a link's fit: the start-up of a ring's two-way traffic (comm.ring_ramp, its
+    size and time constant), fitted with every other parameter of ``params`` on the training
+    records of at least RAMP_MIN_BYTES, where it acts; only those two values are kept, and the
+    parameters left for stage two (every record) are returned. Below that size the fixed costs and
+    the protocol switch set the time and the two are not identified: fitted on every record, the
+    term turns into a second fixed cost (its time constant at its lower bound)."""
+    ramp = [p for p in params if p.path.startswith(f"links.{link}.ramp_")]
+    big = [s for s in train if s[0].get("bytes", 0) >= RAMP_MIN_BYTES]
+    if not ramp or not big:
+        return cal, params
+    res = fit(big, params, cal, name, seeds=seeds)
+    got = dict(zip((p.path for p in res.params), res.values))
+    kept = [p for p in ramp if p.path in got]
+    if not kept:
+        return cal, params
+    values = [got[p.path] for p in kept]
+    report.fits[f"comm:{link}:ramp"] = replace(res, params=kept, values=values)
+    return set_values(cal, kept, values), [p for p in params if p not in kept]
 
 
 def _keep(report: CalibrationReport, key: str, res, cal: Calibration) -> Calibration:

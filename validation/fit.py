@@ -96,16 +96,20 @@ def host_targets(rec: dict) -> list[tuple[str, float]]:
 
 # ring kinds with an own-shard term δ (all-to-all copies its own block concurrently: comm.self_copy_in_series)
 RING_KINDS = ("all_reduce", "all_gather", "reduce_scatter")
+# the smallest collective record that fits the start-up term of a ring (validation.calibrate._fit_ramp)
+RAMP_MIN_BYTES = 16 << 20
 
 
 def comm_params(link: str) -> list[Param]:
     """α and β of one link kind, NCCL's per-collective bandwidth and fixed cost relative to
     all-reduce, each ring collective's own-shard steps δ and the chained broadcast's chunk
-    (the last two are constrained only by records on more than two GPUs)."""
+    (the last two are constrained only by records on more than two GPUs), and the start-up of a
+    ring's two-way traffic (its size and time constant, comm.ring_ramp)."""
     others = [k for k in COLLECTIVE_KINDS if k != "all_reduce"]
     return [Param(f"links.{link}.alpha_s", 1e-6, 200e-6), Param(f"links.{link}.bandwidth_fraction", 0.1, 1.0),
             Param(f"links.{link}.ll_alpha_s", 1e-6, 200e-6), Param(f"links.{link}.ll_bandwidth_fraction", 0.02, 1.0),
-            Param(f"links.{link}.chunk_bytes", 0.0, 64 * 2 ** 20)] + \
+            Param(f"links.{link}.chunk_bytes", 0.0, 64 * 2 ** 20),
+            Param(f"links.{link}.ramp_s", 0.0, 2e-3), Param(f"links.{link}.ramp_tau_s", 1e-4, 20e-3)] + \
         [Param(f"collective_fraction.{k}", 0.2, 2.0) for k in others] + \
         [Param(f"collective_alpha_fraction.{k}", 0.2, 5.0) for k in COLLECTIVE_KINDS] + \
         [Param(f"collective_shard_steps.{k}", 0.0, 2.0) for k in RING_KINDS]
@@ -198,15 +202,25 @@ def fit(samples: list[tuple[dict, Hardware]], params: list[Param], start: Calibr
     several basins (NCCL's two protocols); the fit with the lowest cost wins."""
     samples = _targets(samples)
     used = constrained(samples, params, start)
+    if seeds and len(used) < len(params):
+        # a term that is off at the start (a size of 0) constrains its other parameters only once
+        # it is on: check those again from the first seed
+        first = _seeded(start, seeds[0])
+        again = set(p.path for p in constrained(samples, [p for p in params if p not in used], first))
+        used = [p for p in params if p in used or p.path in again]
     best = None
     for seed in [{}] + list(seeds or []):
-        keys = list(seed)
-        first = set_values(start, [Param(k, -math.inf, math.inf) for k in keys], [seed[k] for k in keys])
-        res = _fit_once(samples, used, first, start, name)
+        res = _fit_once(samples, used, _seeded(start, seed), start, name)
         if best is None or res.cost < best.cost:
             best = res
     best.unconstrained = [p for p in params if p not in used]
     return best
+
+
+def _seeded(start: Calibration, seed: dict) -> Calibration:
+    """``start`` with a seed's {path: value} overrides."""
+    keys = list(seed)
+    return set_values(start, [Param(k, -math.inf, math.inf) for k in keys], [seed[k] for k in keys])
 
 
 def _targets(samples) -> list[tuple]:
@@ -276,7 +290,8 @@ def comm_seeds(link: str) -> list[dict]:
              f"links.{link}.ll_alpha_s": 70e-6, f"links.{link}.ll_bandwidth_fraction": 0.78},
             {f"links.{link}.alpha_s": 75e-6, f"links.{link}.bandwidth_fraction": 0.75,
              f"links.{link}.ll_alpha_s": 35e-6, f"links.{link}.ll_bandwidth_fraction": 0.25}]
-    extra = {f"links.{link}.chunk_bytes": 8.0 * 2 ** 20, **{f"collective_shard_steps.{k}": 0.2 for k in RING_KINDS}}
+    extra = {f"links.{link}.chunk_bytes": 8.0 * 2 ** 20, f"links.{link}.ramp_s": 2e-4,
+             f"links.{link}.ramp_tau_s": 5e-4, **{f"collective_shard_steps.{k}": 0.2 for k in RING_KINDS}}
     return [{**shape, **extra, f"links.{link}.ll_max_bytes": float(2 ** k)} for shape in shapes for k in (14, 15, 16, 17, 19)]
 
 

@@ -417,3 +417,31 @@ def test_restricted_calibrate_moves_only_the_named_parameters(tmp_path):
     assert main(["calibrate", "--measurements", str(path), "--only", "attention_kernels", "-o", str(tmp_path / "x.yaml")]) == 2
     assert main(["calibrate", "--measurements", str(path), "--start", "h200-sxm", "--only", "nonsense",
                  "-o", str(tmp_path / "x.yaml")]) == 2
+
+
+def test_preregistration_round_trip(tmp_path):
+    """validation/prereg_attention.py: the registered cases are the harness's fresh draw, every one
+    predicted; a run that measured exactly the registered times scores 0% on every backend, and a
+    case the GPU refused is counted as refused, not scored."""
+    import json
+    from validation.prereg_attention import read_prereg, score, write
+    reg = tmp_path / "prereg.txt"
+    n = write(7, 3, "h200-sxm", "NVIDIA H200", str(reg), 240.0)
+    assert n == len(H.fresh_cases(7, 3))
+    text = reg.read_text()
+    assert "seed: 7" in text and "--fresh-seed 7 --fresh-n 3" in text and "model commit:" in text
+    registered = read_prereg(str(reg))
+    assert len(registered) == n and all(t is not None and t > 0 for t in registered.values())
+    cols = ("backend", "kind", "batch", "heads", "kv_heads", "seq", "head_dim", "causal", "layout")
+    recs = []
+    for key, t in registered.items():
+        r = dict(zip(cols, key))
+        r.update({k: int(r[k]) for k in ("batch", "heads", "kv_heads", "seq", "head_dim")}, causal=r["causal"] == "1",
+                 time_s=t, set="random")
+        recs.append(r)
+    recs[0] = dict(recs[0], time_s=None, unsupported=True)
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps({"info": {"gpu": "NVIDIA H200"}, "records": recs}))
+    res = score(str(reg), str(run))
+    assert all(v["mape"] < 1e-6 for v in res["table"].values())
+    assert sum(res["refused"].values()) == 1 and not res["missing"]

@@ -445,3 +445,43 @@ def test_preregistration_round_trip(tmp_path):
     res = score(str(reg), str(run))
     assert all(v["mape"] < 1e-6 for v in res["table"].values())
     assert sum(res["refused"].values()) == 1 and not res["missing"]
+
+
+# ---- the pre-registered seed-19 fresh run (session 19; logs/prereg_attention19_h200*.txt) ---------
+FRESH19 = ROOT / "validation" / "measurements" / "h200_attention_fresh19.json"
+PREREG19 = ROOT / "validation" / "measurements" / "logs" / "prereg_attention19_h200.txt"
+PREREG19_FA2 = ROOT / "validation" / "measurements" / "logs" / "prereg_attention19_h200_fa2sched.txt"
+
+
+def _fresh19(prereg):
+    from validation.prereg_attention import score
+    return score(str(prereg), str(FRESH19))
+
+
+def test_fresh19_as_pre_registered():
+    """H200, seed 19, 64 shapes never measured before, predicted by the model of efbb5bf before the
+    run: pooled forward and forward+backward MAPE cuDNN 5.2%, flash 6.4%, math 6.1%, Megatron's local
+    pattern 2.6%, memory-efficient 10.9% (it refused the 34 GQA shapes). Ratchets as registered."""
+    s = _fresh19(PREREG19)
+    t = s["table"]
+    quoted = {"cudnn": 0.052, "flash": 0.064, "math": 0.061, "unfused_torch": 0.026, "efficient": 0.109}
+    for backend, mape in quoted.items():
+        assert t[(backend, "pooled")]["mape"] <= mape + 0.0005, backend
+    assert t[("cudnn", "pooled")]["count"] == t[("flash", "pooled")]["count"] == 128
+    assert not s["missing"]
+
+
+def test_fresh19_fa2_schedule_candidate_beats_todays_flash():
+    """The FA2 launch-order candidate (branch attn-fresh-19-fa2sched, not merged: two step-level
+    ratchets move by 0.05-0.6 point) was pre-registered beside today's model: flash forward 7.5% ->
+    6.2%, forward+backward 5.4% -> 4.5% on this run, no other backend changed."""
+    today, cand = _fresh19(PREREG19)["table"], _fresh19(PREREG19_FA2)["table"]
+    assert cand[("flash", "pooled")]["mape"] <= 0.054 < today[("flash", "pooled")]["mape"]
+    for backend in ("cudnn", "math", "efficient", "unfused_torch"):
+        assert cand[(backend, "pooled")]["mape"] == pytest.approx(today[(backend, "pooled")]["mape"])
+
+
+@pytest.mark.xfail(strict=True, reason="memory-efficient 10.9% on the pre-registered seed-19 run (its head_dim split is not modelled)")
+def test_fresh19_every_backend_meets_the_target():
+    t = _fresh19(PREREG19)["table"]
+    assert all(v["mape"] <= 0.08 for (b, k), v in t.items() if k == "pooled")

@@ -57,6 +57,16 @@ MODEL_FIELDS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", 
                 "position", "linear_bias", "tied_embeddings")
 
 # ----------------------------------------------------------------------------------- models
+
+
+def _moe(layers, hidden, heads, kv_heads, vocab, experts, topk, ffn):
+    """A Llama-style model whose every FFN is a MoE of ``experts`` experts of width ``ffn``, ``topk``
+    per token (ffn_hidden = ffn: no dense FFN exists)."""
+    return dict(layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, ffn_hidden=ffn, vocab=vocab,
+                norm="rmsnorm", activation="swiglu", position="rope", linear_bias=False,
+                experts=experts, topk=topk, moe_ffn_hidden=ffn)
+
+
 # Llama-style: RMSNorm, SwiGLU, RoPE, GQA, no biases. GPT-style: LayerNorm, GELU, learned positions, biases.
 MODELS = {
     "llama-1b": dict(layers=16, hidden=2048, heads=32, kv_heads=8, ffn_hidden=8192, vocab=32768,
@@ -92,21 +102,11 @@ MODELS = {
     # alltoall token dispatcher, SequentialMLP experts: the local spec has no grouped GEMM without the
     # grouped_gemm package or Transformer Engine). A Mixtral-like layout (8 wide experts, top-2) and a
     # fine-grained one (64 narrow experts, top-8, as Qwen3-MoE / DeepSeek route)
-    "moe-8x2": dict(layers=8, hidden=2048, heads=16, kv_heads=8, ffn_hidden=5632, vocab=32768,
-                    norm="rmsnorm", activation="swiglu", position="rope", linear_bias=False,
-                    experts=8, topk=2, moe_ffn_hidden=5632),
-    "moe-64x8": dict(layers=8, hidden=2048, heads=16, kv_heads=4, ffn_hidden=768, vocab=32768,
-                     norm="rmsnorm", activation="swiglu", position="rope", linear_bias=False,
-                     experts=64, topk=8, moe_ffn_hidden=768),
-    "tiny-moe": dict(layers=2, hidden=128, heads=4, kv_heads=2, ffn_hidden=256, vocab=512,
-                     norm="rmsnorm", activation="swiglu", position="rope", linear_bias=False,
-                     experts=4, topk=2, moe_ffn_hidden=256),
-    "tiny-moe-16": dict(layers=2, hidden=128, heads=4, kv_heads=2, ffn_hidden=64, vocab=512,
-                        norm="rmsnorm", activation="swiglu", position="rope", linear_bias=False,
-                        experts=16, topk=4, moe_ffn_hidden=64),
-    "tiny-moe-64": dict(layers=2, hidden=128, heads=4, kv_heads=2, ffn_hidden=64, vocab=512,
-                        norm="rmsnorm", activation="swiglu", position="rope", linear_bias=False,
-                        experts=64, topk=8, moe_ffn_hidden=64),
+    "moe-8x2": _moe(8, 2048, 16, 8, 32768, experts=8, topk=2, ffn=5632),
+    "moe-64x8": _moe(8, 2048, 16, 4, 32768, experts=64, topk=8, ffn=768),
+    "tiny-moe": _moe(2, 128, 4, 2, 512, experts=4, topk=2, ffn=256),
+    "tiny-moe-16": _moe(2, 128, 4, 2, 512, experts=16, topk=4, ffn=64),
+    "tiny-moe-64": _moe(2, 128, 4, 2, 512, experts=64, topk=8, ffn=64),
 }
 # the aux-loss coefficient of every MoE case (Megatron-Core's load-balancing loss; Mixtral-style runs use 1e-2)
 MOE_AUX_LOSS_COEFF = 1e-2

@@ -442,12 +442,11 @@ def _moe_ffn(ctx: Context) -> list[Op]:
     local_experts = e.num_experts // p.ep
     width = e.latent_size or m.hidden      # LatentMoE: tokens travel and experts run at the latent size
     a2a = moe_dispatch.routed_rows(ctx) * width * ACT_BYTES
+    rows, ffn = moe_dispatch.expert_tokens(ctx), e.expert_ffn_hidden // etp
     if get_framework(p.framework).kernels.expert_gemm == "sequential":
-        experts = _sequential_experts(ctx, moe_dispatch.expert_tokens(ctx), e.expert_ffn_hidden // etp,
-                                      local_experts, width)
+        experts = _sequential_experts(ctx, rows, ffn, local_experts, width)
     else:
-        experts = _dense_ffn(ctx, "moe.experts", moe_dispatch.expert_tokens(ctx), e.expert_ffn_hidden // etp,
-                             local_experts, width)
+        experts = _dense_ffn(ctx, "moe.experts", rows, ffn, local_experts, width)
     shared = []
     if e.shared_experts:
         shared_width = (e.shared_expert_ffn_hidden or e.expert_ffn_hidden) * e.shared_experts
@@ -498,8 +497,9 @@ def _prob_scale_ops(ctx: Context, rows: int, ffn: int) -> list[Op]:
     as the routing ops count theirs (simulator/moe_dispatch.py)."""
     n = rows * ffn
     fwd, bwd = 12.0 * n + 4 * rows, 34.0 * n + 8 * rows
-    return [Op("moe.expert.prob_scale", "memory", "fwd", memory_time(ctx.dev, fwd, launches=2), bytes=fwd),
-            Op("moe.expert.prob_scale", "memory", "bwd", memory_time(ctx.dev, bwd, launches=5), bytes=bwd)]
+    name = EXPERT_LOOP_OP + "prob_scale"
+    return [Op(name, "memory", "fwd", memory_time(ctx.dev, fwd, launches=2), bytes=fwd),
+            Op(name, "memory", "bwd", memory_time(ctx.dev, bwd, launches=5), bytes=bwd)]
 
 
 def backward_of(ctx: Context, fwd: list[Op]) -> list[Op]:

@@ -282,6 +282,13 @@ def grid(name: str) -> list[dict]:
         return with_twins(moe1_grid())
     if name == "moe1-alone":   # the moe1 cases whose peak a case before them in the process inflated, each alone
         return [dict(c, risky=True) for c in moe1_grid()[1:5] + moe1_grid()[6:]]
+    if name == "moe-diag":   # session 20: where a MoE step's time goes (kernel busy time, host syncs), each alone
+        prof = lambda c: dict(c, risky=True, profile=True, profile_top_n=60, host_profile=True)  # noqa: E731
+        return [prof(case(F, "moe-8x2", 2048, 1, mbs=1, gbs=8)), prof(case(F, "moe-8x2", 2048, 1, mbs=2, gbs=8)),
+                prof(case(F, "moe-8x2", 2048, 1, mbs=1, gbs=4)), prof(case(F, "moe-64x8", 2048, 1, mbs=1, gbs=8)),
+                prof(case(F, "moe-64x8", 2048, 1, mbs=2, gbs=8)), prof(case(F, "tiny-moe-64", 256, 1, gbs=4)),
+                case(F, "host-llama", 2048, 1, mbs=1, gbs=8), case(F, "host-llama", 2048, 1, mbs=2, gbs=8),
+                case(F, "host-llama", 2048, 1, mbs=1, gbs=4), case(F, "host-llama", 256, 1, gbs=4, layers=2)]
     if name == "cpu-pp":
         return [case(T, "tiny-llama", 64, 2, pp=2, gbs=4), case(T, "tiny-llama", 64, 2, pp=2, vp=2, gbs=4),
                 case(T, "tiny-gpt", 64, 2, pp=2, gbs=8, recompute="full")]

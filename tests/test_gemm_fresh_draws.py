@@ -4,7 +4,8 @@ Seed 26 on one H200 and seed 27 on one H100 (validation/harness/gemm_cases.py th
 ``--suite random --passes 2``), each on a machine lent after the profile was fitted. Their predictions
 were committed first (validation/measurements/logs/prereg_gemm_random{26_h200,27_h100}.txt, commit
 557db44: the H200 profile with the GEMM fixed costs refitted on seed 24, the H100 profile unchanged
-since session 8). Figures: docs/validation.md, "GEMMs beyond the fitted shapes"."""
+since session 8). Session 20 looked at both shape by shape: development data since. Figures:
+docs/validation.md, "GEMMs beyond the fitted shapes"."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -4,7 +4,8 @@ Seed 26 on one H200 and seed 27 on one H100 (validation/harness/gemm_cases.py th
 ``--suite random --passes 2``), each on a machine lent after the profile was fitted. Their predictions
 were committed first (validation/measurements/logs/prereg_gemm_random{26_h200,27_h100}.txt, commit
 557db44: the H200 profile with the GEMM fixed costs refitted on seed 24, the H100 profile unchanged
-since session 8). Figures: docs/validation.md, "GEMMs beyond the fitted shapes"."""
+since session 8). Session 20 looked at both shape by shape: development data since. Figures:
+docs/validation.md, "GEMMs beyond the fitted shapes"."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -112,3 +113,37 @@ def test_prereg_says_a_bad_like_file_in_one_line(capsys):
     assert main(["--gemm-seed", "26", "--like", str(ROOT / "no-such-file.json")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "no-such-file.json" in err and "Traceback" not in err
+
+
+# Session 20: the next draws, registered before they were measured (the committed model, unchanged, and
+# beside it for H200 a candidate profile: the restricted `--only gemm` refit that gives H200 the per-SM
+# operand-load cap H100 has; docs/validation.md, "GEMMs beyond the fitted shapes").
+NEXT = {  # log: (seed, --like file, --profile or None)
+    "prereg_gemm_random28_h200.txt": (28, "h200_gemm_random.json", None),
+    "prereg_gemm_random29_h100.txt": (29, "h100_gemm_random3.json", None),
+    "prereg_gemm_random28_h200_loadcap.txt": (28, "h200_gemm_random.json",
+                                              str(ROOT / "validation" / "candidates" / "h200-sxm-gemm-loadcap.yaml")),
+}
+
+
+@pytest.mark.parametrize("log", sorted(NEXT))
+def test_next_draws_registered(log):
+    """Each registration holds one line per case of its draw, in the harness's order (what
+    registered_pairs will match the measured records against). The predictions themselves are
+    the commit's (222e72a and its successor); a later model need not reproduce them."""
+    from validation.gemm_regimes import _dims
+    from validation.prereg import harness
+    seed, _, _ = NEXT[log]
+    lines = [line for line in (LOGS / log).read_text().splitlines() if line and not line.startswith("#")]
+    cases = harness("gemm_cases").random_cases(seed)
+    assert len(lines) == len(cases) == 156
+    assert [(line.split()[0], *_dims(line)) for line in lines] == [(c[3], c[0], c[1], c[2]) for c in cases]
+
+
+def test_prereg_profile_option_predicts_with_that_profile():
+    """``--profile`` swaps the calibration: the candidate's first H200 row differs from the committed one's."""
+    from validation.prereg import gemm_draw_rows
+    like = str(ROOT / "validation" / "measurements" / "h200_gemm_random.json")
+    cand = NEXT["prereg_gemm_random28_h200_loadcap.txt"][2]
+    base, other = gemm_draw_rows(28, like)[0], gemm_draw_rows(28, like, cand)[0]
+    assert base[:2] == other[:2] and base[2] != other[2]

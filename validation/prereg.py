@@ -8,7 +8,8 @@ With ``--kernels SUITE`` the cases are those of validation/harness/SUITE.py (a s
 suite with ``cases()``), each predicted as its record would be (time only). With ``--gemm-seed
 SEED`` the cases are the random GEMM draw of that seed (validation/harness/gemm_cases.py, what
 sustained.py ``--suite random --seed SEED`` times), each with its regime
-(validation.gemm_regimes.gemm_regime).
+(validation.gemm_regimes.gemm_regime); ``--profile`` predicts them with another calibration profile
+(a candidate registered beside the committed model, e.g. validation/candidates/*.yaml).
 
 Each case becomes the record the harness would write, without any measured field, and is
 predicted as ``meshcast validate`` would predict it (validation.predict.predict_record) on the
@@ -102,13 +103,16 @@ def kernel_rows(suite: str, like: str) -> list[tuple[str, float]]:
     return [(h.label(c), kernel_time(c, hw, cal)) for c in h.cases()]
 
 
-def gemm_draw_rows(seed: int, like: str) -> list[tuple[str, str, float]]:
+def gemm_draw_rows(seed: int, like: str, profile: str | None = None) -> list[tuple[str, str, float]]:
     """(case label, regime, predicted seconds) for every GEMM of the random draw ``seed`` on the
-    hardware of the measurement file ``like`` (the record sustained.py writes, kind ``gemm``)."""
+    hardware of the measurement file ``like`` (the record sustained.py writes, kind ``gemm``);
+    ``profile``: a calibration profile (name or path) instead of the accelerator's own, to register
+    a candidate beside the committed model."""
+    from simulator.calibration import load_calibration
     from validation.gemm_regimes import gemm_regime
     h = harness("gemm_cases")
     hw = hardware_for(load_measurements(like))
-    cal = calibration_for(hw.accelerator)[0]
+    cal = load_calibration(profile) if profile else calibration_for(hw.accelerator)[0]
     out = []
     for case in h.random_cases(seed):
         m, n, k, dtn, _ = case
@@ -124,6 +128,8 @@ def main(argv=None) -> int:
     ap.add_argument("--gemm-seed", type=int, metavar="SEED", help="the random GEMM draw of this seed instead")
     ap.add_argument("--like", required=True, help="a measurement file of the machine the grid will run on")
     ap.add_argument("--world", type=int, default=None)
+    ap.add_argument("--profile", help="--gemm-seed only: a calibration profile (name or path) instead of the "
+                                      "accelerator's own (a candidate registered beside the committed model)")
     ap.add_argument("--attention-from", nargs="*", default=[],
                     help="earlier plan_step files of the machine type: the attention kernel each framework recorded "
                          "there (Megatron-Core: apex's fused softmax or its PyTorch fallback) is assumed again")
@@ -140,7 +146,7 @@ def main(argv=None) -> int:
 def _print_predictions(a) -> int:
     """Print the registered predictions the parsed arguments ask for; 1 when a grid case has none."""
     if a.gemm_seed is not None:
-        for label, regime, t in gemm_draw_rows(a.gemm_seed, a.like):
+        for label, regime, t in gemm_draw_rows(a.gemm_seed, a.like, a.profile):
             print(f"{label:<64} {regime:<18} {t * 1e6:10.2f} us")
         return 0
     if a.kernels:

@@ -99,6 +99,15 @@ class Calibration:
                                  1: fully overlapped, as FlashAttention-3's ping-pong schedule); a
                                  ``backend`` key without direction stands for both
       attention_kernel_overhead[backend_direction]  fixed work per thread block, in tiles (likewise)
+      attention_kernel_score_ops[backend_direction] extra per-score work of a kernel that stages its
+                                 score tiles through shared memory between its MMAs, in FP32-lane
+                                 operations per score element (SM cycles x 128 per score), added to
+                                 the softmax's own; only ``efficient_fwd`` / ``efficient_bwd`` (PyTorch's
+                                 memory-efficient kernel: P, and in the backward P and dS, written to
+                                 and read back from shared memory each tile, the forward's row
+                                 statistics combined across warps in shared memory, the backward's
+                                 fp32 dQ tile read-modify-written in global memory under a lock);
+                                 unset: 0 (simulator.compute._fused_pass)
       ssd_fraction[direction]    the Mamba-2 SSD scan's Triton kernels (simulator/ssm.py, mamba_ssm
                                  ssd_combined): their tensor-core work's rate as a fraction of the
                                  achievable bf16 GEMM rate (``fwd``, ``bwd``); unset: 1, the cuBLAS rate
@@ -184,6 +193,7 @@ class Calibration:
     attention_kernel_fraction: dict = field(default_factory=dict)
     attention_kernel_overlap: dict = field(default_factory=dict)
     attention_kernel_overhead: dict = field(default_factory=dict)
+    attention_kernel_score_ops: dict = field(default_factory=dict)
     memory_op_fraction: dict = field(default_factory=dict)
     collective_fraction: dict = field(default_factory=dict)
     collective_alpha_fraction: dict = field(default_factory=dict)
@@ -226,7 +236,7 @@ HOST_PARAMETERS = ("host_op_s", "fsdp_unit_host_s", "ddp_tensor_host_s", "optimi
 
 
 DICT_PARAMETERS = ("gemm_peak_fraction", "attention_kernel_fraction", "attention_kernel_overlap",
-                   "attention_kernel_overhead", "memory_op_fraction", "collective_fraction", "collective_alpha_fraction",
+                   "attention_kernel_overhead", "attention_kernel_score_ops", "memory_op_fraction", "collective_fraction", "collective_alpha_fraction",
                    "collective_shard_steps", "sustained_clock_fraction", "ssd_fraction", "ssd_host_s",
                    "step_power", "softmax_elements_per_cycle", "norm_forward")
 
@@ -260,6 +270,7 @@ def _profile_schema() -> type:
                 attention_kernel_fraction=(Optional[dict[str, fraction]], None),
                 attention_kernel_overlap=(Optional[dict[str, Annotated[float, Field(ge=0, le=1)]]], None),
                 attention_kernel_overhead=(Optional[dict[str, nonneg]], None),
+                attention_kernel_score_ops=(Optional[dict[str, nonneg]], None),
                 collective_fraction=(Optional[dict[str, positive]], None),
                 collective_alpha_fraction=(Optional[dict[str, positive]], None),
                 collective_shard_steps=(Optional[dict[str, nonneg]], None),

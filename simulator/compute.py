@@ -458,7 +458,15 @@ FUSED_KERNELS = {
     # forward instantiations fmha_cutlassF_bf16_aligned_64x64_rf (head_dim <= 64), 64x128_rf (<= 128),
     # 32x128_gmem (larger); backward (dispatch_cutlassB_bf16_sm80: the first listed kernel whose
     # kMaxK covers head_dim) fmha_cutlassB_bf16_aligned_64x64_k64 (head_dim <= 64), 128x128_k128
-    # (<= 128), 64x64_k65536 beyond; one backward kernel (it computes the dO·O row sums itself)
+    # (<= 128), 64x64_k65536 beyond; one backward kernel (it computes the dO·O row sums itself).
+    # Unlike FlashAttention-2 it keeps no score tile in registers between its MMAs
+    # (mem_eff_attention/kernel_forward.h MM0/MM1, kernel_backward.h): the forward writes P to
+    # shared memory (B2bGemm::accumToSmem) for PV to read back, and combines the row max / sum across
+    # the warps of a row in shared memory; the backward writes exp(S - LSE) and dS = (dP - D)·P to
+    # shared memory (dS twice, transposed) for the dV, dQ and dK MMAs, and read-modify-writes each
+    # query block's fp32 dQ tile in a global workspace under a spin lock (GradQTempStorage,
+    # AtomicLock) for every key block. That work is per score element, not per head_dim: it is what
+    # makes head_dim 64 slower per FLOP than head_dim 128 (attention_kernel_score_ops, fitted)
     "efficient": FusedAttentionKernel(
         "efficient",
         fwd_tiles=((64, (64, 64), (64, 64)), (128, (64, 128), (64, 128)), (65536, (32, 128), (32, 128))),
@@ -521,7 +529,8 @@ def fused_attention_params(cal: Calibration, backend: str, bwd: bool, tile: tupl
 def fused_attention_fitted(cal: Calibration, backend: str) -> bool:
     """Whether the calibration carries fitted parameters of this fused kernel."""
     return any(k == backend or k.startswith(backend + "_")
-               for d in (cal.attention_kernel_fraction, cal.attention_kernel_overlap, cal.attention_kernel_overhead)
+               for d in (cal.attention_kernel_fraction, cal.attention_kernel_overlap, cal.attention_kernel_overhead,
+                         cal.attention_kernel_score_ops)
                for k in d)
 
 
@@ -554,8 +563,9 @@ def _fused_pass(dev: DeviceModel, backend: str, batch: int, heads: int, kv_heads
     matmuls forward (QKᵀ, PV) and 5 backward (QKᵀ recomputed, dP = dO·Vᵀ, dV, dK, dQ), and
     softmax time t_exp = bM·bN / exp rate (16 SFUs per SM x SMs x clock x
     ``attention_softmax_fraction``: the same hardware rate FlashAttention-2's fit gives) plus the
-    softmax's other per-score FP32 operations (forward 3.5 + d/bN, backward 4; see the code) at
-    128 FP32 lanes per SM per clock; the tile costs max(t_mm, t_exp) + (1 − overlap)·min(t_mm, t_exp) (overlap 0: FlashAttention-2's
+    softmax's other per-score FP32 operations (forward 3.5 + d/bN, backward 4; see the code) and,
+    for a kernel that stages its score tiles through shared memory (``efficient``),
+    ``attention_kernel_score_ops`` more, at 128 FP32 lanes per SM per clock; the tile costs max(t_mm, t_exp) + (1 − overlap)·min(t_mm, t_exp) (overlap 0: FlashAttention-2's
     serial schedule; 1: FlashAttention-3's ping-pong hides the softmax under the other warpgroup's
     GEMMs, Shah et al. 2024 §3.1). Each thread block adds ``overhead`` tiles. Blocks run in waves
     (time = total / wave efficiency, as :func:`_flash_pass`), or, for a persistent kernel, as a
@@ -583,6 +593,10 @@ def _fused_pass(dev: DeviceModel, backend: str, batch: int, heads: int, kv_heads
     # and the rescale of the O accumulator (d / bN multiplies per score); backward: P = exp(S - LSE)'s
     # FMA, dS = P * (dP - D) (subtract, multiply), two bf16 conversions (of P and dS)
     alu_ops = 4.0 if bwd else 3.5 + head_dim / bkv
+    # a kernel that stages its score tiles through shared memory between its MMAs (``efficient``:
+    # P forward; P and dS backward, and the backward's fp32 dQ read-modify-write per tile) pays that
+    # per score element, whatever head_dim: attention_kernel_score_ops, fitted (0 where unset)
+    alu_ops += cal.attention_kernel_score_ops.get(f"{backend}_{'bwd' if bwd else 'fwd'}", 0.0)
     alu_rate = sms * FP32_LANES_PER_SM * dev.accelerator.boost_clock_hz
     # the SFU and FP32 units run at the SM clock: under sustained load at its power-limited fraction
     clock = (cal.sustained_clock_fraction.get("bf16") or 1.0) if dev.sustained else dev.clock_fraction

@@ -141,7 +141,7 @@ def test_unfitted_kernels_are_costed_as_flashattention2():
     import dataclasses
     from simulator.compute import attention_time
     bare = dataclasses.replace(_dev("h200-sxm").cal, attention_kernel_fraction={}, attention_kernel_overlap={},
-                               attention_kernel_overhead={})
+                               attention_kernel_overhead={}, attention_kernel_score_ops={})
     dev = _dev("h200-sxm", cal=bare)
     for be in ("cudnn", "efficient"):
         for causal in (True, False):
@@ -290,9 +290,19 @@ def test_fit_recovers_cudnn_and_efficient_parameters(tmp_path):
     # the forward's parameters are recovered; the backward is seen only inside forward+backward
     # records, where its exponentials are a small share of a tile: its overlap, overhead and fraction
     # trade off along a ridge (this truth, overlap 0.6, fits as overlap 0 and a 10% higher fraction),
-    # so only its fraction is checked, loosely, and the predictions below (held out) are what count
-    for key in ("cudnn_fwd", "efficient_fwd"):
-        assert cal.attention_kernel_fraction[key] == pytest.approx(truth.attention_kernel_fraction[key], rel=0.05), key
+    # so only its fraction is checked, loosely, and the predictions below (held out) are what count.
+    # Memory-efficient's forward has two per-tile terms since session 20, its tensor-core fraction and
+    # its per-score staging (attention_kernel_score_ops): with 2% noise they trade off along a ridge
+    # (0.35-0.36 and 18-19 ops for a truth of 0.40 and 20), so what the records determine is checked
+    # at the same 5%: its forward time at head_dim 64 and 128 (the two tile shapes of the sweep)
+    assert cal.attention_kernel_fraction["cudnn_fwd"] == pytest.approx(truth.attention_kernel_fraction["cudnn_fwd"],
+                                                                       rel=0.05)
+    from simulator.compute import attention_time
+    for d, heads in ((64, 32), (128, 16)):
+        for causal in (False, True):
+            fit_t, true_t = (attention_time(_dev("h200-sxm", cal=c), 4, heads, 4096, 4096, d, causal, heads,
+                                            "efficient", "fwd") for c in (cal, truth))
+            assert fit_t == pytest.approx(true_t, rel=0.05), (d, causal)
     for key in ("cudnn_bwd", "efficient_bwd"):
         assert cal.attention_kernel_fraction[key] == pytest.approx(truth.attention_kernel_fraction[key], rel=0.15), key
     n_random = sum(1 for r in mf.records if r.get("set") == "random")
@@ -344,8 +354,10 @@ ATTENTION_TARGET = 0.08
 ATTENTION_TODAY = {
     ("cudnn", "attention_fwd", "sweep"): 0.043, ("cudnn", "attention_fwd", "random"): 0.036,
     ("cudnn", "attention_fwd_bwd", "sweep"): 0.039, ("cudnn", "attention_fwd_bwd", "random"): 0.079,
-    ("efficient", "attention_fwd", "sweep"): 0.088, ("efficient", "attention_fwd", "random"): 0.082,
-    ("efficient", "attention_fwd_bwd", "sweep"): 0.101, ("efficient", "attention_fwd_bwd", "random"): 0.107,
+    # memory-efficient 8.8 / 8.2 / 10.1 / 10.7% until session 20, which costs its per-score shared-memory staging
+    # (attention_kernel_score_ops, refitted on the same sweep records)
+    ("efficient", "attention_fwd", "sweep"): 0.040, ("efficient", "attention_fwd", "random"): 0.039,
+    ("efficient", "attention_fwd_bwd", "sweep"): 0.043, ("efficient", "attention_fwd_bwd", "random"): 0.032,
     ("flash", "attention_fwd", "sweep"): 0.092, ("flash", "attention_fwd", "random"): 0.068,
     ("flash", "attention_fwd_bwd", "sweep"): 0.058, ("flash", "attention_fwd_bwd", "random"): 0.037,
     ("math", "attention_fwd", "sweep"): 0.088, ("math", "attention_fwd", "random"): 0.084,
@@ -485,3 +497,43 @@ def test_fresh19_fa2_schedule_candidate_beats_todays_flash():
 def test_fresh19_every_backend_meets_the_target():
     t = _fresh19(PREREG19)["table"]
     assert all(v["mape"] <= 0.08 for (b, k), v in t.items() if k == "pooled")
+
+
+def test_fresh19_memory_efficient_after_session_20_development_data():
+    """Session 20 (branch memeff-20) looked at the seed-19 run while finding the memory-efficient
+    kernel's per-score staging cost, so seed 19 is development data for it, no longer a test. Today's
+    model (not the registration above) on it: memory-efficient 10.9% -> 4.8% pooled (forward 4.4%,
+    forward+backward 5.2%); no other backend's prediction changed."""
+    from validation.prereg_attention import predictions
+    measured = {}
+    from validation.prereg_attention import record_key
+    from validation.records import load_measurements
+    for r in load_measurements(str(FRESH19)).records:
+        if r.get("backend") == "efficient" and r.get("time_s"):
+            measured[record_key(r)] = r["time_s"]
+    errs = {"attention_fwd": [], "attention_fwd_bwd": []}
+    for rec, t in predictions(19, 64, "h200-sxm", "NVIDIA H200"):
+        if record_key(rec) in measured:
+            errs[rec["kind"]].append(abs(t / measured[record_key(rec)] - 1))
+    pooled = errs["attention_fwd"] + errs["attention_fwd_bwd"]
+    assert len(pooled) == 60
+    assert sum(errs["attention_fwd"]) / 30 <= 0.044 + 0.0005
+    assert sum(errs["attention_fwd_bwd"]) / 30 <= 0.052 + 0.0005
+    assert sum(pooled) / 60 <= 0.048 + 0.0005
+
+
+PREREG20 = ROOT / "validation" / "measurements" / "logs" / "prereg_attention20_h200.txt"
+
+
+def test_fresh20_is_registered_before_its_run():
+    """The seed-20 H200 draw (64 shapes, every backend) is registered by the model of 0492bc2 (the
+    memory-efficient per-score staging cost): every case the harness will time, each predicted,
+    under the command that runs it. No run of it exists yet; score it with
+    ``python -m validation.prereg_attention score`` once one does."""
+    from validation.prereg_attention import read_prereg
+    text = PREREG20.read_text()
+    assert "model commit: 0492bc2" in text and "--fresh-seed 20 --fresh-n 64" in text
+    reg = read_prereg(str(PREREG20))
+    assert len(reg) == len(H.fresh_cases(20, 64)) == 594
+    assert all(t is not None and t > 0 for t in reg.values())
+    assert not list((ROOT / "validation" / "measurements").glob("h200_attention_fresh20*.json"))

@@ -152,7 +152,9 @@ def test_megatron_local_attention_within_the_target(name):
 
 # ---- H100's cuDNN and memory-efficient attention (fitted on h100_attention_backends.json) -----------
 H100_FRESH = {("cudnn", "attention_fwd"): 0.049, ("cudnn", "attention_fwd_bwd"): 0.056,
-              ("efficient", "attention_fwd"): 0.099, ("efficient", "attention_fwd_bwd"): 0.117,
+              # memory-efficient 9.9 / 11.7% until session 20 (per-score staging cost, refitted on
+              # h100_attention_backends.json only; this draw was looked at then: development data)
+              ("efficient", "attention_fwd"): 0.029, ("efficient", "attention_fwd_bwd"): 0.042,
               ("flash", "attention_fwd"): 0.106, ("flash", "attention_fwd_bwd"): 0.057,
               ("math", "attention_fwd"): 0.063, ("math", "attention_fwd_bwd"): 0.079}
 
@@ -170,7 +172,7 @@ def test_h100_attention_fresh_draw_ratchet():
         assert len(errs[key]) >= 14 and _mape(errs[key]) <= ratchet + 5e-4, key
 
 
-@pytest.mark.xfail(strict=True, reason="H100 seed-14 draw: memory-efficient 9.9% / 11.7%, flash forward 10.6% "
+@pytest.mark.xfail(strict=True, reason="H100 seed-14 draw: flash forward 10.6% (memory-efficient 9.9% / 11.7% until session 20) "
                                        "(target 8% per backend)")
 def test_h100_attention_fresh_draw_target():
     errs = _errors(MEAS / "repeat" / "h100_attention_fresh14.json", lambda r: (r.get("backend"), r["kind"]))

@@ -60,6 +60,8 @@ COMPUTE_PARAMS = [Param(f"gemm_peak_fraction.{d}", 0.05, 1.0) for d in ("bf16", 
     # only records with that ``backend`` move them; FlashAttention-3 (fa3) is never fitted
     Param(f"attention_kernel_{name}.{be}_{d}", lo, hi) for be in FITTED_ATTENTION_KERNELS
     for name, lo, hi in (("fraction", 0.1, 1.0), ("overlap", 0.0, 1.0), ("overhead", 0.0, 16.0)) for d in ("fwd", "bwd")] + [
+    # the memory-efficient kernel's per-score shared-memory staging (FP32-lane operations per score)
+    Param(f"attention_kernel_score_ops.efficient_{d}", 0.0, 400.0) for d in ("fwd", "bwd")] + [
     # the Mamba-2 SSD scan's Triton kernels (simulator.ssm.ssd_time); only ssd_scan records move them
     Param("ssd_fraction.fwd", 0.02, 1.0), Param("ssd_fraction.bwd", 0.02, 1.0), Param("ssd_hbm_fraction", 0.05, 1.0),
     Param("ssd_kernel_fixed_s", 0.0, 100e-6), Param("ssd_host_s.fwd", 0.0, 5e-3), Param("ssd_host_s.bwd", 0.0, 10e-3)]
@@ -155,7 +157,8 @@ def get_value(cal: Calibration, path: str) -> float:
         backend, _, direction = parts[1].partition("_")
         frac, overlap, overhead = fused_attention_params(cal, backend, direction == "bwd")
         return {"attention_kernel_fraction": frac, "attention_kernel_overlap": max(overlap, 0.5),
-                "attention_kernel_overhead": overhead}[parts[0]]
+                "attention_kernel_overhead": overhead,
+                "attention_kernel_score_ops": 8.0}[parts[0]]   # a start off its bound (0: none)
     if len(parts) == 2:
         d = getattr(cal, parts[0])
         if parts[0] == "norm_forward":

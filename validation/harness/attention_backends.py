@@ -364,12 +364,16 @@ def main():
                     help="comma-separated subset of " + ",".join(BACKENDS) + " (e.g. cuDNN in its own process)")
     ap.add_argument("--fresh-seed", type=int, default=None,
                     help="fresh-run protocol: only a random draw of this seed, on every backend (fresh_cases)")
+    ap.add_argument("--fresh-n", type=int, default=28,
+                    help="shapes in the --fresh-seed draw (default 28)")
     args = ap.parse_args()
     chosen = args.backends.split(",")
     bad = [b for b in chosen if b not in BACKENDS]
     if bad:
         raise SystemExit(f"unknown backend(s) {bad}; choose from {BACKENDS}")
-    every = fresh_cases(args.fresh_seed) if args.fresh_seed is not None else cases(args.small)
+    if args.fresh_n < 1:
+        raise SystemExit(f"--fresh-n must be at least 1, got {args.fresh_n}")
+    every = fresh_cases(args.fresh_seed, args.fresh_n) if args.fresh_seed is not None else cases(args.small)
     cs = [c for c in every if c["backend"] in chosen]
     if args.dry_run:
         for c in cs:
@@ -397,6 +401,7 @@ def main():
     from torch.nn.attention import SDPBackend
     info = common.device_info(suite="attention_backends",
                               random_seed=RANDOM_SEED if args.fresh_seed is None else args.fresh_seed, backends=chosen,
+                              fresh_n=args.fresh_n if args.fresh_seed is not None else None,
                               cudnn=cudnn.version() if cudnn.is_available() else None,
                               sdpa_backends=sorted(SDPBackend.__members__),
                               timing="common.time_fn: L2 flush before each call, 2 warm-ups, median of 5..50 calls",

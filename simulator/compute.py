@@ -373,7 +373,7 @@ def attention_time(dev: DeviceModel, batch: int, heads: int, seq_q: int, seq_kv:
         return _unfused_attention_time(dev, batch, heads, seq_q, seq_kv, head_dim, direction)
     t = 0.0
     if direction in ("fwd", "fwd_bwd"):
-        t += _flash_pass(dev, batch, heads, kv_heads, seq_q, seq_kv, head_dim, causal, bwd=False)
+        t += _flash_fwd_pass(dev, batch, heads, kv_heads, seq_q, seq_kv, head_dim, causal)
     if direction in ("bwd", "fwd_bwd"):
         t += _flash_pass(dev, batch, heads, kv_heads, seq_q, seq_kv, head_dim, causal, bwd=True)
     return t
@@ -414,6 +414,116 @@ def _flash_pass(dev: DeviceModel, batch: int, heads: int, kv_heads: int, seq_q: 
         io = 2.5 * io + batch * heads * seq_q * head_dim * (2 + 2 + 4 + 4 + 2)
         launches = 3
     return max(compute, io / dev.hbm_Bps) + launches * cal.kernel_launch_s
+
+
+# PyTorch's FlashAttention-2 forward (aten/src/ATen/native/transformers/cuda/flash_attn/
+# flash_fwd_launch_template.h, run_mha_fwd_hdim*, the A100/H100 branch without dropout):
+# (largest head_dim, kBlockM query rows, kBlockN keys per tile)
+FA2_FWD_TILES = ((64, 128, 128), (128, 128, 64), (160, 128, 32), (224, 128, 64), (256, 64, 64))
+# thread blocks resident per SM: the 4-warp kernels are sized for two CTAs per SM (the same file:
+# "128 x 32 (48 KB smem) ... since we get 2 CTAs per SM", "For H100 we want to run with 64 x 64
+# (96KB smem) since then we can get 2 CTAs per SM"); their ~255 registers per thread (the O
+# accumulator in registers) allow 65536 / (128 x 256) = 2
+FA2_FWD_CTAS_PER_SM = 2
+# blocks simulated exactly by :func:`list_schedule`; before them, a long launch is taken as balanced
+LIST_SCHEDULE_MAX_BLOCKS = 12288
+
+
+def fa2_fwd_tile(head_dim: int) -> tuple[int, int]:
+    """(kBlockM, kBlockN) of PyTorch's FlashAttention-2 forward kernel for ``head_dim`` (FA2_FWD_TILES)."""
+    for hd, bm, bn in FA2_FWD_TILES:
+        if head_dim <= hd:
+            return bm, bn
+    return FA2_FWD_TILES[-1][1:]
+
+
+@lru_cache(maxsize=65536)
+def fa2_fwd_block_work(seq_q: int, seq_kv: int, bm: int, bn: int, causal: bool) -> tuple[int, ...]:
+    """Tiles (bm x bn score blocks) each forward thread block of one head visits, in launch order
+    (m_block = blockIdx.x ascending: flash_fwd_kernel.h compute_attn, grid (num_m_block, b, h) in
+    flash_fwd_launch_template.h run_flash_fwd). Causal: queries are the last seq_q keys; query
+    block i visits key blocks 0 .. the one holding its last row's key (diagonal tiles whole), so
+    later blocks carry more work: 1, 2, ... x kBlockM / kBlockN tiles."""
+    n_q, n_kv = math.ceil(seq_q / bm), math.ceil(seq_kv / bn)
+    if not causal:
+        return (n_kv,) * n_q
+    offset = seq_kv - seq_q
+    return tuple(max(0, min(n_kv, math.ceil((offset + min((i + 1) * bm, seq_q)) / bn))) for i in range(n_q))
+
+
+@lru_cache(maxsize=16384)
+def list_schedule(work: tuple, repeats: int, overhead: float, sms: int, per_sm: int) -> float:
+    """Makespan, in SM-time units (a block of w units alone on an SM takes w + overhead), of
+    ``repeats`` copies of the block sequence ``work`` handed in launch order to whichever SM frees
+    one of its ``per_sm`` slots first (the GPU's block scheduler as blocks retire); the blocks
+    resident on one SM share its rate equally. Equal blocks come out as waves; causal blocks,
+    launched light-first, leave the heaviest for last: a tail no wave count shows. Launches longer
+    than LIST_SCHEDULE_MAX_BLOCKS are taken as balanced up to their last blocks, simulated."""
+    import heapq
+    keep = min(repeats, max(1, LIST_SCHEDULE_MAX_BLOCKS // len(work)))
+    t0 = (repeats - keep) * (sum(work) + overhead * len(work)) / sms
+    state = [[t0, []] for _ in range(sms)]          # per SM: time of its state, remaining work of its blocks
+    heap = [(t0, 0, i) for i in range(sms)]         # (time the SM next has a free slot, blocks on it, SM)
+    heapq.heapify(heap)
+
+    def advance(st, t):
+        """Run SM state ``st`` to time t at equal shares, dropping finished blocks."""
+        while st[1] and st[0] < t:
+            rate = 1.0 / len(st[1])
+            dt = min(t - st[0], min(st[1]) / rate)
+            st[1] = [r - dt * rate for r in st[1]]
+            st[0] += dt
+            st[1] = [r for r in st[1] if r > 1e-12]
+        st[0] = t
+
+    def next_free(st):
+        """(time a slot frees, blocks still resident then)"""
+        if len(st[1]) < per_sm:
+            return st[0], len(st[1])
+        low = min(st[1])
+        return st[0] + low * len(st[1]), sum(1 for r in st[1] if r > low + 1e-12)
+
+    for _ in range(keep):
+        for w in work:
+            t, _, i = heapq.heappop(heap)                # ties: the emptiest SM first (blocks spread over SMs)
+            st = state[i]
+            advance(st, t)
+            st[1].append(w + overhead)
+            heapq.heappush(heap, (*next_free(st), i))
+    end = 0.0
+    for st in state:
+        t, rem = st[0], sorted(st[1])               # finish what is resident
+        prev = 0.0
+        for k, r in enumerate(rem):
+            t += (r - prev) * (len(rem) - k)
+            prev = r
+        end = max(end, t)
+    return end
+
+
+@lru_cache(maxsize=16384)
+def _flash_fwd_pass(dev: DeviceModel, batch: int, heads: int, kv_heads: int, seq_q: int, seq_kv: int,
+                    head_dim: int, causal: bool) -> float:
+    """PyTorch's FlashAttention-2 forward kernel, seconds.
+
+    Its own tiles (:func:`fa2_fwd_tile`: 128 x 128 at head_dim 64, 128 x 64 at 128); a grid of
+    ceil(seq_q / kBlockM) x batch x heads thread blocks, m_block fastest, FA2_FWD_CTAS_PER_SM of
+    them resident per SM; each block costs its tiles' tensor-core FLOPs (2 matmuls at
+    ``attention_fwd_fraction`` of the bf16 peak) and exponentials, plus ``attention_tile_overhead``
+    tiles of fixed work; blocks are handed to SMs as earlier ones retire (:func:`list_schedule`),
+    so a causal launch, whose heaviest blocks come last, ends on a tail. HBM bytes as
+    :func:`flash_attention_bytes`; the kernel takes the larger of the two."""
+    cal = dev.cal
+    bm, bn = fa2_fwd_tile(head_dim)
+    work = fa2_fwd_block_work(seq_q, seq_kv, bm, bn, causal)
+    sms = dev.accelerator.sm_count
+    slots = sms * FA2_FWD_CTAS_PER_SM
+    peak = dev.accelerator.peak_flops("bf16") * dev.clock_rate("bf16")
+    t_tile = 2 * 2 * bm * bn * head_dim / (peak * cal.attention_fwd_fraction) + bm * bn / dev.exp_per_s
+    units = list_schedule(work, batch * heads, cal.attention_tile_overhead, sms, FA2_FWD_CTAS_PER_SM)
+    compute = units * sms * t_tile               # an SM runs at 1 / sms of the whole GPU's rate
+    io = flash_attention_bytes(dev, batch, heads, kv_heads, seq_q, seq_kv, head_dim, causal)
+    return max(compute, io / dev.hbm_Bps) + cal.kernel_launch_s
 
 
 @dataclass(frozen=True)

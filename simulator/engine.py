@@ -64,7 +64,7 @@ _LOWERED = IdentityCache(limit=4096)
 # the number of micro-batches does: autograd's gradient accumulation runs on all but the first,
 # lowering._autograd_accumulation); planners.bounds keys its layer costs on the same list.
 LOWERING_FIELDS = ("tp", "cp", "ep", "etp", "mbs", "seq", "sequence_parallel", "recompute",
-                   "recompute_layers", "precision", "attention", "dropout", "tp_comm_overlap", "recipe",
+                   "recompute_layers", "recompute_modules", "precision", "attention", "dropout", "tp_comm_overlap", "recipe",
                    "ep_comm_overlap", "framework", "bf16_layers", "gemm_precision", "moe_dispatcher",
                    "moe_permute_fusion", "moe_router_fusion", "moe_host_sync")
 _LAYER_KEY = operator.attrgetter(*LOWERING_FIELDS)
@@ -808,7 +808,11 @@ def _result(model, hardware, plan, cal, stages, mems, st: _Step, events) -> Resu
     bf16_peak = sum(a.peak_flops("bf16") for a in accs) / len(accs)
     model_flops = step_model_flops(model, plan.seq, plan.gbs)
     rec_frac = 1.0 if plan.recompute_layers is None else min(1.0, plan.recompute_layers * plan.pp / model.num_layers)
-    hw_flops = step_hardware_flops(model, plan.seq, plan.gbs, plan.recompute, rec_frac)
+    # module recompute without the attention core (recompute_modules) counts no recomputed FLOPs here:
+    # its re-run norms and activations are memory-bound, and the MLA up-projections it re-runs are not
+    # counted (HFU a little low for such plans)
+    rec_kind = "none" if plan.recompute == "selective" and not plan.recomputes_core_attn else plan.recompute
+    hw_flops = step_hardware_flops(model, plan.seq, plan.gbs, rec_kind, rec_frac)
     mem = max(mems, key=lambda x: x.total_bytes)
     return Result(
         model=model.name, cluster="+".join(dict.fromkeys(plan.stage_clusters or (hardware.cluster.name,))),

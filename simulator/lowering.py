@@ -523,13 +523,42 @@ def backward_of(ctx: Context, fwd: list[Op]) -> list[Op]:
     return out
 
 
+# Forward ops each Megatron-Core selective-recompute module re-runs (plan.recompute_modules), by op
+# name: "layernorm" recomputes input_layernorm and pre_mlp_layernorm where they are modules of their
+# own (transformer_layer.py: not IdentityOp); Transformer Engine's layer specs fuse the norm into the
+# following TELayerNormColumnParallelLinear (linear_qkv, a dense MLP's linear_fc1) and keep a TENorm
+# before an MoE block (pre_mlp_layernorm) and before MLA's down-projections (input_layernorm), so
+# the norms recomputed are "mlp.norm" of an MoE block and "attention.norm" of an MLA block.
+# "moe_act": the routed experts' activation (moe/experts.py activation_recompute; not the shared
+# expert's MLP). "mla_up_proj": multi_latent_attention.py qkv_up_proj_and_rope_apply under
+# CheckpointWithoutOutput: linear_q_up_proj, linear_kv_up_proj and the RoPE application.
+RECOMPUTE_MODULE_OPS = {"moe_act": ("moe.experts.act",),
+                        "mla_up_proj": ("attention.q_up", "attention.kv_up", "attention.rope")}
+
+
+def _module_recomputed(op: Op, mods: tuple[str, ...], moe_block: bool, mla: bool) -> bool:
+    """Whether selective recompute of the Megatron-Core modules ``mods`` re-runs forward ``op``."""
+    if op.kind == "attention":
+        return "core_attn" in mods
+    if "layernorm" in mods and (op.name == "mlp.norm" and moe_block or op.name == "attention.norm" and mla):
+        return True
+    return any(op.name in RECOMPUTE_MODULE_OPS.get(m, ()) for m in mods)
+
+
 def recomputed(fwd: list[Op], plan: ParallelPlan) -> list[Op]:
-    """Ops re-run before backward: all of the layer's forward (full) or the attention core
-    (selective); the backward-phase ops a forward list carries (gradient copies) are not re-run."""
+    """Ops re-run before backward: all of the layer's forward (full), or under selective the
+    forward ops of the recomputed modules (``plan.recompute_modules``, RECOMPUTE_MODULE_OPS; the
+    attention core alone when none is named, Megatron-Core's default); the backward-phase ops a
+    forward list carries (gradient copies) are not re-run. Module recompute costs the re-run
+    forward only: under fp8/fp4 Transformer Engine re-quantizes the recomputed input for the
+    weight gradient (set_save_original_input), not costed."""
     if plan.recompute == "full":
         keep = [op for op in fwd if op.phase == "fwd"]
     elif plan.recompute == "selective":
-        keep = [op for op in fwd if op.kind == "attention"]
+        mods = plan.recompute_modules or ("core_attn",)
+        moe_block = any(op.name.startswith("moe.") for op in fwd)
+        mla = any(op.name == "attention.kv_down" for op in fwd)
+        keep = [op for op in fwd if op.phase == "fwd" and _module_recomputed(op, mods, moe_block, mla)]
     else:
         keep = []
     return [Op(op.name, op.kind, "recompute", op.time_s, op.flops, op.bytes, op.shape, op.group, op.overlap_s)

@@ -427,7 +427,7 @@ def _saved_kv_heads(p, heads: int, kv: int) -> int:
     query head (repeat_interleave) before its baddbmm and bmm, which save the repeated copies;
     under selective recompute that happens inside the recomputed core, so the group-sized K/V
     are kept (megatron/core/transformer/dot_product_attention.py)."""
-    if p.attention in ("unfused", "unfused_torch") and p.recompute != "selective":
+    if p.attention in ("unfused", "unfused_torch") and not p.recomputes_core_attn:
         return heads
     return kv
 
@@ -447,10 +447,10 @@ def _attention_activation_bytes(ctx: Context) -> float:
     attn += 2 * T * heads * vd                                # attention output = out-proj input
     if p.attention in FUSED_ATTENTION:                        # FlashAttention-style kernels
         attn += 4 * p.mbs * heads * (p.seq // p.cp)           # log-sum-exp
-    elif p.recompute != "selective" and p.attention == "unfused_torch":
+    elif not p.recomputes_core_attn and p.attention == "unfused_torch":
         # softmax output kept in fp32 for its backward, its bf16 copy for the PV GEMM (+dropout)
         attn += (UNFUSED_TORCH_SAVED + 3 * drop) * p.mbs * heads * (p.seq // p.cp) * p.seq
-    elif p.recompute != "selective":
+    elif not p.recomputes_core_attn:
         attn += (2 + 3 * drop) * p.mbs * heads * (p.seq // p.cp) * p.seq   # scores, softmax (+dropout)
     attn += drop * Tsp * h
     return attn + _separate_projection_bytes(ctx, 2)
@@ -638,7 +638,7 @@ def stage_footprint(ctx: Context, layers: range, first: bool, last: bool,
     if first:
         stored += 2 * ctx.sp_tokens * m.hidden
     transient = attention_transient_bytes(ctx)
-    if p.recompute == "selective" and p.attention == "unfused_torch":
+    if p.recomputes_core_attn and p.attention == "unfused_torch":
         rebuild = max(rebuild, UNFUSED_TORCH_SAVED * score_elements(ctx))   # the core rebuilt for its backward
     if last:
         stored += mtp_activation_bytes(ctx)

@@ -21,6 +21,11 @@ from simulator.frameworks import default_split, framework_violation, get_framewo
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
+# Megatron-Core's selective-recompute modules (TransformerConfig.recompute_modules) the lowering
+# costs (lowering.recomputed): the attention core (the default when none is named), the norms a
+# Transformer Engine layer keeps as separate modules, the MoE experts' activation and the MLA
+# up-projections with their RoPE
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe_act", "mla_up_proj")
 ATTENTION_BACKENDS = ("flash", "cudnn", "fa3", "efficient", "unfused", "math", "unfused_torch")
 RECIPES = ("megatron", "zero", "torch_amp", "torch_fsdp")
 PRECISIONS = ("bf16", "fp16", "fp8", "nvfp4")
@@ -52,6 +57,8 @@ class ParallelPlan:
                        (None: the framework's default, e.g. 1 for Megatron-Core, 3 for torchtitan)
     recompute          none | selective (attention core) | full; ``recompute_layers`` limits
                        full recompute to that many layers per stage
+    recompute_modules  under selective recompute, the Megatron-Core modules recomputed
+                       (RECOMPUTE_MODULES; --recompute-modules); None: the attention core only
     mbs, gbs           micro-batch and global batch, in sequences
     seq                sequence length (None: the model's)
     precision          bf16 | fp16 | fp8 (fp8 GEMMs, bf16 elsewhere, as Transformer Engine) | nvfp4
@@ -117,6 +124,7 @@ class ParallelPlan:
     zero_stage: Optional[int] = None
     recompute: str = "none"
     recompute_layers: Optional[int] = None
+    recompute_modules: Optional[tuple[str, ...]] = None
     mbs: int = 1
     gbs: Optional[int] = None
     seq: Optional[int] = None
@@ -154,6 +162,12 @@ class ParallelPlan:
         return self.schedule or ("interleaved" if self.vp > 1 else "1f1b")
 
     @property
+    def recomputes_core_attn(self) -> bool:
+        """Selective recompute re-runs the attention core (Megatron-Core's default module, or named
+        in ``recompute_modules``)."""
+        return self.recompute == "selective" and "core_attn" in (self.recompute_modules or ("core_attn",))
+
+    @property
     def sp(self) -> bool:
         return self.sequence_parallel and self.tp > 1
 
@@ -175,6 +189,8 @@ class ParallelPlan:
             d["stage_clusters"] = list(d["stage_clusters"])
         if d["bf16_layers"] is not None:
             d["bf16_layers"] = list(d["bf16_layers"])
+        if d["recompute_modules"] is not None:
+            d["recompute_modules"] = list(d["recompute_modules"])
         if d["gemm_precision"] is not None:
             d["gemm_precision"] = dict(d["gemm_precision"])
         return d
@@ -203,7 +219,7 @@ def _plan_schema() -> type:
                 int, pydantic.Field(gt=0)]
         if f.name == "zero_stage":
             typ = Optional[Annotated[int, pydantic.Field(ge=0, le=3)]]
-        if f.name == "stage_clusters":
+        if f.name in ("stage_clusters", "recompute_modules"):
             typ = Optional[list[str]]
         if f.name == "bf16_layers":
             typ = Optional[Annotated[list[Annotated[int, pydantic.Field(ge=0)]],
@@ -226,7 +242,7 @@ def plan_from_dict(data: dict, origin: str = "plan") -> ParallelPlan:
     if unknown:
         name = sorted(map(str, unknown))[0]
         raise SpecError(f"{origin}: {name}" if origin else name, "unknown plan field")
-    data = {k: (list(v) if k in ("layers_per_stage", "bf16_layers") and isinstance(v, tuple) else
+    data = {k: (list(v) if k in ("layers_per_stage", "bf16_layers", "recompute_modules") and isinstance(v, tuple) else
                 dict(v) if k == "gemm_precision" and isinstance(v, tuple) else v) for k, v in data.items()}
     try:
         checked = _plan_schema().model_validate(data)
@@ -242,7 +258,7 @@ def plan_from_dict(data: dict, origin: str = "plan") -> ParallelPlan:
         if values.get(name) is not None and values[name] not in allowed:
             field = f"{origin}: {name}" if origin else name
             raise SpecError(field, f"must be one of {', '.join(allowed)}; got {values[name]!r}")
-    for name in ("layers_per_stage", "stage_clusters", "bf16_layers"):
+    for name in ("layers_per_stage", "stage_clusters", "bf16_layers", "recompute_modules"):
         if values.get(name) is not None:
             values[name] = tuple(values[name])
     if values.get("gemm_precision") is not None:
@@ -281,6 +297,7 @@ def resolve_plan(model: ModelSpec, plan: ParallelPlan, num_gpus: int) -> Paralle
             _positive(name, value)
     _choice("schedule", plan.schedule, SCHEDULES, allow_none=True)
     _choice("recompute", plan.recompute, RECOMPUTE)
+    _check_recompute_modules(plan)
     _choice("recipe", plan.recipe, RECIPES, allow_none=True)
     _choice("precision", plan.precision, PRECISIONS)
     _choice("attention", plan.attention, ATTENTION_BACKENDS, allow_none=True)
@@ -345,6 +362,19 @@ def _with_derived(plan: ParallelPlan, **values) -> ParallelPlan:
     for k, v in values.items():
         object.__setattr__(out, k, v)
     return out
+
+
+def _check_recompute_modules(plan: ParallelPlan) -> None:
+    """``recompute_modules`` names modules of RECOMPUTE_MODULES, at least one, and goes with
+    selective recompute (Megatron-Core reads --recompute-modules only at granularity selective)."""
+    mods = plan.recompute_modules
+    if mods is None:
+        return
+    if not isinstance(mods, tuple) or not mods or any(m not in RECOMPUTE_MODULES for m in mods):
+        raise PlanError("recompute_modules", f"must be one or more of {', '.join(RECOMPUTE_MODULES)}, got {mods!r}")
+    if plan.recompute != "selective":
+        raise PlanError("recompute_modules", f"names the modules of selective recompute (the plan has recompute "
+                                             f"{plan.recompute})")
 
 
 def _check_mixed_precision(plan: ParallelPlan) -> None:

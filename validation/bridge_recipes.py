@@ -16,13 +16,17 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
+from simulator.plan import RECOMPUTE_MODULES
+
 RECIPES_CSV = Path(__file__).resolve().parent / "published" / "bridge_recipes.csv"
 REPO = "NVIDIA-NeMo/Megatron-Bridge"
 # NeMo container release -> the Megatron-Bridge release tag it ships (the r0.x branch of its month)
 RELEASE_TAGS = {"25.09": "r0.1.0", "25.11": "v0.2.0", "26.02": "v0.3.0", "26.02.01": "v0.3.1", "26.04": "v0.4.0",
                 "26.04.01": "v0.4.1", "26.06": "v0.5.0", "26.06.01": "v0.5.1", "26.08": "v0.6.0"}
-# Recomputed modules meshcast's ``selective`` recompute costs (Megatron-Core's default, the attention core)
-MODELLED_MODULES = {"core_attn"}
+# Recomputed modules meshcast's ``selective`` recompute costs (simulator.plan.RECOMPUTE_MODULES: the
+# attention core, Megatron-Core's default, and the modules the recipes name: layernorm, moe_act,
+# mla_up_proj; simulator.lowering.recomputed)
+MODELLED_MODULES = set(RECOMPUTE_MODULES)
 
 
 def precision_label(dtype: str) -> str:
@@ -65,8 +69,8 @@ def unmodelled(rec: dict) -> list[str]:
     out = []
     mods = [m for m in rec["recompute_modules"].split() if m not in MODELLED_MODULES]
     if mods:
-        out.append(f"selective recompute of {', '.join(mods)} (module recompute other than the attention core: "
-                   "neither its extra forward nor its memory saving costed)")
+        out.append(f"selective recompute of {', '.join(mods)} (a module meshcast does not cost: neither its extra "
+                   "forward nor its memory saving)")
     if rec["cuda_graphs"]:
         out.append(f"CUDA graphs {rec['cuda_graphs']} (launch overhead not reduced in the model)")
     if rec["fp8_attention"] == "True":
@@ -103,8 +107,8 @@ def moe_routing(rec: dict, model_name: str) -> dict:
 
 def recipe_fields(row: dict, model_name: str, tp: int, ep: int, precision: str, fills: list[str],
                   moe: bool = False) -> dict:
-    """The plan fields a Megatron-Bridge row's recipe sets (vp, mbs, zero_stage, recompute,
-    tp_comm_overlap, ep_comm_overlap), each named in ``fills`` with the recipe it came from; what the
+    """The plan fields a Megatron-Bridge row's recipe sets (vp, mbs, zero_stage, recompute and its
+    modules, tp_comm_overlap, ep_comm_overlap), each named in ``fills`` with the recipe it came from; what the
     recipe runs that meshcast does not model is listed there too. Empty where no recipe matched."""
     release, rec = row_recipe(row)
     if rec is None:
@@ -120,13 +124,19 @@ def recipe_fields(row: dict, model_name: str, tp: int, ep: int, precision: str, 
         out["zero_stage"] = 3
     if moe:
         out.update(moe_routing(rec, model_name))
-    mods = set(rec["recompute_modules"].split())
-    out["recompute"] = "full" if rec["recompute_num_layers"] else "selective" if mods & MODELLED_MODULES else "none"
+    mods = [m for m in rec["recompute_modules"].split() if m in MODELLED_MODULES]
+    out["recompute"] = "full" if rec["recompute_num_layers"] else "selective" if mods else "none"
     if rec["recompute_num_layers"]:
         out["recompute_layers"] = int(rec["recompute_num_layers"])
-    read = [f"{k}={v}" for k, v in out.items() if v not in (None, False, "none") or k == "moe_host_sync"]
+    elif mods:   # Megatron-Core's --recompute-modules, as the recipe lists them
+        out["recompute_modules"] = tuple(mods)
+    read = [f"{k}={' '.join(v) if isinstance(v, tuple) else v}" for k, v in out.items()
+            if v not in (None, False, "none") or k == "moe_host_sync"]
     fills.append(f"recipe {src}: " + (", ".join(read) if read else "no recompute, no TP or EP comm overlap"))
     missing = unmodelled(rec)
+    if out.get("recompute_modules"):
+        missing.append(f"the activation memory recomputing {' '.join(out['recompute_modules'])} saves (its re-run "
+                       "forward is costed; under fp8/fp4 the re-quantization of the recomputed input is not)")
     if missing:
         fills.append("recipe settings not modelled: " + "; ".join(missing))
     return out

@@ -462,6 +462,7 @@ def plan_from_row(row: dict, model: ModelSpec, fills: list[str] | None = None) -
                         tp_comm_overlap=bridge.get("tp_comm_overlap", False),
                         ep_comm_overlap=bridge.get("ep_comm_overlap", False),
                         recompute_layers=bridge.get("recompute_layers"),
+                        recompute_modules=bridge.get("recompute_modules") if recompute == "selective" else None,
                         **{k: bridge[k] for k in ("moe_dispatcher", "moe_router_fusion", "moe_host_sync") if k in bridge},
                         **mixed)
 

@@ -15,7 +15,7 @@ from typing import Optional
 from hardware_specs.errors import MeshcastError, SpecError
 from models.schema import ModelSpec
 from simulator.frameworks.launch import ALLOC_CONF, ALLOC_WHY, ImportedConfig, LaunchConfig
-from simulator.plan import ParallelPlan
+from simulator.plan import RECOMPUTE_MODULES, ParallelPlan
 
 # Training arguments meshcast does not model but Megatron needs to start; stated defaults.
 TRAINING_DEFAULTS = (("--train-iters", 100), ("--lr", 3e-4), ("--min-lr", 3e-5), ("--lr-decay-style", "cosine"),
@@ -238,6 +238,8 @@ def _recompute_args(m: ModelSpec, p: ParallelPlan, a: list, notes: list) -> None
     """selective / full (uniform, every layer) / full block N (per model chunk with vp)."""
     if p.recompute == "selective":
         _add(a, "--recompute-granularity", "selective")
+        if p.recompute_modules:   # nargs='*': one flag, the module names after it
+            a += ["--recompute-modules", *p.recompute_modules]
     elif p.recompute == "full":
         _add(a, "--recompute-granularity", "full")
         if p.recompute_layers is None:
@@ -373,6 +375,12 @@ def parse_flags(text: str) -> tuple[dict[str, Optional[str]], list[str]]:
             k, v = tok.split("=", 1)
             vals[k] = v
             i += 1
+        elif tok in LIST_FLAGS:   # nargs='*': every following token up to the next flag, space-joined
+            j = i + 1
+            while j < len(tokens) and not tokens[j].startswith("--"):
+                j += 1
+            vals[tok] = " ".join(tokens[i + 1:j]) or None
+            i = j
         elif i + 1 < len(tokens) and not tokens[i + 1].startswith("--"):
             vals[tok] = tokens[i + 1]
             i += 2
@@ -381,6 +389,8 @@ def parse_flags(text: str) -> tuple[dict[str, Optional[str]], list[str]]:
             i += 1
     return vals, notes
 
+
+LIST_FLAGS = frozenset(("--recompute-modules",))   # flags Megatron-LM's argparse reads with nargs='*'
 
 _DIM_FLAGS = {"--num-layers": "num_layers", "--hidden-size": "hidden", "--ffn-hidden-size": "ffn_hidden",
               "--num-attention-heads": "num_heads", "--vocab-size": "vocab", "--kv-channels": "dim_head",
@@ -398,7 +408,8 @@ _PLAN_FLAGS = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size",
                "--use-distributed-optimizer", "--use-megatron-fsdp", "--data-parallel-sharding-strategy",
                "--use-torch-fsdp2", "--overlap-grad-reduce", "--overlap-param-gather", "--tp-comm-overlap",
                "--overlap-moe-expert-parallel-comm", "--optimizer-cpu-offload", "--optimizer-offload-fraction", "--use-precision-aware-optimizer",
-               "--recompute-granularity", "--recompute-method", "--recompute-num-layers", "--bf16", "--fp16",
+               "--recompute-granularity", "--recompute-method", "--recompute-num-layers", "--recompute-modules",
+               "--bf16", "--fp16",
                "--fp8-format", "--fp4-format", "--fp4-recipe", "--fp4-param-gather", "--first-last-layers-bf16",
                "--num-layers-at-start-in-bf16", "--num-layers-at-end-in-bf16", "--transformer-impl", "--attention-backend", "--attention-dropout", "--hidden-dropout",
                "--no-overlap-p2p-communication", "--group-query-attention", "--num-query-groups",
@@ -527,6 +538,13 @@ def _plan(vals: dict, L: Optional[int], model: Optional[ModelSpec]) -> tuple[Par
     recompute, rec_layers = ("none", None) if gran is None else (gran, None)
     if gran == "full" and vals.get("--recompute-method") == "block":
         rec_layers = _int(vals, "--recompute-num-layers", 1) * vp
+    rec_mods = tuple((vals.get("--recompute-modules") or "").split()) or None if gran == "selective" else None
+    if rec_mods and any(m not in RECOMPUTE_MODULES for m in rec_mods):
+        notes.append(f"--recompute-modules {' '.join(rec_mods)}: meshcast costs {', '.join(RECOMPUTE_MODULES)} only; "
+                     "the others are read as not recomputed")
+        rec_mods = tuple(m for m in rec_mods if m in RECOMPUTE_MODULES) or None
+        if rec_mods is None:
+            recompute = "none"
     local = vals.get("--transformer-impl") == "local"
     backend = vals.get("--attention-backend", "auto")
     etp = _int(vals, "--expert-tensor-parallel-size")
@@ -537,7 +555,8 @@ def _plan(vals: dict, L: Optional[int], model: Optional[ModelSpec]) -> tuple[Par
     plan = ParallelPlan(
         tp=tp, pp=pp, vp=vp, cp=_int(vals, "--context-parallel-size", 1), ep=_int(vals, "--expert-model-parallel-size", 1),
         etp=None if etp in (None, tp) else etp, sequence_parallel="--sequence-parallel" in vals, zero_stage=zero,
-        recompute=recompute, recompute_layers=rec_layers, mbs=_int(vals, "--micro-batch-size", 1),
+        recompute=recompute, recompute_layers=rec_layers, recompute_modules=rec_mods,
+        mbs=_int(vals, "--micro-batch-size", 1),
         gbs=_int(vals, "--global-batch-size"), seq=_int(vals, "--seq-length"),
         precision="fp16" if "--fp16" in vals else "fp8" if "--fp8-format" in vals else _fp4_precision(vals) or "bf16",
         attention=None if local else {"unfused": "unfused", "local": "unfused", "fused": "cudnn", "flash": "flash"}.get(backend),

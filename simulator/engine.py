@@ -11,6 +11,8 @@ from __future__ import annotations
 import functools
 import math
 import operator
+
+import numpy as np
 from dataclasses import dataclass, fields, replace
 
 from hardware_specs.catalog import Hardware
@@ -23,6 +25,7 @@ from simulator.frameworks import get_framework
 from simulator.regimes import model_tags
 from simulator.flops import step_hardware_flops, step_model_flops
 from simulator.identity_cache import IdentityCache
+from simulator.launch_queue import OpStream, steady_microbatch_seconds
 from simulator.lowering import EXPERT_LOOP_OP, Context, embedding_ops, last_stage_ops, layer_ops, p2p_time
 from simulator.memory import (DS_REDUCE_BUCKET, StageFootprint, fits_in, kinds_in, layer_activations_by_kind,
                               layer_kind_params, moe_layers_in, stage_footprint, stage_memory, stage_params)
@@ -140,6 +143,7 @@ class OpsSummary:
     count_forward: int = 0   # of which in the forward pass
     power_s: dict = None     # (exposed, active) seconds per class of the step power model (power_class)
     loop_count: int = 0      # ops issued by a Python loop over local experts (lowering.EXPERT_LOOP_OP)
+    syncs: int = 0           # host synchronisations (the host waits for the GPU's queue to drain)
 
 
 def power_class(op: Op) -> str | None:
@@ -172,7 +176,8 @@ def summarize_ops(ops: list[Op], step_power: dict | None = None) -> OpsSummary:
                       _group_time(ops, ("fwd", "bwd", "recompute")),
                       sum(op.flops for op in ops if op.phase in ("fwd", "bwd")), len(ops),
                       sum(1 for op in ops if op.phase == "fwd"), _power_seconds(ops, step_power),
-                      sum(1 for op in ops if op.name.startswith(EXPERT_LOOP_OP)))
+                      sum(1 for op in ops if op.name.startswith(EXPERT_LOOP_OP)),
+                      sum(1 for op in ops if op.kind == "host_sync"))
 
 
 def stage_layer_ranges(model: ModelSpec, plan: ParallelPlan) -> list[range]:
@@ -547,6 +552,9 @@ def _stage_cost(ctx: Context, index: int, layers: range, kind_ops: dict, norec_o
         parts.append((head, 1))
     f = sum(o.forward_s * n for o, n in parts)
     b = sum(o.backward_s * n for o, n in parts)
+    host, host_fwd = _host_seconds(ctx, parts, layers, first, last)
+    if any(o.syncs for o, _ in parts):
+        f, b = _queued_seconds(ctx, parts, emb if first else None, head if last else None, host)
     groups: dict[str, float] = {}
     power: dict[str, float] = {}
     for o, n in parts:
@@ -563,7 +571,6 @@ def _stage_cost(ctx: Context, index: int, layers: range, kind_ops: dict, norec_o
         f, b = f + f3, b + b3
         groups["dp"] = groups.get("dp", 0.0) + f3 + b3
     flops = sum(o.flops * n for o, n in parts)
-    host, host_fwd = _host_seconds(ctx, parts, layers, first, last)
     return StageCost(index, len(layers), n_moe, f, b, groups, flops, host, host_fwd, power), sync
 
 
@@ -590,16 +597,72 @@ def _host_seconds(ctx: Context, parts, layers: range, first: bool, last: bool) -
     ``ddp_tensor_host_s`` per parameter tensor (the reducer's autograd hook marks each ready)."""
     cal, p = ctx.dev.cal, ctx.plan
     host = get_framework(p.framework).host
-    scale = host.op_scale * (host.tp_op_scale if p.tp > 1 else 1.0) * (host.cp_op_scale if p.cp > 1 else 1.0)
     ops = sum((o.count + (host.expert_loop_op_scale - 1.0) * o.loop_count) * n for o, n in parts)
     fwd_share = sum(o.count_forward * n for o, n in parts) / ops if ops else 0.5
-    per_chunk = host.microbatch_ops + (host.pp_microbatch_ops if p.pp > 1 else 0.0)
-    t = cal.host_op_s * (scale * ops + per_chunk * p.vp + host.recompute_call_ops * _checkpointed_regions(p, layers))
+    t = _host_op_seconds(ctx) * ops + _host_chunk_seconds(ctx) \
+        + cal.host_op_s * host.recompute_call_ops * _checkpointed_regions(p, layers)
     if p.recipe == "torch_fsdp":
         t += cal.fsdp_unit_host_s * (len(layers) + (1 if first or last else 0))
     if p.recipe == "torch_amp" and p.zero_stage == 0 and p.dp * p.cp > 1:
         t += cal.ddp_tensor_host_s * _stage_param_tensors(ctx.model, layers, first, last)
     return t, t * fwd_share
+
+
+def _host_op_seconds(ctx: Context) -> float:
+    """Host seconds to issue one modelled op (``host_op_s`` x the framework's op scales, _host_seconds)."""
+    p, host = ctx.plan, get_framework(ctx.plan.framework).host
+    scale = host.op_scale * (host.tp_op_scale if p.tp > 1 else 1.0) * (host.cp_op_scale if p.cp > 1 else 1.0)
+    return ctx.dev.cal.host_op_s * scale
+
+
+def _host_chunk_seconds(ctx: Context) -> float:
+    """Host seconds of a micro-batch's schedule and loss code (``host.microbatch_ops`` per model chunk,
+    ``host.pp_microbatch_ops`` more under pipelining, _host_seconds)."""
+    p, host = ctx.plan, get_framework(ctx.plan.framework).host
+    return ctx.dev.cal.host_op_s * (host.microbatch_ops + (host.pp_microbatch_ops if p.pp > 1 else 0.0)) * p.vp
+
+
+def _op_stream(ctx: Context, ops, phases: tuple[str, ...]) -> OpStream:
+    """The ops of ``phases`` in issue order as a launch-queue stream (simulator/launch_queue.py): each
+    costs the host _host_op_seconds (x ``host.expert_loop_op_scale`` inside a Python loop over
+    experts) and the GPU its exposed seconds; a host synchronisation runs a device-to-host copy
+    (``kernel_launch_s``) and makes the host wait for the GPU."""
+    per_op = _host_op_seconds(ctx)
+    loop = per_op * get_framework(ctx.plan.framework).host.expert_loop_op_scale
+    chosen = [op for op in ops if op.phase in phases]
+    sync = np.array([op.kind == "host_sync" for op in chosen], dtype=bool)
+    return OpStream(np.array([loop if op.name.startswith(EXPERT_LOOP_OP) else per_op for op in chosen]),
+                    np.array([ctx.dev.cal.kernel_launch_s if op.kind == "host_sync" else op.exposed_s
+                              for op in chosen]), sync)
+
+
+def _host_lump(seconds: float) -> OpStream:
+    """Host code that launches nothing (schedule, loss and checkpoint bookkeeping): host seconds only."""
+    return OpStream(np.array([max(0.0, seconds)]), np.zeros(1), np.zeros(1, dtype=bool))
+
+
+def _queued_seconds(ctx: Context, parts, emb, head, host_s: float) -> tuple[float, float]:
+    """Forward and backward seconds of one micro-batch of a stage whose forward synchronises the host
+    (Megatron-Core's MoE token counts: moe_dispatch.host_sync_ops), from the launch queue of
+    back-to-back micro-batches (launch_queue.steady_microbatch_seconds) instead of the GPU's sum:
+    the host cannot run ahead past a synchronisation, so host-heavy and GPU-heavy stretches between
+    two of them add up. Forward: embedding, layers in order, head; backward: head, layers in reverse
+    (each layer's recomputed forward, then its backward), embedding. A fractional layer count (a
+    recompute share) rounds to whole layers. The host's seconds not tied to an op (schedule and loss
+    code, checkpoint calls, hooks: _host_seconds) open the forward and the backward."""
+    layers = [(o, max(1, round(n))) for o, n in parts if o is not emb and o is not head and n > 0]
+    fwd = ([_op_stream(ctx, emb.ops, ("fwd",))] if emb else []) + \
+        [s for o, n in layers for s in [_op_stream(ctx, o.ops, ("fwd",))] * n] + \
+        ([_op_stream(ctx, head.ops, ("fwd",))] if head else [])
+    bwd_of = (lambda o: _op_stream(ctx, [op for op in o.ops if op.phase == "recompute"]
+                                   + [op for op in o.ops if op.phase == "bwd"], ("recompute", "bwd")))
+    bwd = ([bwd_of(head)] if head else []) + [s for o, n in reversed(layers) for s in [bwd_of(o)] * n] + \
+        ([bwd_of(emb)] if emb else [])
+    chunk = _host_chunk_seconds(ctx)
+    issued = sum(float(s.host_s.sum()) for s in fwd + bwd) + chunk
+    forward = OpStream.concat([_host_lump(chunk)] + fwd)
+    backward = OpStream.concat([_host_lump(host_s - issued)] + bwd)
+    return steady_microbatch_seconds(forward, backward)
 
 
 def _checkpointed_regions(p: ParallelPlan, layers: range) -> int:

@@ -486,3 +486,27 @@ def test_set14_meets_the_issue_targets():
         s, groups = _per_plan(path)
         assert s.worst_abs_error <= 0.10 and s.fit_correct == s.fit_total
         assert all(g.kendall_tau >= 0.9 and g.pick_ok for g in groups)
+
+
+def test_moe_plan_takes_its_moe_twin_before_its_dense_twin():
+    """Session 20: a MoE plan's factor is its own MoE twin's (same expert count and top-k: the
+    harness's host-moe-E) where one ran, else its dense twin's (the files before MoE twins)."""
+    import copy
+    from validation.host_speed import plan_host_speeds, twin_ratio_by_index
+    from validation.records import MeasurementFile
+    mf = load_measurements(ROOT / "validation" / "measurements" / "h200_plan_moe1.json")
+    hw = hardware_for(mf)
+    cal = calibration_for(hw.accelerator)[0]
+    plan_i = next(i for i, r in enumerate(mf.records) if r["name"] == "moe-8x2" and r["mbs"] == 1)
+    dense_i = next(i for i, r in enumerate(mf.records) if is_twin(r) and r["mbs"] == 1 and r["seq"] == 2048
+                   and r["recompute"] == "none")
+    plan, dense = mf.records[plan_i], mf.records[dense_i]
+    moe_twin = copy.deepcopy(dense)
+    moe_twin.update(name="host-moe-8", experts=8, topk=2, moe_ffn_hidden=64, ffn_hidden=64)
+    only_dense = MeasurementFile("x", mf.info, [plan, dense])
+    both = MeasurementFile("x", mf.info, [plan, dense, moe_twin])
+    f_dense = plan_host_speeds(only_dense, hw, cal)[0][0]
+    assert f_dense == pytest.approx(twin_ratio_by_index(only_dense, hw, cal)[1])
+    factors, _, own, twins = plan_host_speeds(both, hw, cal)
+    assert twins == 2 and own == 1
+    assert factors[0] == pytest.approx(twin_ratio_by_index(both, hw, cal)[2]) != pytest.approx(f_dense)

@@ -17,6 +17,7 @@ MEAS = Path(__file__).resolve().parent.parent / "validation" / "measurements"
 MOE1 = MEAS / "h200_plan_moe1.json"            # 8 plans and 4 dense twins, one process per batch
 MOE1_ALONE = MEAS / "h200_plan_moe1_alone.json"   # six of them again, each in its own process
 HOST = MEAS / "h200_moe_host.json"             # fit data of expert_loop_op_scale
+DIAG = MEAS / "h200_moe_diag.json"             # session 20: profiled MoE steps, each alone, another machine
 
 
 def _results(path: Path, twins: bool):
@@ -31,22 +32,41 @@ def _results(path: Path, twins: bool):
     return res, float(mf.info["total_memory_bytes"])
 
 
-def test_moe1_time_as_pre_registered_with_per_plan_twins():
-    """Every MoE plan was predicted too fast, by 13-43% (26.7% MAPE), each under its dense twin's
-    host factor: Megatron-Core's alltoall dispatcher synchronises the host once per MoE layer
-    forward, so host and GPU cannot overlap across layers as the model assumes (docs/measurements.md,
-    "MoE steps"). Ratchet at the registered figure; the target is the strict xfail below. 7/8
-    verdicts: moe-64x8 mbs2 ran out of memory here only because the case before it in the process
-    left ~70 GiB allocated (alone it fits: next test)."""
+def test_moe1_time_with_per_plan_twins():
+    """As registered (logs/prereg_moe1_h200.txt, model 6f5efd2) every MoE plan was predicted too
+    fast, by 13-43% (26.7% MAPE), each under its dense twin's host factor. Session 20 costs a
+    stage whose forward synchronises the host (Megatron-Core's alltoall dispatcher, once per MoE
+    layer) through the launch queue (simulator/launch_queue.py): 20.3%, worst 35.8%, still every
+    plan too fast. Developed on this set: development data since session 20. 7/8 verdicts: moe-64x8
+    mbs2 ran out of memory here only because the case before it in the process left ~70 GiB
+    allocated (alone it fits: next test)."""
     res, _ = _results(MOE1, twins=True)
     s = {x.kind: x for x in summarize(res)}["plan_step"]
-    assert s.count == 8 and s.mape <= 0.268 and (s.fit_correct, s.fit_total) == (7, 8)
+    assert s.count == 8 and s.mape <= 0.2035 and (s.fit_correct, s.fit_total) == (7, 8)
     timed = [r.time_error for r in res if r.time_error is not None]
     assert len(timed) == 7 and all(e < 0 for e in timed)      # too fast, every one
-    assert s.worst_abs_error <= 0.432
+    assert s.worst_abs_error <= 0.358
 
 
-@pytest.mark.xfail(strict=True, reason="MoE steps 26.7% as registered: the per-layer host sync is not modelled")
+def test_moe_diagnostic_run_time_and_where_it_goes():
+    """The session-20 diagnostic run (h200_moe_diag.json, another H200 machine, each MoE case alone,
+    profiled): 31.5% MAPE under the dense twins' factors, every plan too fast (worst moe-64x8 mbs2,
+    -49.8%). The kernel profile puts the GPU's busy time at 485 ms of moe-8x2 mbs1's 972 ms step
+    (the model's GPU time is 553 ms, so the GPU side is not what is missing) and counts one host
+    synchronisation per MoE layer forward (cudaEventSynchronize, 8 layers x 8 micro-batches)."""
+    res, _ = _results(DIAG, twins=True)
+    s = {x.kind: x for x in summarize(res)}["plan_step"]
+    assert s.count == 6 and s.mape <= 0.3155 and s.worst_abs_error <= 0.4985
+    assert all(r.time_error < 0 for r in res)
+    mf = load_measurements(DIAG)
+    r = next(r for r in mf.records if r["name"] == "moe-8x2" and r["mbs"] == 1 and r["gbs"] == 8)
+    assert r["profile_busy_s"] < 0.55 * r["time_s"]
+    syncs = dict((name, calls) for name, _, calls in r["hostprof_runtime_top"])
+    assert syncs["cudaEventSynchronize"] == 8 * 8
+
+
+@pytest.mark.xfail(strict=True, reason="MoE steps 20.3% (26.7% as registered): the host's MoE cost and the overlap "
+                                       "the launch queue allows are still too optimistic")
 def test_moe1_meets_the_moe_target():
     res, _ = _results(MOE1, twins=True)
     assert {x.kind: x for x in summarize(res)}["plan_step"].mape <= 0.15

@@ -25,6 +25,11 @@ Twins are calibration data: validate reports the other records of the file, neve
 under the factor; and only files that carry twins get one (every other file: factor 1, the
 reference host).
 
+**MoE twins** (session 20): a dense twin runs none of a MoE layer's Python (router, token dispatcher,
+the loop over local experts), and on the diagnostic run (h200_moe_diag.json) the host-bound
+tiny-moe-64 step ran 1.2x what its dense twin's factor predicts, so a MoE plan is paired with a twin
+of its own expert count and top-k where one ran (the harness's host-moe-E), else with its dense twin.
+
 **Per-plan twins** (session 8, ``plan_host_speeds``): one factor per machine hides that a CPU
 favours one framework's code over another's and one plan structure over another (set 8, one
 machine: Megatron-Core's tensor-parallel twins 0.79-0.83x the reference, torch-native's DDP and
@@ -81,9 +86,12 @@ TWIN_KEY_FIELDS = ("framework", "seq", "layers", "world", "tp", "pp", "vp", "cp"
                    "zero_stage", "recompute", "mbs", "gbs", "schedule", "fsdp_grad_sync")
 
 
-def twin_key(rec: dict) -> tuple:
-    """What a plan and its twin share: MLP family (gated or not), framework, plan, sequence, layers."""
-    return (rec.get("activation") == "swiglu",) + tuple(rec.get(k) for k in TWIN_KEY_FIELDS)
+def twin_key(rec: dict, moe: bool = True) -> tuple:
+    """What a plan and its twin share: MLP family (gated or not), framework, plan, sequence, layers;
+    with ``moe``, also the expert count and top-k (a MoE plan's own twin runs its MoE layers' host
+    code: the harness's host-moe-E models, session 20)."""
+    key = (rec.get("activation") == "swiglu",) + tuple(rec.get(k) for k in TWIN_KEY_FIELDS)
+    return key + (rec.get("experts"), rec.get("topk")) if moe else key
 
 
 def plan_host_speeds(mf: MeasurementFile, hw: Hardware, cal: Calibration) -> tuple[dict[int, float], float, int, int]:
@@ -92,9 +100,13 @@ def plan_host_speeds(mf: MeasurementFile, hw: Hardware, cal: Calibration) -> tup
     twin ran, else the median over the file's twins (host_speed_factor; 1.0 without any)."""
     ratios = twin_ratio_by_index(mf, hw, cal)
     own = {twin_key(mf.records[i]): r for i, r in ratios.items()}
+    dense = {twin_key(mf.records[i], moe=False): r for i, r in ratios.items() if not mf.records[i].get("experts")}
     median = statistics.median(ratios.values()) if ratios else 1.0
-    factors = {i: own.get(twin_key(mf.records[i]), median) for i in non_twin_indices(mf)}
-    return factors, median, sum(twin_key(mf.records[i]) in own for i in factors), len(ratios)
+
+    def factor(rec: dict) -> float | None:     # its own twin; a MoE plan without one: its dense twin
+        return own.get(twin_key(rec), dense.get(twin_key(rec, moe=False)))
+    factors = {i: factor(mf.records[i]) or median for i in non_twin_indices(mf)}
+    return factors, median, sum(factor(mf.records[i]) is not None for i in factors), len(ratios)
 
 
 def evaluate_per_plan_twins(mf: MeasurementFile, hw: Hardware, cal: Calibration,

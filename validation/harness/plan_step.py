@@ -107,6 +107,14 @@ MODELS = {
     "tiny-moe": _moe(2, 128, 4, 2, 512, experts=4, topk=2, ffn=256),
     "tiny-moe-16": _moe(2, 128, 4, 2, 512, experts=16, topk=4, ffn=64),
     "tiny-moe-64": _moe(2, 128, 4, 2, 512, experts=64, topk=8, ffn=64),
+    # session 20's fresh MoE set: a DeepSeekMoE-like layout (16 experts of 1408, top-4) and a wider,
+    # shallower one (32 experts of 1024, top-4, hidden 2560)
+    "moe-16x4": _moe(8, 2048, 16, 4, 32768, experts=16, topk=4, ffn=1408),
+    "moe-32x4": _moe(6, 2560, 20, 4, 32768, experts=32, topk=4, ffn=1024),
+    # MoE twins: the host grid's sizes with a MoE model's expert count (top-k and layers come from the
+    # plan's case), so that the twin's step is the host's time to issue the MoE layers' Python code too
+    # (router, dispatcher, the loop over local experts), which a dense twin does not run
+    **{f"host-moe-{e}": _moe(8, 256, 4, 2, 2048, experts=e, topk=2, ffn=64) for e in (8, 16, 32, 64)},
 }
 # the aux-loss coefficient of every MoE case (Megatron-Core's load-balancing loss; Mixtral-style runs use 1e-2)
 MOE_AUX_LOSS_COEFF = 1e-2
@@ -282,6 +290,9 @@ def grid(name: str) -> list[dict]:
         return with_twins(moe1_grid())
     if name == "moe1-alone":   # the moe1 cases whose peak a case before them in the process inflated, each alone
         return [dict(c, risky=True) for c in moe1_grid()[1:5] + moe1_grid()[6:]]
+    if name == "moe2":       # session 20: a fresh MoE set, predicted before it ran; MoE twins and dense twins
+        cases = [dict(c, risky=True) for c in moe2_grid()]
+        return cases + [twin_of(c) for c in moe2_grid()] + [dense_twin(c) for c in moe2_grid()[:3]]
     if name == "moe-diag":   # session 20: where a MoE step's time goes (kernel busy time, host syncs), each alone
         prof = lambda c: dict(c, risky=True, profile=True, profile_top_n=60, host_profile=True)  # noqa: E731
         return [prof(case(F, "moe-8x2", 2048, 1, mbs=1, gbs=8)), prof(case(F, "moe-8x2", 2048, 1, mbs=2, gbs=8)),
@@ -307,6 +318,22 @@ def moe1_grid() -> list[dict]:
             case(F, "moe-64x8", 2048, 1, mbs=1, gbs=8), case(F, "moe-64x8", 2048, 1, mbs=2, gbs=8),
             case(F, "moe-64x8", 2048, 1, mbs=2, gbs=8, recompute="full"),
             case(F, "moe-64x8", 2048, 1, mbs=2, gbs=8, topk=2), case(F, "moe-64x8", 4096, 1, mbs=1, gbs=8)]
+
+
+def moe2_grid() -> list[dict]:
+    """Megatron-Core MoE steps on one GPU never run before (session 20, predicted before they ran):
+    16 experts top-4 at micro-batch 1 and 2, 32 experts top-4 on a wider, shallower model (with and
+    without selective recompute), and the Mixtral-like 8x2 at sequence 4096."""
+    F = "megatron-core-local"
+    return [case(F, "moe-16x4", 2048, 1, mbs=1, gbs=8), case(F, "moe-16x4", 2048, 1, mbs=2, gbs=8),
+            case(F, "moe-32x4", 2048, 1, mbs=1, gbs=8), case(F, "moe-32x4", 2048, 1, mbs=1, gbs=8, recompute="selective"),
+            case(F, "moe-8x2", 4096, 1, mbs=1, gbs=8)]
+
+
+def dense_twin(c: dict) -> dict:
+    """The dense host-grid twin of a case (host-llama or host-gpt), whatever its FFN: what a MoE
+    case was paired with before MoE twins existed."""
+    return twin_of({**c, "model": {k: v for k, v in c["model"].items() if k not in ("experts", "topk", "moe_ffn_hidden")}})
 
 
 def sync_each(c: dict) -> dict:
@@ -626,10 +653,13 @@ def twin_of(c: dict) -> dict:
     model of its family (host-llama for gated MLPs, host-gpt else), whose kernels take
     microseconds, so its step time is the host's (validation/host_speed.py)."""
     family = "host-llama" if c["model"]["activation"] == "swiglu" else "host-gpt"
+    topk = None
+    if c["model"].get("experts"):      # a MoE case's twin runs the MoE layers' host code (host-moe-E)
+        family, topk = f"host-moe-{c['model']['experts']}", c["model"]["topk"]
     p = c["plan"]
     twin = case(c["framework"], family, c["model"]["seq"], p["world"], tp=p["tp"], pp=p["pp"], vp=p["vp"],
                 cp=p.get("cp", 1), zero=p["zero_stage"], sp=p["sequence_parallel"], recompute=p["recompute"],
-                mbs=p["mbs"], gbs=p["gbs"], layers=c["model"]["layers"])
+                mbs=p["mbs"], gbs=p["gbs"], layers=c["model"]["layers"], topk=topk)
     return {**{k: v for k, v in c.items() if k not in ("model", "plan", "name", "risky", "profile", "host_profile",
                                                     "gemm_trace")},
             **twin}

@@ -39,10 +39,6 @@ class OpStream:
         return OpStream(np.concatenate([s.host_s for s in streams]), np.concatenate([s.gpu_s for s in streams]),
                         np.concatenate([s.sync for s in streams]))
 
-    @property
-    def has_sync(self) -> bool:
-        return bool(self.sync.any())
-
 
 def run(stream: OpStream, host_t: float = 0.0, gpu_t: float = 0.0) -> tuple[float, float]:
     """(host time, GPU time) after issuing and running ``stream``, starting with the host at

@@ -355,6 +355,8 @@ class ChainSolution:
 RECOMPUTE_CHOICES = ("none", "uniform", "per_stage")
 
 
+_GIB_INV = 1.0 / 2**30   # memory rows of the chain ILP are stated in GiB
+
 def solve_chain(profiles, usable, *, recompute: str = "uniform", counts: Optional[Sequence[int]] = None,
                 stage_width: int = 1, solver: str = "highs", time_limit_s: float = 10.0,
                 gap_rel: float = 1e-6) -> ChainSolution:
@@ -432,7 +434,9 @@ def solve_chain(profiles, usable, *, recompute: str = "uniform", counts: Optiona
             live_ub = (p.states_layer * L + abs(p.states_first) + abs(p.states_last) + p.logits_last
                        + f * (max(p.act_layer, p.act_recomputed, 0.0) * L + abs(p.act_rebuild) + abs(p.act_first)))
             big_m = max(0.0, live_ub - live_cap) + 1.0
-            prob += live <= live_cap + big_m * (1 - Z[s][g]), f"memory_{s}_{g}"
+            # in GiB: byte-sized coefficients (~1e10) leave CBC's absolute tolerances no room at the
+            # boundary (a capacity exactly at the least need read as infeasible)
+            prob += live * _GIB_INV <= (live_cap + big_m * (1 - Z[s][g])) * _GIB_INV, f"memory_{s}_{g}"
     info = solve(prob, solver, time_limit_s, gap_rel)
     layers = tuple(int(round(b.varValue)) * vp for b in B)
     rec = tuple(int(round(r.varValue)) for r in R)

@@ -583,17 +583,56 @@ def test_fresh19_memory_efficient_after_session_20_development_data():
 
 
 PREREG20 = ROOT / "validation" / "measurements" / "logs" / "prereg_attention20_h200.txt"
+PREREG20_FA2 = ROOT / "validation" / "measurements" / "logs" / "prereg_attention20_h200_fa2.txt"
+FRESH20 = ROOT / "validation" / "measurements" / "h200_attention_fresh20.json"
+PREREG21 = ROOT / "validation" / "measurements" / "logs" / "prereg_attention21_h100.txt"
+FRESH21 = ROOT / "validation" / "measurements" / "h100_attention_fresh21.json"
+# pooled forward and forward+backward MAPE per backend, as registered (session 21's runs)
+AS_REGISTERED = {
+    "20": {"cudnn": 0.0541, "efficient": 0.0436, "flash": 0.0798, "math": 0.0583, "unfused_torch": 0.0326},
+    "20_fa2": {"cudnn": 0.0541, "efficient": 0.0436, "flash": 0.0518, "math": 0.0583, "unfused_torch": 0.0326},
+    "21": {"cudnn": 0.0524, "efficient": 0.0388, "flash": 0.0566, "math": 0.0611, "unfused_torch": 0.0308},
+}
+REGISTRATIONS = {"20": (PREREG20, FRESH20, "0492bc2"), "20_fa2": (PREREG20_FA2, FRESH20, "5a66076"),
+                 "21": (PREREG21, FRESH21, "7370b04")}
 
 
-def test_fresh20_is_registered_before_its_run():
-    """The seed-20 H200 draw (64 shapes, every backend) is registered by the model of 0492bc2 (the
-    memory-efficient per-score staging cost): every case the harness will time, each predicted,
-    under the command that runs it. No run of it exists yet; score it with
-    ``python -m validation.prereg_attention score`` once one does."""
-    from validation.prereg_attention import read_prereg
-    text = PREREG20.read_text()
-    assert "model commit: 0492bc2" in text and "--fresh-seed 20 --fresh-n 64" in text
-    reg = read_prereg(str(PREREG20))
-    assert len(reg) == len(H.fresh_cases(20, 64)) == 594
-    assert all(t is not None and t > 0 for t in reg.values())
-    assert not list((ROOT / "validation" / "measurements").glob("h200_attention_fresh20*.json"))
+@pytest.mark.parametrize("name", sorted(REGISTRATIONS))
+def test_fresh_runs_as_registered(name):
+    """Session 21: seed 20 on one H200 (registered in session 20 twice: by the model of 0492bc2 and by
+    5a66076, the FA2 forward schedule adopted since) and seed 21 on one H100 (registered at the start of
+    session 21 by 7370b04, today's model), each on a machine lent after its registration, 64 shapes
+    never measured before. Every backend within the 8% target of issue #12 under today's model: H200
+    cuDNN 5.4%, flash 5.2%, memory-efficient 4.4%, math 5.8%, Megatron's local pattern 3.3%; H100
+    5.2 / 5.7 / 3.9 / 6.1 / 3.1%. The older H200 registration had flash at 8.0% (the FA2 schedule
+    was adopted on seed 19's evidence, before this run). Ratchets at the registered figures."""
+    from validation.prereg_attention import read_prereg, score
+    prereg, run, commit = REGISTRATIONS[name]
+    assert f"model commit: {commit}" in prereg.read_text()
+    s = score(str(prereg), str(run))
+    assert not s["missing"] and set(s["refused"]) <= {"efficient"}   # mem-eff refuses GQA shapes
+    for backend, mape in AS_REGISTERED[name].items():
+        assert s["table"][(backend, "pooled")]["mape"] <= mape + 0.0005, backend
+    timed = sum(v["count"] for (b, k), v in s["table"].items() if k == "pooled")
+    assert timed + sum(s["refused"].values()) == len(read_prereg(str(prereg)))
+
+
+@pytest.mark.parametrize("name", ["20_fa2", "21"])
+def test_fresh_runs_meet_the_attention_target(name):
+    """Issue #12's attention target (<= 8% per backend on a fresh run) on both registrations of
+    today's model: every backend's pooled forward and forward+backward MAPE. Per kind, one is over:
+    H200 math forward 8.6% (too fast, -8.6% bias), the other 9 kinds of H200 and all 10 of H100 are
+    within 8%."""
+    from validation.prereg_attention import score
+    prereg, run, _ = REGISTRATIONS[name]
+    t = score(str(prereg), str(run))["table"]
+    assert len(t) == 15 and all(v["mape"] <= 0.08 for (b, k), v in t.items() if k == "pooled")
+    over = {bk for bk, v in t.items() if v["mape"] > 0.08}
+    assert over == ({("math", "attention_fwd")} if name == "20_fa2" else set())
+
+
+def test_fresh_runs_were_never_fitted():
+    """Neither fresh run is in a profile's fit list."""
+    from simulator.calibration import profile_fitted_on
+    fitted = {Path(f).name for p in ("h200-sxm", "h100-sxm") for f in profile_fitted_on(p)}
+    assert FRESH20.name not in fitted and FRESH21.name not in fitted

@@ -4,7 +4,10 @@ Seed 26 on one H200 and seed 27 on one H100 (validation/harness/gemm_cases.py th
 ``--suite random --passes 2``), each on a machine lent after the profile was fitted. Their predictions
 were committed first (validation/measurements/logs/prereg_gemm_random{26_h200,27_h100}.txt, commit
 557db44: the H200 profile with the GEMM fixed costs refitted on seed 24, the H100 profile unchanged
-since session 8). Session 20 looked at both shape by shape: development data since. Figures:
+since session 8). Session 20 looked at both shape by shape: development data since. Seeds 28 (H200)
+and 29 (H100) were registered in session 20 (commit 222e72a's successor, the same model) and measured in
+session 21 on newly lent machines: 9.0% and 9.5% as registered; the H200 operand-load-cap candidate,
+registered beside them, 8.0%. Figures:
 docs/validation.md, "GEMMs beyond the fitted shapes"."""
 from __future__ import annotations
 
@@ -22,6 +25,8 @@ LOGS = ROOT / "validation" / "measurements" / "logs"
 DRAWS = {  # seed: (profile, measured file, registered predictions)
     26: ("h200-sxm", REPEAT / "h200_gemm_random26.json", LOGS / "prereg_gemm_random26_h200.txt"),
     27: ("h100-sxm", REPEAT / "h100_gemm_random27.json", LOGS / "prereg_gemm_random27_h100.txt"),
+    28: ("h200-sxm", REPEAT / "h200_gemm_random28.json", LOGS / "prereg_gemm_random28_h200.txt"),
+    29: ("h100-sxm", REPEAT / "h100_gemm_random29.json", LOGS / "prereg_gemm_random29_h100.txt"),
 }
 # MAPE per regime as registered (the same figures the model gives today: nothing changed since)
 REGISTERED = {
@@ -29,6 +34,11 @@ REGISTERED = {
          "other": 0.0707},
     27: {"all": 0.0857, "small_mn_large_k": 0.0964, "fp8_small": 0.0334, "misaligned": 0.0921, "large": 0.1388,
          "other": 0.0724},
+    # session 21, registered in session 20 (model unchanged since session 17's H200 refit)
+    28: {"all": 0.0904, "small_mn_large_k": 0.1218, "fp8_small": 0.0379, "misaligned": 0.1026, "large": 0.1062,
+         "other": 0.0553},
+    29: {"all": 0.0955, "small_mn_large_k": 0.1020, "fp8_small": 0.0493, "misaligned": 0.1827, "large": 0.1197,
+         "other": 0.0714},
 }
 # the H200 values session 17's refit replaced (launch = the compute fit's kernel_launch_s + gemm_setup_s;
 # the fixed costs copied from H100; the fraction fitted on h200_kernels.json alone)
@@ -83,8 +93,9 @@ def test_h200_refit_beats_the_profile_it_replaced():
 
 
 @pytest.mark.parametrize("seed", sorted(DRAWS))
-@pytest.mark.xfail(strict=True, reason="issue #12 target 7% on random shapes: H200 seed 26 10.1% (misaligned 19.3%), "
-                                       "H100 seed 27 8.6% (large 13.9%), as pre-registered")
+@pytest.mark.xfail(strict=True, reason="issue #12 target 7% on random shapes, as pre-registered: H200 seed 26 10.1% "
+                                       "(misaligned 19.3%), seed 28 9.0% (small-mn large-k 12.2%); H100 seed 27 8.6% "
+                                       "(large 13.9%), seed 29 9.5% (misaligned 18.3%)")
 def test_fresh_draw_target(seed):
     _, path, _ = DRAWS[seed]
     assert mape_by_regime(random_set_pairs(path, seed=seed))["all"][1] <= 0.07
@@ -147,3 +158,18 @@ def test_prereg_profile_option_predicts_with_that_profile():
     cand = NEXT["prereg_gemm_random28_h200_loadcap.txt"][2]
     base, other = gemm_draw_rows(28, like)[0], gemm_draw_rows(28, like, cand)[0]
     assert base[:2] == other[:2] and base[2] != other[2]
+
+
+def test_h200_operand_load_cap_candidate_as_registered_on_seed_28():
+    """The candidate profile registered beside seed 28 (the per-SM operand-load cap fitted for H200
+    with ``--only gemm``) against the committed model, both written before the run: all 9.0% -> 8.0%,
+    small-mn large-k 12.2% -> 10.3%, large 10.6% -> 8.6%, misaligned 10.3% -> 10.0%; fp8 small 3.8%
+    and 3.9%, other 5.5% both. Better in the two regimes it was meant for, equal elsewhere."""
+    path = DRAWS[28][1]
+    today = mape_by_regime(registered_pairs(LOGS / "prereg_gemm_random28_h200.txt", path))
+    cand = mape_by_regime(registered_pairs(LOGS / "prereg_gemm_random28_h200_loadcap.txt", path))
+    assert cand["all"][1] <= 0.0801 + 5e-5 < today["all"][1] - 0.009
+    for regime in ("small_mn_large_k", "large"):
+        assert cand[regime][1] < today[regime][1] - 0.015, regime
+    for regime in ("fp8_small", "other", "misaligned"):
+        assert abs(cand[regime][1] - today[regime][1]) < 0.005, regime

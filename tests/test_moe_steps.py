@@ -10,7 +10,7 @@ import pytest
 from simulator.calibration import calibration_for
 from validation.accuracy import evaluate, plan_groups, summarize
 from validation.hardware import hardware_for
-from validation.host_speed import evaluate_per_plan_twins, is_twin
+from validation.host_speed import evaluate_per_plan_twins, is_twin, non_twin_indices, twin_key, twin_ratio_by_index
 from validation.records import load_measurements
 
 MEAS = Path(__file__).resolve().parent.parent / "validation" / "measurements"
@@ -18,6 +18,8 @@ MOE1 = MEAS / "h200_plan_moe1.json"            # 8 plans and 4 dense twins, one 
 MOE1_ALONE = MEAS / "h200_plan_moe1_alone.json"   # six of them again, each in its own process
 HOST = MEAS / "h200_moe_host.json"             # fit data of expert_loop_op_scale
 DIAG = MEAS / "h200_moe_diag.json"             # session 20: profiled MoE steps, each alone, another machine
+MOE2 = MEAS / "h200_plan_moe2.json"            # session 21: set moe2, registered in session 20 (model de8a4cf)
+PREREG2 = MEAS / "logs" / "prereg_moe2_h200.txt"
 
 
 def _results(path: Path, twins: bool):
@@ -94,3 +96,39 @@ def test_expert_loop_fit_data_within_its_residuals():
     res, _ = _results(HOST, twins=True)
     errs = sorted(abs(r.time_error) for r in res)
     assert len(errs) == 4 and errs[-1] <= 0.09
+
+
+def test_moe2_as_registered_meets_the_moe_target():
+    """Set moe2 (16 experts top-4 at micro-batch 1 and 2, 32 experts top-4 with and without selective
+    recompute, 8x2 at sequence 4096), registered in session 20 by the model of de8a4cf (the launch
+    queue, MoE twins; the model has not changed since) and run in session 21 on a newly lent H200,
+    each plan alone in its process, under the registered rule (each plan with its own MoE twin's
+    measured / predicted factor): 12.7% MAPE, worst -21.6% (moe-32x4 with selective recompute, whose
+    six steps spread 1.53-1.95 s), errors of both signs; peak memory 0.96% MAPE, 5/5 verdicts."""
+    assert "model at commit de8a4cf" in PREREG2.read_text()
+    res, _ = _results(MOE2, twins=True)
+    s = {x.kind: x for x in summarize(res)}["plan_step"]
+    assert s.count == 5 and s.mape <= 0.1269 and s.worst_abs_error <= 0.2159
+    assert s.memory_mape <= 0.0097 and (s.fit_correct, s.fit_total) == (5, 5)
+    signs = {r.time_error > 0 for r in res}
+    assert signs == {True, False}
+
+
+def test_moe2_own_twins_against_dense_twins():
+    """The three plans that ran a dense twin as well: under the dense twins' factors (the rule before
+    session 20) they are -26.5 / -25.4 / -16.0%; under their own MoE twins -6.6 / -16.2 / +18.1%. The
+    MoE twins' factors (1.45-1.71) are above every dense twin's (1.10-1.30): a MoE layer's host code
+    runs slower on this host than the dense model predicts it."""
+    mf = load_measurements(MOE2)
+    hw = hardware_for(mf)
+    cal = calibration_for(hw.accelerator)[0]
+    ratios = twin_ratio_by_index(mf, hw, cal)
+    moe_twins = [r for i, r in ratios.items() if mf.records[i].get("experts")]
+    dense_twins = {twin_key(mf.records[i], moe=False): r for i, r in ratios.items() if not mf.records[i].get("experts")}
+    assert len(moe_twins) == 5 and len(dense_twins) == 3 and min(moe_twins) > max(dense_twins.values())
+    factors = {i: dense_twins[twin_key(mf.records[i], moe=False)] for i in non_twin_indices(mf)
+               if twin_key(mf.records[i], moe=False) in dense_twins}
+    dense, _ = evaluate_per_plan_twins(mf, hw, cal, factors)
+    own = {r.index: r.time_error for r in evaluate_per_plan_twins(mf, hw, cal)[0]}
+    assert len(dense) == 3
+    assert sum(abs(r.time_error) for r in dense) / 3 > 0.22 > sum(abs(own[r.index]) for r in dense) / 3 + 0.08

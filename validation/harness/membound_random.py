@@ -1,0 +1,92 @@
+"""Memory-bound kernels at seeded random shapes: a held-out draw of every kind the kernel suite fits.
+
+    PYTHONUNBUFFERED=1 python3 validation/harness/membound_random.py --out FILE --budget-s 150
+    python3 validation/harness/membound_random.py --dry-run      # list the cases; no torch, no GPU
+
+kernels.py times its memory-bound kinds (copy, add, gelu, silu_mul, softmax, layernorm, rmsnorm) on a
+grid of powers of two and 12288, and the profiles' memory-bound parameters were fitted on that grid.
+This suite draws 24 shapes per kind from a seeded generator (``SEED``): rows log-uniform in
+256..65536, row lengths log-uniform in 512..32768 rounded to a multiple of 8 (vectorised loads stay
+legal, but most lengths are no power of two), at most 2^28 elements; copies log-uniform in
+256 KiB..2 GiB (multiples of 4 KiB). Each case is timed exactly as kernels.py times it (its
+``bench_elem`` / ``bench_copy``: bf16 N(0, 1) input, L2 flushed before each call, CUDA events), so the
+records are kernels.py's kinds plus ``seed``, and ``suite: membound_random`` in the file's info.
+Predictions are committed before a run (``python -m validation.prereg --kernels membound_random
+--like FILE``). A later draw: a new ``SEED``, registered again.
+"""
+from __future__ import annotations
+
+import math
+import os
+import random
+import sys
+
+SEED = 40
+KINDS = ("add", "gelu", "silu_mul", "softmax", "layernorm", "rmsnorm")
+PER_KIND = 24
+MAX_ELEMENTS = 1 << 28
+
+
+def _log_uniform(rng: random.Random, lo: float, hi: float) -> float:
+    return math.exp(rng.uniform(math.log(lo), math.log(hi)))
+
+
+def _row_case(rng: random.Random, kind: str) -> dict:
+    while True:
+        tokens = int(round(_log_uniform(rng, 256, 65536)))
+        hidden = max(8, int(round(_log_uniform(rng, 512, 32768) / 8)) * 8)
+        if tokens * hidden <= MAX_ELEMENTS:
+            return dict(kind=kind, tokens=tokens, hidden=hidden, dtype="bfloat16")
+
+
+def cases(small: bool = False, seed: int = SEED) -> list[dict]:
+    """Every case of the draw ``seed`` as a plain dict, in the order the run times them."""
+    if small:
+        return [dict(kind="copy", nbytes=1 << 20)] + [dict(kind=k, tokens=64, hidden=136, dtype="bfloat16")
+                                                      for k in KINDS]
+    rng = random.Random(seed)
+    out = [dict(kind="copy", nbytes=int(_log_uniform(rng, 1 << 18, 1 << 31)) // 4096 * 4096) for _ in range(PER_KIND)]
+    for kind in KINDS:
+        out += [_row_case(rng, kind) for _ in range(PER_KIND)]
+    return out
+
+
+def label(c: dict) -> str:
+    """The case as the prereg log and the console name it."""
+    if c["kind"] == "copy":
+        return f"copy      {c['nbytes']:12d} B"
+    return f"{c['kind']:9s} {c['tokens']:7d}x{c['hidden']:<6d} {c['dtype']}"
+
+
+def bytes_min(c: dict) -> int:
+    """Bytes read + written at least: a copy reads and writes its buffer; add and silu_mul read two
+    inputs; the rest read one (kernels.py's ``bytes_min``)."""
+    if c["kind"] == "copy":
+        return 2 * c["nbytes"]
+    return (3 if c["kind"] in ("add", "silu_mul") else 2) * c["tokens"] * c["hidden"] * 2
+
+
+def run_case(c: dict, flush, rec) -> None:
+    """Time case ``c`` with kernels.py's own benchmark and record it with the draw's seed."""
+    import common
+    import kernels
+    if c["kind"] == "copy":
+        r = kernels.bench_copy(c["nbytes"], flush)
+    else:
+        r = kernels.bench_elem(c["kind"], c["tokens"], c["hidden"], flush)
+    rec.add(dict(r, seed=SEED, suite="membound_random"))
+    common.free_memory()
+
+
+# the record each case becomes, without its timing (validation.prereg predicts from it)
+def record_of(c: dict) -> dict:
+    if c["kind"] == "copy":
+        return dict(kind="copy", bytes_moved=2 * c["nbytes"], buffer_mb=c["nbytes"] / (1 << 20))
+    return dict(c, bytes_min=bytes_min(c))
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from suite_cli import run_bytes_suite
+    run_bytes_suite(__doc__, 150.0, "membound_random", "common.time_fn (L2 flushed, events), kernels.py's benches",
+                    cases, label, bytes_min, run_case)

@@ -138,6 +138,12 @@ NEXT = {  # log: (seed, --like file, --profile or None)
     "prereg_gemm_random29_h100.txt": (29, "h100_gemm_random3.json", None),
     "prereg_gemm_random28_h200_loadcap.txt": (28, "h200_gemm_random.json",
                                               str(ROOT / "validation" / "candidates" / "h200-sxm-gemm-loadcap.yaml")),
+    # Session 21: the next draws, registered with the same model (kept, docs/validation.md) and, beside seed 30,
+    # the H200 load-cap candidate again (better on random shapes, worse on the in-step and expert GEMMs)
+    "prereg_gemm_random30_h200.txt": (30, "h200_gemm_random.json", None),
+    "prereg_gemm_random31_h100.txt": (31, "h100_gemm_random3.json", None),
+    "prereg_gemm_random30_h200_loadcap.txt": (30, "h200_gemm_random.json",
+                                              str(ROOT / "validation" / "candidates" / "h200-sxm-gemm-loadcap.yaml")),
 }
 
 
@@ -145,7 +151,8 @@ NEXT = {  # log: (seed, --like file, --profile or None)
 def test_next_draws_registered(log):
     """Each registration holds one line per case of its draw, in the harness's order (what
     registered_pairs will match the measured records against). The predictions themselves are
-    the commit's (222e72a and its successor); a later model need not reproduce them."""
+    the commit's (222e72a and its successor for seeds 28/29; ff3be27's successor for seeds 30/31); a later
+    model need not reproduce them."""
     from validation.gemm_regimes import _dims
     from validation.prereg import harness
     seed, _, _ = NEXT[log]

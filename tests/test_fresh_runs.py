@@ -135,7 +135,8 @@ def test_fresh_gemm_target():
 
 
 def test_fresh_grouped_gemm_ratchet():
-    """150 grouped GEMM calls of a new draw (grouped_mm, bmm, a loop of GEMMs): 14.2% (the H200 file
+    """150 grouped GEMM calls of a new draw (grouped_mm, bmm, a loop of GEMMs): 13.5% today (14.2% when
+    pinned; session 21 pinned today's figure: the GEMM changes it tried took it to 16-17%) (the H200 file
     of session 7, also never fitted: 13.2%)."""
     errs = _errors(GROUPED34, "kind")["grouped_gemm"]
-    assert len(errs) == 150 and _mape(errs) <= 0.1425
+    assert len(errs) == 150 and _mape(errs) <= 0.1355

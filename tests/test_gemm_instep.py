@@ -43,7 +43,9 @@ def test_every_traced_call_is_compared():
     assert sum(s[f"linear {lay}"]["count"] for lay in ("NN", "NT", "TN")) == 60
 
 
-@pytest.mark.parametrize("cls,mape,total", [("linear", 0.076, 0.016), ("batched", 0.229, 0.215)])
+# linear pinned at today's 7.0% / +1.0% summed in session 21 (was 7.6% / +1.6%; the committed model had improved
+# on it since): every GEMM change tried that session moved it to 7.7-9.1% (docs/validation.md)
+@pytest.mark.parametrize("cls,mape,total", [("linear", 0.0705, 0.010), ("batched", 0.229, 0.215)])
 def test_in_step_gemm_ratchet(cls, mape, total):
     s = _summary()[cls]
     assert s["mape"] <= mape + 5e-4
@@ -51,8 +53,8 @@ def test_in_step_gemm_ratchet(cls, mape, total):
 
 
 def test_linear_gemms_within_7_percent_summed():
-    """The linear layers' summed GEMM seconds of a step: within 2% today (the figure a step's
-    time rests on); per call 7.6%."""
+    """The linear layers' summed GEMM seconds of a step: within 2% (the figure a step's time rests
+    on; +1.0% today); per call 7.0%."""
     assert abs(_summary()["linear"]["total_error"]) <= 0.02
 
 

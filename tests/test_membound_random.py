@@ -52,3 +52,61 @@ def test_registration_holds_every_case_once(gpu):
 def test_suite_never_fitted():
     for profile in ("h200-sxm", "h100-sxm"):
         assert not any("membound" in f for f in profile_fitted_on(profile))
+
+
+# ---- session 21's runs (one H200, one H100, machines lent after the registration) ------------------------
+AS_REGISTERED = {  # pooled and per-kind MAPE of every timed case against its registered prediction
+    "h200": {"all": 0.0880, "copy": 0.1590, "add": 0.0774, "gelu": 0.1056, "silu_mul": 0.0421, "softmax": 0.0867,
+             "layernorm": 0.0648, "rmsnorm": 0.0805},
+    "h100": {"all": 0.0794, "copy": 0.0923, "add": 0.0536, "gelu": 0.0320, "silu_mul": 0.0933, "softmax": 0.1084,
+             "layernorm": 0.0816, "rmsnorm": 0.0945},
+}
+
+
+def scored(gpu: str, drop_interference: bool = False) -> dict[str, float]:
+    """{kind: MAPE, 'all': pooled} of the committed run against the registered predictions;
+    ``drop_interference`` leaves out records whose slowest call took over 3x the fastest."""
+    import json
+    from validation.gemm_regimes import interference_suspect
+    h = harness("membound_random")
+    reg = registered(gpu)
+    recs = json.loads((ROOT / "validation" / "measurements" / f"{gpu}_membound_random40.json").read_text())["records"]
+    errs: dict[str, list[float]] = {}
+    for r in recs:
+        if drop_interference and interference_suspect(r):
+            continue
+        c = (dict(kind="copy", nbytes=round(r["buffer_mb"] * 2**20)) if r["kind"] == "copy" else
+             dict(kind=r["kind"], tokens=r["tokens"], hidden=r["hidden"], dtype=r["dtype"]))
+        errs.setdefault(r["kind"], []).append(abs(reg[h.label(c)] / r["time_s"] - 1))
+    out = {k: sum(v) / len(v) for k, v in errs.items()}
+    out["all"] = sum(sum(v) for v in errs.values()) / sum(len(v) for v in errs.values())
+    return out
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+def test_runs_as_registered(gpu):
+    """168 cases per GPU, every one timed and registered. H200: 8.8% pooled (copy 15.9%: copies under
+    ~6 us predicted 24-49% slow, the fixed cost of a tiny kernel on this machine below the fit
+    machine's; gelu 10.6%; softmax 8.7%: rows of ~9.2-9.3k bf16 elements, PyTorch's shared-memory kernel, -22..-24%). H100: 7.9% pooled
+    (softmax 10.8%, the same rows -27..-29%; rmsnorm 9.5%, silu_mul 9.3%, copy 9.2%, layernorm 8.2%);
+    ratchets at the registered figures."""
+    got = scored(gpu)
+    assert set(got) == set(AS_REGISTERED[gpu])
+    for kind, quoted in AS_REGISTERED[gpu].items():
+        assert got[kind] == pytest.approx(quoted, abs=5e-4), kind
+
+
+def test_h100_run_without_interference():
+    """Six H100 records whose slowest call took over 3x their fastest (another tenant or a clock dip:
+    a 348 KB copy 41-247 us, silu_mul 9194x928 64-262 us, rmsnorm 591x20128 82-482 us, ...): without
+    them 6.3% pooled (162 records; the H200 run has none)."""
+    assert scored("h100", drop_interference=True)["all"] == pytest.approx(0.0630, abs=5e-4)
+    assert scored("h200", drop_interference=True) == scored("h200")
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+@pytest.mark.xfail(strict=True, reason="issue #12: memory-bound ops <= 8% on a fresh run, per kind: as registered "
+                                       "H200 copy 15.9%, gelu 10.6%, softmax 8.7%, rmsnorm 8.05% (pooled 8.8%); H100 "
+                                       "softmax 10.8%, rmsnorm 9.5%, silu_mul 9.3%, copy 9.2%, layernorm 8.2%")
+def test_every_kind_within_the_target(gpu):
+    assert max(scored(gpu).values()) <= 0.08

@@ -357,6 +357,7 @@ RECOMPUTE_CHOICES = ("none", "uniform", "per_stage")
 
 _GIB_INV = 1.0 / 2**30   # memory rows of the chain ILP are stated in GiB
 
+
 def solve_chain(profiles, usable, *, recompute: str = "uniform", counts: Optional[Sequence[int]] = None,
                 stage_width: int = 1, solver: str = "highs", time_limit_s: float = 10.0,
                 gap_rel: float = 1e-6) -> ChainSolution:

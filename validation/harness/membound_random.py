@@ -78,8 +78,8 @@ def run_case(c: dict, flush, rec) -> None:
     common.free_memory()
 
 
-# the record each case becomes, without its timing (validation.prereg predicts from it)
 def record_of(c: dict) -> dict:
+    """The record case ``c`` becomes, without its timing (what validation.prereg predicts from)."""
     if c["kind"] == "copy":
         return dict(kind="copy", bytes_moved=2 * c["nbytes"], buffer_mb=c["nbytes"] / (1 << 20))
     return dict(c, bytes_min=bytes_min(c))

@@ -136,6 +136,11 @@ class Calibration:
                                  of PyTorch's block-per-row softmax forward kernels (``reg``,
                                  ``reg_wide``, ``smem``: simulator.compute.torch_softmax_kernel), which are
                                  bound by the SMs, not by HBM; defaults: the H100/H200 fits
+      softmax_wave_cycles        fixed SM cycles per wave of PyTorch's block-per-row softmax kernels
+                                 beyond registers (``smem``, ``plain``): block set-up, the first
+                                 load's latency and two block-wide reductions before a row's
+                                 elements stream (simulator.compute.softmax_forward_time); 0 = the
+                                 element rate alone (before session 21)
       softmax_masked_cost        the row work of PyTorch's fp32 softmax forward per score a mask
                                  set to -10000 (Megatron's attention_mask_func), relative to an
                                  ordinary score (1: no difference); fitted on the isolated
@@ -183,6 +188,7 @@ class Calibration:
     ssd_host_s: dict = field(default_factory=dict)
     comm_overlap_slowdown: float = 0.2
     softmax_masked_cost: float = 1.0
+    softmax_wave_cycles: float = 0.0
     norm_forward: dict = field(default_factory=dict)
     host_op_s: float = 0.0
     fsdp_unit_host_s: float = 0.0

@@ -1075,8 +1075,28 @@ def softmax_forward_time(dev: DeviceModel, rows: int, row: int, dtype: str, mask
     if kernel.startswith("reg"):
         threads = softmax_block_threads(row)
         elements = float(rows) * -(-row // threads) * threads
-    work = elements / softmax_element_rate(dev, kernel) * factor + dev.cal.kernel_launch_s
-    return max(work, stream)
+    if kernel.startswith("reg") or not dev.cal.softmax_wave_cycles:
+        work = elements / softmax_element_rate(dev, kernel) * factor   # a profile fitted without waves
+    else:
+        work = softmax_block_waves_time(dev, kernel, rows, row, factor)
+    return max(work + dev.cal.kernel_launch_s, stream)
+
+
+def softmax_block_waves_time(dev: DeviceModel, kernel: str, rows: int, row: int, factor: float = 1.0) -> float:
+    """Seconds of PyTorch's shared-memory or global-memory softmax forward (one block of
+    softmax_block_threads(row) threads per row, 2048 // threads blocks resident per SM) over
+    ``rows`` rows: whole waves of SMs x blocks rows, each ``softmax_wave_cycles`` fixed cycles (block
+    set-up, the first load's latency, the max and sum block reductions) plus the wave's elements per
+    SM at ``softmax_elements_per_cycle``, at the boost clock; ``factor`` scales the element work
+    (masked scores). Used where the profile fitted ``softmax_wave_cycles`` (a profile without it
+    keeps the element rate its ``smem`` rate was fitted with). With no fixed cycles and whole waves
+    it is the element rate alone."""
+    a = dev.accelerator
+    per_sm = max(1, 2048 // softmax_block_threads(row))
+    waves = -(-rows // (a.sm_count * per_sm))
+    per_cycle = dev.cal.softmax_elements_per_cycle[SOFTMAX_ELEMENT_RATE_KEY.get(kernel, kernel)]
+    cycles = dev.cal.softmax_wave_cycles + per_sm * row * factor / per_cycle
+    return waves * cycles / a.boost_clock_hz
 
 
 def elementwise_time(dev: DeviceModel, op: str, tokens: int, hidden: int, dtype: str = "bf16",

@@ -16,10 +16,10 @@ LOGS = ROOT / "validation" / "measurements" / "logs"
 GPUS = ("h200", "h100")
 
 
-def registered(gpu: str) -> dict[str, float]:
+def registered(gpu: str, seed: int = 40, suffix: str = "") -> dict[str, float]:
     """{case label: registered seconds} of a registration log (``#`` lines are comments)."""
     out = {}
-    for line in (LOGS / f"prereg_membound40_{gpu}.txt").read_text().splitlines():
+    for line in (LOGS / f"prereg_membound{seed}_{gpu}{suffix}.txt").read_text().splitlines():
         if line.startswith("#") or not line.strip():
             continue
         m = re.match(r"(.*\S)\s+([0-9.]+) us$", line)
@@ -47,6 +47,20 @@ def test_registration_holds_every_case_once(gpu):
     reg = registered(gpu)
     assert list(reg) == [h.label(c) for c in h.cases()] and all(t > 0 for t in reg.values())
     assert "seed 40" in (LOGS / f"prereg_membound40_{gpu}.txt").read_text()
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+def test_seed_41_registered_with_the_softmax_wave_candidate(gpu):
+    """Seed 41 is registered twice per GPU before it runs: by the committed model and by the candidate
+    that costs PyTorch's shared-memory / global-memory softmax kernels per wave
+    (validation/candidates/*-sxm-softmax-wave.yaml). The two differ only in those kernels' cases."""
+    from simulator.compute import torch_softmax_kernel
+    h = harness("membound_random")
+    cs = h.cases(seed=41)
+    today, cand = registered(gpu, 41), registered(gpu, 41, "_softwave")
+    assert list(today) == list(cand) == [h.label(c) for c in cs]
+    block = {h.label(c) for c in cs if c["kind"] == "softmax" and torch_softmax_kernel(c["hidden"], "bf16") in ("smem", "plain")}
+    assert {k for k in today if today[k] != cand[k]} == block and len(block) >= 4
 
 
 def test_suite_never_fitted():

@@ -50,6 +50,7 @@ COMPUTE_PARAMS = [Param(f"gemm_peak_fraction.{d}", 0.05, 1.0) for d in ("bf16", 
     Param("softmax_elements_per_cycle.reg_wide", 0.05, 16.0),
     Param("softmax_elements_per_cycle.smem", 0.05, 16.0),
     Param("softmax_masked_cost", 1.0, 4.0),
+    Param("softmax_wave_cycles", 0.0, 40000.0),
     Param("norm_forward.fraction", 0.3, 1.0),
     Param("norm_forward.reread_from_bytes", 0.0, 256 * 1024.0),
     Param("norm_forward.reread_span_bytes", 256.0, 256 * 1024.0),
@@ -124,7 +125,7 @@ PARAMETER_GROUPS = {
     "attention": ("attention_fwd_fraction", "attention_bwd_fraction", "attention_softmax_fraction",
                   "attention_tile_overhead"),                          # FlashAttention-2 (``flash``)
     "attention_kernels": ("attention_kernel_",),                       # cudnn, efficient
-    "memory": ("hbm_fraction", "memory_op_fraction.", "softmax_elements_per_cycle", "softmax_masked_cost",
+    "memory": ("hbm_fraction", "memory_op_fraction.", "softmax_elements_per_cycle", "softmax_masked_cost", "softmax_wave_cycles",
                "norm_forward."),
     "launch": ("kernel_launch_s",),
     "ssd": ("ssd_",),                                                  # Mamba-2 SSD scan kernels

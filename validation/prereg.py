@@ -94,14 +94,18 @@ def rows(grid: str, like: str, world: int | None = None, attention_from: tuple =
     return out
 
 
-def kernel_rows(suite: str, like: str) -> list[tuple[str, float]]:
+def kernel_rows(suite: str, like: str, seed: int | None = None, profile: str | None = None) -> list[tuple[str, float]]:
     """(case label, predicted seconds) for every case of the kernel suite ``suite`` on the
-    hardware of the measurement file ``like``, through validation.predict.kernel_time."""
+    hardware of the measurement file ``like``, through validation.predict.kernel_time; ``seed``:
+    the draw of a seeded suite (its ``cases(seed=...)``); ``profile``: a calibration profile (name or
+    path) instead of the accelerator's own (a candidate registered beside the committed model)."""
+    from simulator.calibration import load_calibration
     h = harness(suite)
     hw = hardware_for(load_measurements(like))
-    cal = calibration_for(hw.accelerator)[0]
+    cal = load_calibration(profile) if profile else calibration_for(hw.accelerator)[0]
     record = getattr(h, "record_of", lambda c: c)     # a suite whose cases are not yet its records
-    return [(h.label(c), kernel_time(record(c), hw, cal)) for c in h.cases()]
+    cases = h.cases() if seed is None else h.cases(seed=seed)
+    return [(h.label(c), kernel_time(record(c), hw, cal)) for c in cases]
 
 
 def gemm_draw_rows(seed: int, like: str, profile: str | None = None) -> list[tuple[str, str, float]]:
@@ -129,8 +133,10 @@ def main(argv=None) -> int:
     ap.add_argument("--gemm-seed", type=int, metavar="SEED", help="the random GEMM draw of this seed instead")
     ap.add_argument("--like", required=True, help="a measurement file of the machine the grid will run on")
     ap.add_argument("--world", type=int, default=None)
-    ap.add_argument("--profile", help="--gemm-seed only: a calibration profile (name or path) instead of the "
-                                      "accelerator's own (a candidate registered beside the committed model)")
+    ap.add_argument("--profile", help="--gemm-seed or --kernels: a calibration profile (name or path) instead of "
+                                      "the accelerator's own (a candidate registered beside the committed model)")
+    ap.add_argument("--seed", type=int, default=None,
+                    help="--kernels only: the draw of a seeded suite (membound_random.py's --seed)")
     ap.add_argument("--attention-from", nargs="*", default=[],
                     help="earlier plan_step files of the machine type: the attention kernel each framework recorded "
                          "there (Megatron-Core: apex's fused softmax or its PyTorch fallback) is assumed again")
@@ -151,7 +157,7 @@ def _print_predictions(a) -> int:
             print(f"{label:<64} {regime:<18} {t * 1e6:10.2f} us")
         return 0
     if a.kernels:
-        for label, t in kernel_rows(a.kernels, a.like):
+        for label, t in kernel_rows(a.kernels, a.like, a.seed, a.profile):
             print(f"{label:<48} {t * 1e6:10.2f} us")
         return 0
     bad = 0

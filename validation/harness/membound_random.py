@@ -12,7 +12,7 @@ legal, but most lengths are no power of two), at most 2^28 elements; copies log-
 ``bench_elem`` / ``bench_copy``: bf16 N(0, 1) input, L2 flushed before each call, CUDA events), so the
 records are kernels.py's kinds plus ``seed``, and ``suite: membound_random`` in the file's info.
 Predictions are committed before a run (``python -m validation.prereg --kernels membound_random
---like FILE``). A later draw: a new ``SEED``, registered again.
+--like FILE [--seed N]``). A later draw: ``--seed N`` here and there, registered again.
 """
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def cases(small: bool = False, seed: int = SEED) -> list[dict]:
     out = [dict(kind="copy", nbytes=int(_log_uniform(rng, 1 << 18, 1 << 31)) // 4096 * 4096) for _ in range(PER_KIND)]
     for kind in KINDS:
         out += [_row_case(rng, kind) for _ in range(PER_KIND)]
-    return out
+    return [dict(c, seed=seed) for c in out]
 
 
 def label(c: dict) -> str:
@@ -74,7 +74,7 @@ def run_case(c: dict, flush, rec) -> None:
         r = kernels.bench_copy(c["nbytes"], flush)
     else:
         r = kernels.bench_elem(c["kind"], c["tokens"], c["hidden"], flush)
-    rec.add(dict(r, seed=SEED, suite="membound_random"))
+    rec.add(dict(r, seed=c.get("seed", SEED), suite="membound_random"))
     common.free_memory()
 
 
@@ -82,11 +82,20 @@ def record_of(c: dict) -> dict:
     """The record case ``c`` becomes, without its timing (what validation.prereg predicts from)."""
     if c["kind"] == "copy":
         return dict(kind="copy", bytes_moved=2 * c["nbytes"], buffer_mb=c["nbytes"] / (1 << 20))
-    return dict(c, bytes_min=bytes_min(c))
+    return dict({k: v for k, v in c.items() if k != "seed"}, bytes_min=bytes_min(c))
+
+
+def main() -> None:
+    """The run: ``--seed N`` picks the draw (default SEED); every other option is the suite CLI's."""
+    import argparse
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from suite_cli import run_bytes_suite
+    ap = argparse.ArgumentParser(add_help=False)
+    ap.add_argument("--seed", type=int, default=SEED)
+    known, sys.argv[1:] = ap.parse_known_args()
+    run_bytes_suite(__doc__, 150.0, "membound_random", "common.time_fn (L2 flushed, events), kernels.py's benches",
+                    lambda small: cases(small, seed=known.seed), label, bytes_min, run_case)
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from suite_cli import run_bytes_suite
-    run_bytes_suite(__doc__, 150.0, "membound_random", "common.time_fn (L2 flushed, events), kernels.py's benches",
-                    cases, label, bytes_min, run_case)
+    main()

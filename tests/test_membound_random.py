@@ -124,3 +124,67 @@ def test_h100_run_without_interference():
                                        "softmax 10.8%, rmsnorm 9.5%, silu_mul 9.3%, copy 9.2%, layernorm 8.2%")
 def test_every_kind_within_the_target(gpu):
     assert max(scored(gpu).values()) <= 0.08
+
+
+# ---- seed 41 (session 21, after the softmax-wave candidate was registered beside the committed model) ------
+AS_REGISTERED_41 = {   # pooled and per-kind MAPE as registered by the model of the time (no wave form)
+    "h200": {"all": 0.0823, "copy": 0.1317, "add": 0.0405, "gelu": 0.0649, "silu_mul": 0.0416, "softmax": 0.1304,
+             "layernorm": 0.0837, "rmsnorm": 0.0837},
+    "h100": {"all": 0.0689, "copy": 0.0554, "add": 0.0247, "gelu": 0.0280, "silu_mul": 0.0473, "softmax": 0.1561,
+             "layernorm": 0.0945, "rmsnorm": 0.0764},
+}
+
+
+def scored_41(gpu: str, suffix: str = "") -> tuple[dict[str, float], list[float]]:
+    """({kind: MAPE, 'all': pooled}, signed errors of the block-softmax cases) of the seed-41 run
+    against one of its registrations."""
+    import json
+    from simulator.compute import torch_softmax_kernel
+    h = harness("membound_random")
+    reg = registered(gpu, 41, suffix)
+    recs = json.loads((ROOT / "validation" / "measurements" / f"{gpu}_membound_random41.json").read_text())["records"]
+    assert len(recs) == 168 and all(r["seed"] == 41 for r in recs)
+    errs: dict[str, list[float]] = {}
+    block = []
+    for r in recs:
+        c = (dict(kind="copy", nbytes=round(r["buffer_mb"] * 2**20)) if r["kind"] == "copy" else
+             dict(kind=r["kind"], tokens=r["tokens"], hidden=r["hidden"], dtype=r["dtype"]))
+        e = reg[h.label(c)] / r["time_s"] - 1
+        errs.setdefault(r["kind"], []).append(abs(e))
+        if r["kind"] == "softmax" and torch_softmax_kernel(r["hidden"], "bf16") in ("smem", "plain"):
+            block.append(e)
+    out = {k: sum(v) / len(v) for k, v in errs.items()}
+    out["all"] = sum(sum(v) for v in errs.values()) / sum(len(v) for v in errs.values())
+    return out, block
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+def test_seed_41_as_registered(gpu):
+    """The second draw, on other machines: H200 8.2% pooled (softmax 13.0%, copy 13.2%), H100 6.9%
+    (softmax 15.6%), as registered by the committed model of the time."""
+    got, _ = scored_41(gpu)
+    for kind, quoted in AS_REGISTERED_41[gpu].items():
+        assert got[kind] == pytest.approx(quoted, abs=5e-4), kind
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+def test_softmax_wave_candidate_beat_the_model_on_seed_41(gpu):
+    """The per-wave softmax candidate, registered beside the model before seed 41 ran, on the five
+    block-kernel softmax cases of the draw per GPU: mean |error| H200 11.3% -> 5.0%, H100 14.6% -> 6.3%
+    (every one too fast under the element rate; both signs under the candidate); softmax pooled 13.0 ->
+    11.7% and 15.6 -> 13.9%; no other kind moved. Adopted on this evidence (session 21)."""
+    (today, old), (cand, new) = scored_41(gpu), scored_41(gpu, "_softwave")
+    assert len(old) == len(new) == 5 and all(e < 0.02 for e in old)
+    assert sum(map(abs, new)) / 5 < 0.065 < 0.09 < sum(map(abs, old)) / 5
+    assert cand["softmax"] < today["softmax"] - 0.01
+    assert all(cand[k] == pytest.approx(today[k]) for k in today if k not in ("softmax", "all"))
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+def test_committed_profiles_are_the_softmax_wave_candidates(gpu):
+    """Adopted: the committed profile carries the candidate's fitted per-wave parameters."""
+    from simulator.calibration import load_calibration
+    committed, cand = load_calibration(f"{gpu}-sxm"), load_calibration(str(ROOT / "validation" / "candidates" /
+                                                                          f"{gpu}-sxm-softmax-wave.yaml"))
+    assert committed.softmax_wave_cycles == cand.softmax_wave_cycles > 3000
+    assert committed.softmax_elements_per_cycle == cand.softmax_elements_per_cycle

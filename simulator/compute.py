@@ -1075,11 +1075,10 @@ def softmax_forward_time(dev: DeviceModel, rows: int, row: int, dtype: str, mask
     if kernel.startswith("reg"):
         threads = softmax_block_threads(row)
         elements = float(rows) * -(-row // threads) * threads
-    if kernel.startswith("reg") or not dev.cal.softmax_wave_cycles:
-        work = elements / softmax_element_rate(dev, kernel) * factor   # a profile fitted without waves
-    else:
-        work = softmax_block_waves_time(dev, kernel, rows, row, factor)
-    return max(work + dev.cal.kernel_launch_s, stream)
+    elif dev.cal.softmax_wave_cycles:       # a profile fitted with waves (session 21)
+        return max(softmax_block_waves_time(dev, kernel, rows, row, factor) + dev.cal.kernel_launch_s, stream)
+    work = elements / softmax_element_rate(dev, kernel) * factor + dev.cal.kernel_launch_s
+    return max(work, stream)
 
 
 def softmax_block_waves_time(dev: DeviceModel, kernel: str, rows: int, row: int, factor: float = 1.0) -> float:

@@ -63,6 +63,17 @@ def test_seed_41_registered_with_the_softmax_wave_candidate(gpu):
     assert {k for k in today if today[k] != cand[k]} == block and len(block) >= 4
 
 
+@pytest.mark.parametrize("argv,field", [(["--kernels", "row_kernels", "--seed", "3"], "--seed"),
+                                        (["--kernels", "no_such_suite"], "--kernels"),
+                                        (["--grid", "moe2", "--seed", "3"], "--seed")])
+def test_prereg_refuses_bad_kernel_options_in_one_line(argv, field, capsys):
+    from validation.prereg import main
+    with pytest.raises(SystemExit) as exc:
+        main(argv + ["--like", str(ROOT / "validation" / "measurements" / "h200_kernels.json")])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and f"error: {field}:" in err and "Traceback" not in err
+
+
 def test_suite_never_fitted():
     for profile in ("h200-sxm", "h100-sxm"):
         assert not any("membound" in f for f in profile_fitted_on(profile))

@@ -143,11 +143,21 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if sum(x is not None for x in (a.grid, a.kernels, a.gemm_seed)) != 1:
         ap.error("give one of --grid, --kernels or --gemm-seed")
+    if a.kernels and not HARNESS.with_name(f"{a.kernels}.py").exists():
+        ap.error(f"--kernels: no suite {a.kernels!r} in validation/harness")
+    if a.seed is not None and not (a.kernels and _seeded(a.kernels)):
+        ap.error("--seed: only for a seeded kernel suite (--kernels membound_random)")
     try:
         return _print_predictions(a)
     except MeshcastError as exc:        # an unreadable --like file, an unknown GPU: one line, as the CLI says it
         print(f"error: {exc.field}: {exc.reason}", file=sys.stderr)
         return 2
+
+
+def _seeded(suite: str) -> bool:
+    """Whether the kernel suite ``suite`` draws its cases from a seed (its ``cases`` takes ``seed``)."""
+    import inspect
+    return "seed" in inspect.signature(harness(suite).cases).parameters
 
 
 def _print_predictions(a) -> int:

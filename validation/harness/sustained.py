@@ -283,12 +283,50 @@ def suite_sustained(args, rec, nvml, flush, dl, sampler):
 
 # --------------------------------------------------------------------------- random suite
 
-def bench_random(nvml, flush, m, n, k, dtn, group, pass_no=1, seed=12):
+def trace_kernels(fn, calls: int = 3) -> list[dict] | None:
+    """The device kernels one call of fn() launches, from ``calls`` calls under torch.profiler (CUDA
+    activity, chrome trace): per kernel name its launches per call, median device seconds, and the
+    launch's grid, block, dynamic shared memory and registers per thread as the trace records them
+    (cuBLAS's kernel names carry its tile, cluster and split-K / stream-K choice). None without CUDA
+    or when the profiler yields no kernels."""
+    import json
+    import tempfile
+    if not common.on_cuda():
+        return None
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    with tempfile.NamedTemporaryFile("r", suffix=".json") as f:
+        prof.export_chrome_trace(f.name)
+        events = json.load(open(f.name)).get("traceEvents", [])
+    kernels: dict[str, dict] = {}
+    for e in events:
+        if e.get("cat") != "kernel":
+            continue
+        a = e.get("args", {})
+        k = kernels.setdefault(e["name"], dict(name=e["name"], grid=a.get("grid"), block=a.get("block"),
+                                               shared_memory=a.get("shared memory"),
+                                               registers=a.get("registers per thread"), durs=[]))
+        k["durs"].append(float(e.get("dur", 0.0)) * 1e-6)
+    out = []
+    for k in kernels.values():
+        durs = k.pop("durs")
+        out.append(dict(k, launches_per_call=len(durs) / calls, device_s=statistics.median(durs)))
+    return out or None
+
+
+def bench_random(nvml, flush, m, n, k, dtn, group, pass_no=1, seed=12, kernel_names=False):
     fn = make_gemm(m, n, k, dtn)
     st = time_fn(fn, flush=flush)
     s = nvml.sample()
     r = base_record(m, n, k, dtn, st, group)
     r.update(set="random", seed=seed, pass_no=pass_no, time_graph_s=common.time_graph(fn))
+    if kernel_names:
+        r["kernels"] = trace_kernels(fn)
     if s:
         r.update(sm_clock_mhz=s["sm_clock_mhz"], power_w=s["power_w"], temperature_c=s["temperature_c"],
                  throttle_reasons=nvml.names(s["reasons"]))
@@ -300,7 +338,8 @@ def bench_random(nvml, flush, m, n, k, dtn, group, pass_no=1, seed=12):
 def suite_random(args, rec, nvml, flush, dl, sampler=None):
     """Every seed of ``--seed`` (comma-separated) in a shuffled order, then, with ``--passes 2``,
     all of them again in another order (``pass_no`` 2): whether a shape's time reproduces within
-    one run. Each record also carries ``time_graph_s`` (common.time_graph: back to back, warm)."""
+    one run. Each record also carries ``time_graph_s`` (common.time_graph: back to back, warm) and,
+    with ``--kernel-names``, the kernels cuBLAS launched for it (:func:`trace_kernels`)."""
     cases = [(c, seed) for seed in args.seeds for c in random_cases(seed, small=args.small)]
     for pass_no in range(1, args.passes + 1):
         order = list(range(len(cases)))
@@ -311,7 +350,8 @@ def suite_random(args, rec, nvml, flush, dl, sampler=None):
                 rec.error(f"budget reached: pass {pass_no}: {left} random cases not run")
                 return
             c, seed = cases[i]
-            run_case(rec, f"random {c}", lambda: bench_random(nvml, flush, *c, pass_no=pass_no, seed=seed))
+            run_case(rec, f"random {c}", lambda: bench_random(nvml, flush, *c, pass_no=pass_no, seed=seed,
+                                                                 kernel_names=args.kernel_names))
             left -= 1
 
 
@@ -325,6 +365,8 @@ def main():
     ap.add_argument("--idle-s", type=float, default=8.0)
     ap.add_argument("--seed", default="12", help="random suite: seed(s), comma-separated")
     ap.add_argument("--passes", type=int, default=1, help="random suite: passes over the cases")
+    ap.add_argument("--kernel-names", action="store_true",
+                    help="random suite: record each shape's device kernels (names, grid, block) under torch.profiler")
     ap.add_argument("--small", action="store_true")
     ap.add_argument("--power", action="store_true",
                     help="sustained suite: also the add, attention and mixed runs of the step power model")
@@ -343,7 +385,7 @@ def main():
     if idle:
         idle = {**{k: v for k, v in idle.items() if k != "t"}, "reasons": nvml.names(idle.get("reasons"))}
     info = common.device_info(suite=f"gemm_{args.suite}", nvml=nvml.static(), idle_nvml=idle or None,
-                              seed=args.seeds if args.suite == "random" else None, passes=args.passes,
+                              seed=args.seeds if args.suite == "random" else None, passes=args.passes, kernel_names=args.kernel_names or None,
                               sustain_s=args.sustain_s if args.suite == "sustained" else None,
                               window_s=args.window_s if args.suite == "sustained" else None,
                               idle_s=args.idle_s if args.suite == "sustained" else None)

@@ -69,6 +69,17 @@ class Calibration:
                                  FLOP of its datasheet dense bf16 peak: a tile's main loop takes at
                                  least (tm + tn)·k·bytes / (this x bf16 peak / SMs) seconds; 0: no cap
       kernel_launch_s            fixed per-kernel cost seen by CUDA events (launch + tail)
+      memory_kernel_fixed_s      fixed seconds of one memory-bound kernel (PyTorch's elementwise,
+                                 copy, norm and softmax kernels, simulator.compute.memory_fixed_s)
+                                 as CUDA events around it see it: the device-side launch, the
+                                 first loads' latency and the tail, with the host's issue outside
+                                 the events; 0 = kernel_launch_s (every profile before issue #12
+                                 session 22). Fitted with the memory-bound rates on the kernel
+                                 suite and the membound_random draws (validation/membound_fit.py)
+      memory_kernel_chained_s    fixed seconds a memory-bound kernel adds when it is queued right
+                                 behind another inside one pair of CUDA events (eager ``F.silu(x) *
+                                 y``'s product kernel: simulator.compute.torch_silu_mul_time); read
+                                 only where ``memory_op_fraction["silu"]`` is fitted
       gemm_launch_s              fixed seconds of one library GEMM call with no work, as CUDA
                                  events see it (launch, kernel prologue and epilogue); GEMMs take
                                  it instead of kernel_launch_s (was kernel_launch_s + gemm_setup_s)
@@ -141,6 +152,13 @@ class Calibration:
                                  load's latency and two block-wide reductions before a row's
                                  elements stream (simulator.compute.softmax_forward_time); 0 = the
                                  element rate alone (before session 21)
+      softmax_warp_cycles[key]   PyTorch's one-warp-per-row softmax forward (softmax_warp_forward,
+                                 rows of <= 2048 elements) as SM cycles at the boost clock
+                                 (simulator.compute.softmax_warp_time): ``kernel`` once per kernel,
+                                 ``row`` per row, ``element`` per element of rows of <= 1024
+                                 elements, ``element_wide`` of longer ones (64 registers of row per
+                                 thread), spread over the SMs; empty: the warp kernel is bytes at
+                                 memory_op_fraction["softmax"] (before session 22)
       softmax_masked_cost        the row work of PyTorch's fp32 softmax forward per score a mask
                                  set to -10000 (Megatron's attention_mask_func), relative to an
                                  ordinary score (1: no difference); fitted on the isolated
@@ -189,6 +207,9 @@ class Calibration:
     comm_overlap_slowdown: float = 0.2
     softmax_masked_cost: float = 1.0
     softmax_wave_cycles: float = 0.0
+    softmax_warp_cycles: dict = field(default_factory=dict)
+    memory_kernel_fixed_s: float = 0.0
+    memory_kernel_chained_s: float = 0.0
     norm_forward: dict = field(default_factory=dict)
     host_op_s: float = 0.0
     fsdp_unit_host_s: float = 0.0
@@ -244,7 +265,7 @@ HOST_PARAMETERS = ("host_op_s", "fsdp_unit_host_s", "ddp_tensor_host_s", "optimi
 DICT_PARAMETERS = ("gemm_peak_fraction", "attention_kernel_fraction", "attention_kernel_overlap",
                    "attention_kernel_overhead", "attention_kernel_score_ops", "memory_op_fraction", "collective_fraction", "collective_alpha_fraction",
                    "collective_shard_steps", "sustained_clock_fraction", "ssd_fraction", "ssd_host_s",
-                   "step_power", "softmax_elements_per_cycle", "norm_forward")
+                   "step_power", "softmax_elements_per_cycle", "norm_forward", "softmax_warp_cycles")
 
 
 FRACTIONS = ("gemm_unaligned_fraction", "gemm_clock_bound_fraction", "hbm_fraction", "attention_fwd_fraction", "attention_bwd_fraction",
@@ -288,6 +309,7 @@ def _profile_schema() -> type:
                 norm_forward=(Optional[dict[Literal["fraction", "reread_from_bytes", "reread_span_bytes", "rmsnorm_row_s",
                                                     "layernorm_row_s", "rmsnorm_load_latency_s", "layernorm_load_latency_s"],
                                             nonneg]], None),
+                softmax_warp_cycles=(Optional[dict[Literal["kernel", "row", "element", "element_wide"], nonneg]], None),
                 links=(Optional[dict[str, link]], None))
     return pydantic.create_model("ProfileParameters", __config__=cfg, **spec)
 

@@ -870,7 +870,7 @@ def strided_elementwise_time(dev: DeviceModel, elements: float, launches: int = 
     if elements <= 0:
         return 0.0
     issue = nonvectorized_time(dev, NONVECTORIZED_FIT_BYTES * elements, launches=0)
-    return max(issue, 4.0 * elements / dev.hbm_Bps) + launches * dev.cal.kernel_launch_s
+    return max(issue, 4.0 * elements / dev.hbm_Bps) + launches * memory_fixed_s(dev.cal)
 
 
 # HBM bytes per output element of Megatron's eager SwiGLU (eager_swiglu_time's kernels), forward (silu r2 w2,
@@ -934,13 +934,26 @@ def masked_softmax_factor(cal: Calibration, masked: float) -> float:
     return 1.0 + masked * (cal.softmax_masked_cost - 1.0)
 
 
+def memory_fixed_s(cal: Calibration) -> float:
+    """Fixed seconds of one memory-bound kernel (elementwise, copy, norm, softmax) as CUDA events
+    around it see it: ``memory_kernel_fixed_s`` where the profile fits it, else ``kernel_launch_s``
+    (the one fixed cost every kernel family shared before issue #12 session 22). Events recorded
+    on the stream just before and after the kernel (validation/harness/common.py time_fn, the
+    GPU still busy with the L2 flush when the host issues them) time the device side only: the
+    launch as the GPU front end runs it, the first loads' latency, the last block's tail; on
+    H200 / H100 the smallest copies and GELUs of the random draws take 4.5 / 4.9 us where the
+    joint fit of every kernel family put ``kernel_launch_s`` at 6.37 / 5.59 us."""
+    return cal.memory_kernel_fixed_s or cal.kernel_launch_s
+
+
 def memory_time(dev: DeviceModel, nbytes: float, launches: int = 1, op: str | None = None) -> float:
-    """Time to stream ``nbytes`` (reads + writes) through HBM, plus kernel launches, seconds;
-    ``op`` selects the kernel family's calibrated bandwidth fraction."""
+    """Time to stream ``nbytes`` (reads + writes) through HBM, plus ``launches`` fixed costs of a
+    memory-bound kernel (:func:`memory_fixed_s`), seconds; ``op`` selects the kernel family's
+    calibrated bandwidth fraction."""
     if nbytes <= 0:
         return 0.0
     frac = dev.cal.memory_op_fraction.get(op, dev.cal.hbm_fraction) if op else dev.cal.hbm_fraction
-    return nbytes / (dev.accelerator.hbm_bandwidth_Bps * frac) + launches * dev.cal.kernel_launch_s
+    return nbytes / (dev.accelerator.hbm_bandwidth_Bps * frac) + launches * memory_fixed_s(dev.cal)
 
 
 # PyTorch's LayerNorm and RMSNorm forward over the last dimension (aten/src/ATen/native/cuda/
@@ -990,7 +1003,7 @@ def norm_forward_time(dev: DeviceModel, op: str, rows: int, row: int, dtype: str
     seconds_per_byte = ((1.0 / (a.hbm_bandwidth_Bps * nf["fraction"])) ** k
                         + (nf[f"{op}_load_latency_s"] / in_flight) ** k) ** (1.0 / k)
     waves = max(1.0, rows / slots)
-    return traffic * seconds_per_byte + waves * nf[f"{op}_row_s"] + dev.cal.kernel_launch_s
+    return traffic * seconds_per_byte + waves * nf[f"{op}_row_s"] + memory_fixed_s(dev.cal)
 
 
 # PyTorch's softmax forward over the last dimension (aten/src/ATen/native/cuda/SoftMax.cu,
@@ -1070,15 +1083,62 @@ def softmax_forward_time(dev: DeviceModel, rows: int, row: int, dtype: str, mask
     factor = masked_softmax_factor(dev.cal, masked) if dtype == "fp32" else 1.0   # measured on fp32 rows only
     stream = memory_time(dev, elements * DTYPE_BYTES[dtype] * 2, op="copy")
     if kernel == "warp":
+        if dev.cal.softmax_warp_cycles and dtype == "bf16":   # fitted with the warp kernel's cycles (session 22)
+            return max(softmax_warp_time(dev, rows, row, factor) + memory_fixed_s(dev.cal), stream)
         work = memory_time(dev, elements * DTYPE_BYTES["bf16"] * ELEMENTWISE_PASSES["softmax"] * factor, op="softmax")
         return max(work, stream)
     if kernel.startswith("reg"):
         threads = softmax_block_threads(row)
         elements = float(rows) * -(-row // threads) * threads
     elif dev.cal.softmax_wave_cycles:       # a profile fitted with waves (session 21)
-        return max(softmax_block_waves_time(dev, kernel, rows, row, factor) + dev.cal.kernel_launch_s, stream)
-    work = elements / softmax_element_rate(dev, kernel) * factor + dev.cal.kernel_launch_s
+        return max(softmax_block_waves_time(dev, kernel, rows, row, factor) + memory_fixed_s(dev.cal), stream)
+    work = elements / softmax_element_rate(dev, kernel) * factor + memory_fixed_s(dev.cal)
     return max(work, stream)
+
+
+# rows longer than this run softmax_warp_forward with 64 elements per thread (WARP_ITERATIONS =
+# next_pow2(row) / 32), their own rate in softmax_warp_cycles ("element_wide")
+WARP_SOFTMAX_WIDE_FROM = 1025
+
+
+def softmax_warp_time(dev: DeviceModel, rows: int, row: int, factor: float = 1.0) -> float:
+    """Seconds of PyTorch's one-warp-per-row softmax forward (aten/src/ATen/native/cuda/
+    PersistentSoftmax.cuh softmax_warp_forward, rows of at most 2048 elements) beyond its fixed
+    cost, as SM cycles at the boost clock: ``softmax_warp_cycles`` ``kernel`` once (the first rows'
+    load latency before any SM streams), plus per SM rows / SMs x (``row`` + row x ``element``)
+    cycles, ``element_wide`` in place of ``element`` for rows of WARP_SOFTMAX_WIDE_FROM elements
+    on; ``factor`` scales the row work (masked fp32 scores). The mechanism: each warp holds its
+    whole row in registers, WARP_ITERATIONS = next_pow2(row) / 32 values per thread, loads it,
+    reduces max and sum by warp shuffles and writes it; 128-thread blocks of 4 rows. The kernel is
+    bound by the SMs, not by HBM: bf16 rows run at ~400 (H100) and ~450 (H200) G elements/s over
+    1025-2048 elements and ~500-670 over 1024 where the two GPUs' HBM differ 1.43x
+    (h100/h200_kernels.json, row_kernels.json, membound_random40/41.json); rows with 64 register
+    slots per thread cost more per element than rows with 32 (fewer warps resident per SM to hide
+    the load latency: register-limited occupancy, inferred from the rates, not read from the
+    binary). Fitted per GPU by validation/membound_fit.py on bf16 rows, and used for bf16 rows only:
+    fp32 rows (Megatron-Core's local attention scores, masked) keep the bytes form their masked cost
+    was fitted with, bound by streaming their 8 bytes per element."""
+    c = dev.cal.softmax_warp_cycles
+    a = dev.accelerator
+    per_element = c["element_wide"] if row >= WARP_SOFTMAX_WIDE_FROM else c["element"]
+    cycles = c["kernel"] + float(rows) / a.sm_count * (c["row"] + row * per_element) * factor
+    return cycles / a.boost_clock_hz
+
+
+def torch_silu_mul_time(dev: DeviceModel, tokens: int, hidden: int, dtype: str = "bf16") -> float:
+    """Seconds of ``F.silu(x) * y`` as eager PyTorch runs it over [tokens, hidden] tensors (the
+    kernel suite's ``silu_mul``, validation/harness/kernels.py bench_elem): two vectorized
+    kernels, silu (read x, write s) at ``memory_op_fraction["silu"]`` with the fixed cost of a
+    memory-bound kernel (:func:`memory_fixed_s`), and the product (read s and y, write the output)
+    at the ``add`` fraction with ``memory_kernel_chained_s``: the fixed time a kernel queued right
+    behind another adds inside the same pair of CUDA events (its launch overlaps the first kernel;
+    its first loads' latency and tail remain). Measured: the smallest silu_mul records take
+    8.1 / 9.0 us on H200 / H100 where one GELU of their size takes ~4.8 / ~5.2 us. The fused
+    SwiGLU of a training step (simulator.lowering ``silu_mul``) stays one kernel at the
+    ``silu_mul`` fraction."""
+    n = float(tokens) * hidden * DTYPE_BYTES[dtype]
+    return (memory_time(dev, 2.0 * n, op="silu") + memory_time(dev, 3.0 * n, launches=0, op="add")
+            + dev.cal.memory_kernel_chained_s)
 
 
 def softmax_block_waves_time(dev: DeviceModel, kernel: str, rows: int, row: int, factor: float = 1.0) -> float:

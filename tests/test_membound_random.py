@@ -63,6 +63,36 @@ def test_seed_41_registered_with_the_softmax_wave_candidate(gpu):
     assert {k for k in today if today[k] != cand[k]} == block and len(block) >= 4
 
 
+@pytest.mark.parametrize("gpu", GPUS)
+def test_seed_42_registered_with_the_membound42_candidate(gpu):
+    """Seed 42 is registered twice per GPU before it runs: by the committed model and by the candidate
+    validation/candidates/*-sxm-membound42.yaml (session 22: memory_kernel_fixed_s for every memory-bound
+    kernel, the eager silu_mul as two kernels, the warp softmax in SM cycles; validation/membound_fit.py).
+    Its fixed cost applies to every case, so nearly every case's prediction differs (a refitted rate can
+    cancel the lower fixed cost to the registered digit): every copy, add or GELU the committed model puts
+    under 8 us, where the fixed cost dominates, the candidate predicts shorter, every silu_mul under 10 us
+    (two kernels) longer; the committed log is what the
+    committed profile predicts today, the candidate's what the candidate profile predicts."""
+    from simulator.calibration import load_calibration
+    from validation.prereg import kernel_rows
+    h = harness("membound_random")
+    cs = h.cases(seed=42)
+    today, cand = registered(gpu, 42), registered(gpu, 42, "_cand")
+    assert list(today) == list(cand) == [h.label(c) for c in cs] and len(set(today)) == len(cs)
+    assert sum(today[k] != cand[k] for k in today) >= 0.95 * len(today)
+    small = [k for k in today if today[k] < 8e-6 and k.split()[0] in ("copy", "add", "gelu")]
+    assert len(small) >= 8 and all(cand[k] < today[k] for k in small)          # the lower fixed cost
+    eager = [k for k in today if today[k] < 10e-6 and k.startswith("silu_mul")]
+    assert eager and all(cand[k] > today[k] for k in eager)                    # two kernels, not one
+    like = str(ROOT / "validation" / "measurements" / f"{gpu}_kernels.json")
+    profile = str(ROOT / "validation" / "candidates" / f"{gpu}-sxm-membound42.yaml")
+    for rows, log in ((kernel_rows("membound_random", like, 42), today), (kernel_rows("membound_random", like, 42, profile), cand)):
+        assert all(log[label] == pytest.approx(t, abs=0.006e-6) for label, t in rows)
+    committed = load_calibration(f"{gpu}-sxm")
+    assert not committed.memory_kernel_fixed_s and not committed.softmax_warp_cycles
+    assert "silu" not in committed.memory_op_fraction
+
+
 @pytest.mark.parametrize("argv,field", [(["--kernels", "row_kernels", "--seed", "3"], "--seed"),
                                         (["--kernels", "no_such_suite"], "--kernels"),
                                         (["--grid", "moe2", "--seed", "3"], "--seed")])

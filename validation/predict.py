@@ -11,7 +11,7 @@ from simulator.calibration import Calibration
 from simulator.comm import COLLECTIVES, collective_time, fabric_from_hardware
 from simulator.compute import (ELEMENTWISE_PASSES, attention_time, cast_to_fp32_time, causal_fraction, elementwise_time,
                                fp32_clone_time, gemm_time, grouped_gemm_time, masked_fill_time, memory_time, mixed_add_time,
-                               softmax_backward_kernel_time)
+                               softmax_backward_kernel_time, torch_silu_mul_time)
 from simulator.engine import device_model, simulate
 from simulator.power import step_clock_fraction, work_class
 from simulator.plan import ParallelPlan
@@ -110,6 +110,8 @@ def kernel_time(rec: dict, hw: Hardware, cal: Calibration) -> float:
                            backend, direction)
         return t + harness_mask_clone_s(rec, dev)
     assert kind in ELEMENTWISE_PASSES
+    if kind == "silu_mul" and "silu" in cal.memory_op_fraction:   # eager silu then mul (session 22)
+        return torch_silu_mul_time(dev, rec["tokens"], rec["hidden"], record_dtype(rec))
     return elementwise_time(dev, kind, rec["tokens"], rec["hidden"], record_dtype(rec), masked=record_masked(rec))
 
 

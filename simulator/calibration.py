@@ -65,6 +65,16 @@ class Calibration:
       gemm_grouped_fixed_s       extra fixed seconds of a grouped GEMM call (torch._grouped_mm: the
                                  per-group problem set-up on the device; validation/grouped_fit.py)
                                  (in-kernel fix-up or a small second kernel), per GEMM that splits k
+      gemm_unaligned_max_vector  widest load, elements, of the fallback kernels cuBLAS runs for an
+                                 unaligned GEMM (traced: CUTLASS align1 and align2 kernels only, no
+                                 align4); 0: no cap (a %8 == 4 bf16 dimension loads 4 at a time)
+      gemm_unaligned_split_waves split-K of those fallback kernels: k is split while the
+                                 tile-splits fill at most this many waves of one per SM (traced:
+                                 up to ~2 x SMs CTAs, up to ~260 splits, reduced by a separate
+                                 kernel); 0: they split as the TMA kernels do (split_k_factors)
+      gemm_split_k_per_split_s   seconds per split of the split-K reduction (cuBLAS's separate
+                                 splitKreduce kernel reads the s partials of an output serially:
+                                 traced ~32 ns per split); 0: none
       gemm_sm_load_bytes_per_flop  bytes one SM loads GEMM operands at (L2 to shared memory) per
                                  FLOP of its datasheet dense bf16 peak: a tile's main loop takes at
                                  least (tm + tn)·k·bytes / (this x bf16 peak / SMs) seconds; 0: no cap
@@ -189,6 +199,9 @@ class Calibration:
     gemm_split_k_fixed_s: float = 5.0e-6
     gemm_grouped_fixed_s: float = 0.0
     gemm_sm_load_bytes_per_flop: float = 0.0
+    gemm_unaligned_max_vector: float = 0.0
+    gemm_unaligned_split_waves: float = 0.0
+    gemm_split_k_per_split_s: float = 0.0
     kernel_launch_s: float = 5.0e-6
     gemm_launch_s: float = 6.0e-6
     gemm_fp8_fixed_s: float = 0.0

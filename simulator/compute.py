@@ -51,6 +51,11 @@ GEMM_TILE_K = 64
 # at least GEMM_SPLIT_MIN_K of k per split (a few K-tiles: below that the prologue dominates).
 GEMM_MAX_SPLIT_K = 32
 GEMM_SPLIT_MIN_K = 256
+# Split-K of the fallback (unaligned) kernels, when a profile turns it on (gemm_unaligned_split_waves):
+# at most 256 splits (traced up to 263: 256 is the bound of the planning loop), at least one
+# 64-element K-tile per split (traced down to 7-8: cuBLAS's heuristic, not modelled below a K-tile).
+GEMM_UNALIGNED_MAX_SPLIT_K = 256
+GEMM_UNALIGNED_SPLIT_MIN_K = 64
 GEMM_ALIGN_BYTES = 16            # TMA / vectorised loads need 16-byte aligned leading dimensions
 ATTENTION_BLOCK_Q = 128          # query rows per FlashAttention thread block
 SFU_PER_SM = 16                  # special-function units per SM (Ampere/Hopper whitepapers)
@@ -187,18 +192,44 @@ def split_k_factors(tiles: int, k: int, sms: int) -> list[int]:
     return out
 
 
+def unaligned_split_k_factors(tiles: int, k: int, sms: int, waves: float) -> list[int]:
+    """Split-K factors of the fallback kernels cuBLAS runs for an unaligned GEMM (CUTLASS SM75
+    ``align1`` / SM80 ``align2`` kernels, whose split count is grid.z), when
+    ``gemm_unaligned_split_waves`` (``waves``) > 0: 1 and every s up to
+    ``GEMM_UNALIGNED_MAX_SPLIT_K`` that keeps tiles·s within ``waves`` waves of one tile-split
+    per SM and at least ``GEMM_UNALIGNED_SPLIT_MIN_K`` of k per split. Traced
+    (validation/gemm_kernels.py, H100 and H200 development draws): these kernels split far more
+    than the TMA kernels (median 23-26 splits, up to 263; grids of ~2 x SMs CTAs, e.g. 35x19x45185
+    in 257 splits of 176), because a narrow-load main loop is long per K element and its
+    reduction is a separate cheap kernel."""
+    out = [1]
+    limit = waves * sms
+    if tiles >= limit:
+        return out
+    for s in range(2, GEMM_UNALIGNED_MAX_SPLIT_K + 1):
+        if tiles * s > limit or k < s * GEMM_UNALIGNED_SPLIT_MIN_K:
+            break
+        out.append(s)
+    return out
+
+
 def gemm_plan(dev: DeviceModel, m: int, n: int, k: int, dtype: str = "bf16", batch: int = 1) -> tuple:
     """(compute seconds, tile rows, tile cols, split-K factor) of the fastest tiling under the
     model: for each output tile (tm, tn) and split factor s, waves of ⌈tiles·s / SMs⌉ tile-splits,
     each over k/s (:func:`gemm_tile_s`), and for s > 1 the reduction of the s fp32 partial
-    m×n outputs (:func:`split_k_reduction_s`). The memory roofline and fixed costs are added by
-    :func:`gemm_time`."""
+    m×n outputs (:func:`split_k_reduction_s`). An unaligned GEMM (``vector``: the fallback kernel's
+    load width, :func:`gemm_load_vector`, capped at ``gemm_unaligned_max_vector``) takes its split
+    factors from :func:`unaligned_split_k_factors` when ``gemm_unaligned_split_waves`` > 0. The
+    memory roofline and fixed costs are added by :func:`gemm_time`."""
     sms = dev.accelerator.sm_count
-    vector = gemm_load_vector(n, k, dtype)
+    vector = gemm_load_vector(n, k, dtype, dev.cal.gemm_unaligned_max_vector)
+    waves = dev.cal.gemm_unaligned_split_waves
     best = (math.inf, 0, 0, 1)
     for tm, tn in GEMM_TILES:
         tiles = math.ceil(m / tm) * math.ceil(n / tn) * batch
-        for s in split_k_factors(tiles, k, sms):
+        factors = unaligned_split_k_factors(tiles, k, sms, waves) if vector is not None and waves > 0 \
+            else split_k_factors(tiles, k, sms)
+        for s in factors:
             # a partial last wave runs its tiles with the whole SM each: no gain beyond 1 tile/SM
             t = math.ceil(tiles * s / sms) * gemm_tile_s(dev, tm, tn, math.ceil(k / s), dtype, vector)
             if s > 1:
@@ -238,8 +269,11 @@ def split_k_reduction_s(dev: DeviceModel, m: int, n: int, s: int, batch: int = 1
     small output mostly stay in L2), plus ``gemm_split_k_fixed_s``: cuBLAS's split-K and
     CUTLASS's stream-K reduce in the GEMM kernel itself (a fix-up by the last thread block of
     each tile, after a semaphore wait) or in a small second kernel; the fitted fixed cost
-    stands for either."""
-    return 8.0 * s * m * n * batch / dev.hbm_Bps + dev.cal.gemm_split_k_fixed_s
+    stands for either. Plus ``gemm_split_k_per_split_s`` per split: cuBLAS's separate
+    ``splitKreduce_kernel`` walks the s partials of each output in turn, and its traced device
+    time grows ~32 ns per split on H100 and H200 (1.5 us + 0.032 us·s: 1.3 us at s = 3, 9.8 us at
+    s = 257; validation/gemm_kernels.py); 0 in a profile that predates the trace."""
+    return 8.0 * s * m * n * batch / dev.hbm_Bps + dev.cal.gemm_split_k_fixed_s + s * dev.cal.gemm_split_k_per_split_s
 
 
 def grouped_gemm_time(dev: DeviceModel, group_tokens: tuple, n: int, k: int, dtype: str = "bf16") -> float:
@@ -273,7 +307,7 @@ def _grouped_gemm_time(dev: DeviceModel, tokens: tuple, n: int, k: int, dtype: s
 
 
 
-def gemm_load_vector(n: int, k: int, dtype: str) -> float | None:
+def gemm_load_vector(n: int, k: int, dtype: str, max_vector: float = 0.0) -> float | None:
     """Elements per global load of the kernel cuBLAS falls back to when a leading dimension is
     not 16-byte aligned, or None when both are (the TMA path). Row-major A[m,k] has leading
     dimension k, B[k,n] and C[m,n] have n; a leading dimension of d elements is aligned to
@@ -281,11 +315,15 @@ def gemm_load_vector(n: int, k: int, dtype: str) -> float | None:
     fallback kernel is built for one alignment, the narrowest of A's and B's, and loads every
     operand at it (CUTLASS/cuBLAS ``align1``/``align2``/``align4`` kernels; developed on
     h100_kernels.json and seed 21 of h100_gemm_random2.json, where modelling A and B each at its
-    own width fitted worse)."""
+    own width fitted worse). ``max_vector`` > 0 caps it (``gemm_unaligned_max_vector``): the traced
+    cuBLAS fallback kernels are SM75 ``align1`` (an odd leading dimension) and SM80 ``align2``
+    (even, not a multiple of 8, including % 8 == 4): there is no ``align4`` bf16 kernel
+    (validation/gemm_kernels.py)."""
     size = DTYPE_BYTES[dtype]
     if gemm_aligned(0, n, k, dtype):
         return None
-    return min(math.gcd(int(d * size), GEMM_ALIGN_BYTES) for d in (n, k)) / size
+    vector = min(math.gcd(int(d * size), GEMM_ALIGN_BYTES) for d in (n, k)) / size
+    return min(vector, max_vector) if max_vector > 0 else vector
 
 
 def unaligned_load_s(dev: DeviceModel, tm: int, tn: int, k_pad: int, vector: float) -> float:

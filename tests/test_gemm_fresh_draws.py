@@ -152,7 +152,45 @@ NEXT = {  # log: (seed, --like file, --profile or None)
     "prereg_gemm_random31_h100.txt": (31, "h100_gemm_random3.json", None),
     "prereg_gemm_random30_h200_loadcap.txt": (30, "h200_gemm_random.json",
                                               str(ROOT / "validation" / "candidates" / "h200-sxm-gemm-loadcap.yaml")),
+    # Session 23: seed 32 (H200) and 33 (H100), the committed model (unchanged) and beside each the gemm32
+    # candidate from the cuBLAS kernel trace (validation/gemm_kernels.py; docs/cost_model.md)
+    "prereg_gemm_random32_h200.txt": (32, "h200_gemm_random.json", None),
+    "prereg_gemm_random33_h100.txt": (33, "h100_gemm_random3.json", None),
+    "prereg_gemm_random32_h200_cand.txt": (32, "h200_gemm_random.json", "validation/candidates/h200-sxm-gemm32.yaml"),
+    "prereg_gemm_random33_h100_cand.txt": (33, "h100_gemm_random3.json", "validation/candidates/h100-sxm-gemm32.yaml"),
 }
+GEMM32_PAIRS = {32: ("prereg_gemm_random32_h200.txt", "prereg_gemm_random32_h200_cand.txt"),
+                33: ("prereg_gemm_random33_h100.txt", "prereg_gemm_random33_h100_cand.txt")}
+
+
+@pytest.mark.parametrize("seed", sorted(GEMM32_PAIRS))
+def test_gemm32_candidate_registered_beside_the_committed_model(seed):
+    """Seeds 32 / 33 are registered twice, before they were measured: the committed model and the
+    gemm32 candidate. Each log's first line is the command that wrote it (the candidate's names its
+    profile, which exists), the second says what produced it; both cover the same cases once each,
+    and the candidate changes some predictions (the unaligned shapes) but not all."""
+    base, cand = (LOGS / name for name in GEMM32_PAIRS[seed])
+    _, like, profile = NEXT[cand.name]
+    first = cand.read_text().splitlines()[0]
+    assert first == f"# python -m validation.prereg --gemm-seed {seed} --like validation/measurements/{like} --profile {profile}"
+    assert (ROOT / profile).exists() and "CANDIDATE" in cand.read_text().splitlines()[1]
+    assert base.read_text().splitlines()[0] == f"# python -m validation.prereg --gemm-seed {seed} --like validation/measurements/{like}"
+    rows = [[line for line in p.read_text().splitlines() if line and not line.startswith("#")] for p in (base, cand)]
+    assert [r.rsplit(None, 2)[0] for r in rows[0]] == [r.rsplit(None, 2)[0] for r in rows[1]]
+    assert len(set(rows[0])) == len(rows[0]) == 156
+    changed = sum(a != b for a, b in zip(*rows))
+    assert 0 < changed < 156
+
+
+@pytest.mark.parametrize("seed", sorted(GEMM32_PAIRS))
+def test_gemm32_draws_never_measured_or_fitted(seed):
+    from validation.gemm_kernels import CLEAN
+    assert all(seed not in seeds for gpu in CLEAN.values() for seeds in gpu.values())
+    import yaml
+    for gpu in ("h200", "h100"):
+        doc = yaml.safe_load((ROOT / "validation" / "candidates" / f"{gpu}-sxm-gemm32.yaml").read_text())
+        fitted = {s for fit in doc["fits"].values() for v in (fit.get("fitted_random_draws") or {}).values() for s in v}
+        assert fitted and seed not in fitted
 
 
 @pytest.mark.parametrize("log", sorted(NEXT))

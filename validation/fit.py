@@ -39,6 +39,7 @@ COMPUTE_PARAMS = [Param(f"gemm_peak_fraction.{d}", 0.05, 1.0) for d in ("bf16", 
     Param("gemm_split_k_fixed_s", 0.0, 30e-6),
     Param("gemm_fp8_fixed_s", 0.0, 30e-6),
     Param("gemm_sm_load_bytes_per_flop", 0.002, 0.2),   # per-SM operand loads per FLOP of bf16 peak
+    Param("gemm_split_k_per_split_s", 0.0, 1e-6),       # splitKreduce: seconds per split (0 at start: never moves)
     Param("kernel_launch_s", 1e-6, 30e-6),
     Param("gemm_launch_s", 1e-6, 30e-6),
     Param("hbm_fraction", 0.3, 1.0),

@@ -1,5 +1,5 @@
 """The cuBLAS kernel trace of the random GEMM development draws (validation/gemm_kernels.py) and the
-mechanisms it motivates (session 23: align2 fallback loads, fallback split-K, per-split reduce cost),
+mechanisms it motivates (session 22: align2 fallback loads, fallback split-K, per-split reduce cost),
 each off in the committed profiles and on in the candidate ``validation/candidates/h*-sxm-gemm32.yaml``."""
 from __future__ import annotations
 

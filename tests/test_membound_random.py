@@ -214,3 +214,40 @@ def test_committed_profiles_are_the_softmax_wave_candidates(gpu):
                                                                           f"{gpu}-sxm-softmax-wave.yaml"))
     assert committed.softmax_wave_cycles == cand.softmax_wave_cycles > 3000
     assert committed.softmax_elements_per_cycle == cand.softmax_elements_per_cycle
+
+
+# ---- seed 42 (session 22, registered with the committed model and the membound42 candidate) --------------
+AS_REGISTERED_42 = {   # pooled and per-kind MAPE of every timed case: (committed model, membound42 candidate)
+    "h200": {"all": (0.1029, 0.0500), "copy": (0.1915, 0.0650), "add": (0.0748, 0.0316), "gelu": (0.1207, 0.0347),
+             "silu_mul": (0.0387, 0.0204), "softmax": (0.1330, 0.0734), "layernorm": (0.0707, 0.0685),
+             "rmsnorm": (0.0909, 0.0562)},
+    "h100": {"all": (0.0826, 0.0521), "copy": (0.0887, 0.0555), "add": (0.0293, 0.0242), "gelu": (0.0438, 0.0260),
+             "silu_mul": (0.0591, 0.0243), "softmax": (0.1762, 0.1005), "layernorm": (0.1052, 0.0883),
+             "rmsnorm": (0.0758, 0.0460)},
+}
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+def test_seed_42_as_registered(gpu):
+    """The third draw, on two newly lent machines, scored against both registrations: the candidate
+    halves the error (H200 10.3% -> 5.0% pooled, H100 8.3% -> 5.2%) and is better in every kind on
+    both GPUs; on H200 every kind is within 8% (softmax 7.3% the worst), on H100 softmax 10.0% and
+    layernorm 8.8% are not (each holds one record whose calls spread 15-26x: below)."""
+    committed, _ = scored(gpu, 42)
+    cand, _ = scored(gpu, 42, "_cand")
+    for kind, (quoted, quoted_cand) in AS_REGISTERED_42[gpu].items():
+        assert committed[kind] == pytest.approx(quoted, abs=5e-4), kind
+        assert cand[kind] == pytest.approx(quoted_cand, abs=5e-4), kind
+        assert cand[kind] < committed[kind], kind
+    assert (max(v for k, v in cand.items() if k != "all") <= 0.08) == (gpu == "h200")
+
+
+def test_seed_42_h100_without_interference():
+    """Five H100 records' calls spread over 3x (a 399x1112 softmax 15x, a 539x824 layernorm 26x: both
+    -79..-87% under either model); without them the candidate's worst kind is softmax 7.0%, every
+    kind within 8%, 4.2% pooled (the committed model: 7.2% pooled, softmax 14.7%)."""
+    cand, _ = scored("h100", 42, "_cand", drop_interference=True)
+    committed, _ = scored("h100", 42, drop_interference=True)
+    worst = max(v for k, v in cand.items() if k != "all")
+    assert worst == cand["softmax"] and worst <= 0.0705 + 5e-5 and cand["all"] == pytest.approx(0.0423, abs=5e-4)
+    assert committed["softmax"] > 0.14

@@ -182,11 +182,17 @@ def split_k_factors(tiles: int, k: int, sms: int) -> list[int]:
     ``GEMM_MAX_SPLIT_K`` that still leaves each split at least ``GEMM_SPLIT_MIN_K`` of k and
     launches no more than one wave of tile-splits (cuBLAS's split-K / CUTLASS's stream-K both
     exist to fill the SMs of a GEMM whose m·n gives too few tiles)."""
+    return _split_factors(tiles, k, sms, GEMM_MAX_SPLIT_K, GEMM_SPLIT_MIN_K)
+
+
+def _split_factors(tiles: int, k: int, limit: float, max_split: int, min_k: int) -> list[int]:
+    """1, and every split s up to ``max_split`` keeping tiles·s within ``limit`` tile-splits and at
+    least ``min_k`` of k per split (none when the tiles alone reach ``limit``)."""
     out = [1]
-    if tiles >= sms:
+    if tiles >= limit:
         return out
-    for s in range(2, GEMM_MAX_SPLIT_K + 1):
-        if tiles * s > sms or k < s * GEMM_SPLIT_MIN_K:
+    for s in range(2, max_split + 1):
+        if tiles * s > limit or k < s * min_k:
             break
         out.append(s)
     return out
@@ -202,15 +208,7 @@ def unaligned_split_k_factors(tiles: int, k: int, sms: int, waves: float) -> lis
     than the TMA kernels (median 23-26 splits, up to 263; grids of ~2 x SMs CTAs, e.g. 35x19x45185
     in 257 splits of 176), because a narrow-load main loop is long per K element and its
     reduction is a separate cheap kernel."""
-    out = [1]
-    limit = waves * sms
-    if tiles >= limit:
-        return out
-    for s in range(2, GEMM_UNALIGNED_MAX_SPLIT_K + 1):
-        if tiles * s > limit or k < s * GEMM_UNALIGNED_SPLIT_MIN_K:
-            break
-        out.append(s)
-    return out
+    return _split_factors(tiles, k, waves * sms, GEMM_UNALIGNED_MAX_SPLIT_K, GEMM_UNALIGNED_SPLIT_MIN_K)
 
 
 def gemm_plan(dev: DeviceModel, m: int, n: int, k: int, dtype: str = "bf16", batch: int = 1) -> tuple:

@@ -137,9 +137,14 @@ def gemm_time(dev: DeviceModel, m: int, n: int, k: int, dtype: str = "bf16", bat
 def _gemm_time(dev: DeviceModel, m: int, n: int, k: int, dtype: str, batch: int) -> float:
     if min(m, n, k, batch) <= 0:
         return 0.0
-    best = gemm_plan(dev, m, n, k, dtype, batch)[0]
-    memory = gemm_bytes(m, n, k, dtype, batch) / dev.hbm_Bps
-    return max(best, memory) + gemm_fixed_s(dev.cal, m, n, k, dtype)
+    return gemm_with_roofline_s(dev, gemm_plan(dev, m, n, k, dtype, batch)[0], m, n, k, dtype, batch)
+
+
+def gemm_with_roofline_s(dev: DeviceModel, compute_s: float, m: int, n: int, k: int, dtype: str,
+                         batch: int = 1) -> float:
+    """Seconds of a GEMM whose tiles take ``compute_s``: floored by streaming its operands and
+    output through HBM once (:func:`gemm_bytes`), plus its fixed costs (:func:`gemm_fixed_s`)."""
+    return max(compute_s, gemm_bytes(m, n, k, dtype, batch) / dev.hbm_Bps) + gemm_fixed_s(dev.cal, m, n, k, dtype)
 
 
 def gemm_fixed_s(cal: Calibration, m: int, n: int, k: int, dtype: str) -> float:
@@ -228,13 +233,23 @@ def gemm_plan(dev: DeviceModel, m: int, n: int, k: int, dtype: str = "bf16", bat
         factors = unaligned_split_k_factors(tiles, k, sms, waves) if vector is not None and waves > 0 \
             else split_k_factors(tiles, k, sms)
         for s in factors:
-            # a partial last wave runs its tiles with the whole SM each: no gain beyond 1 tile/SM
-            t = math.ceil(tiles * s / sms) * gemm_tile_s(dev, tm, tn, math.ceil(k / s), dtype, vector)
-            if s > 1:
-                t += split_k_reduction_s(dev, m, n, s, batch)
+            t = gemm_tiling_s(dev, m, n, k, dtype, tm, tn, s, vector, batch)
             if t < best[0]:
                 best = (t, tm, tn, s)
     return best
+
+
+def gemm_tiling_s(dev: DeviceModel, m: int, n: int, k: int, dtype: str, tm: int, tn: int, s: int,
+                  vector: float | None, batch: int = 1) -> float:
+    """Compute seconds of a GEMM run as tm×tn output tiles split s ways over k: waves of
+    ⌈tiles·s / SMs⌉ tile-splits, each over ⌈k/s⌉ (:func:`gemm_tile_s`; a partial last wave runs its
+    tiles with the whole SM each: no gain beyond one tile per SM), plus for s > 1 the reduction of
+    the s partial outputs (:func:`split_k_reduction_s`)."""
+    tiles = math.ceil(m / tm) * math.ceil(n / tn) * batch
+    t = math.ceil(tiles * s / dev.accelerator.sm_count) * gemm_tile_s(dev, tm, tn, math.ceil(k / s), dtype, vector)
+    if s > 1:
+        t += split_k_reduction_s(dev, m, n, s, batch)
+    return t
 
 
 def gemm_tile_s(dev: DeviceModel, tm: int, tn: int, k: int, dtype: str, vector: float | None = None) -> float:

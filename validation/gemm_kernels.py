@@ -147,17 +147,12 @@ def oracle_time(row: dict) -> float | None:
     memory roofline and the fixed costs) evaluated at the traced tile and split instead of its own
     choice; the traced tile in torch's (rows of m, cols of n) order. None for a traced tile the
     formula cannot take (none here)."""
-    from simulator.compute import gemm_bytes, gemm_fixed_s, gemm_load_vector, gemm_tile_s, split_k_reduction_s
+    from simulator.compute import gemm_load_vector, gemm_tiling_s, gemm_with_roofline_s
     dev, m, n, k, dtype = row["dev"], row["m"], row["n"], row["k"], row["dtype"]
     bm, bn = row["main"]["tile"]
     tm, tn = bn, bm                       # cuBLAS M = torch n
-    s = row["splits"]
-    sms = dev.accelerator.sm_count
-    tiles = math.ceil(m / tm) * math.ceil(n / tn)
-    t = math.ceil(tiles * s / sms) * gemm_tile_s(dev, tm, tn, math.ceil(k / s), dtype, gemm_load_vector(n, k, dtype, dev.cal.gemm_unaligned_max_vector))
-    if s > 1:
-        t += split_k_reduction_s(dev, m, n, s)
-    return max(t, gemm_bytes(m, n, k, dtype) / dev.hbm_Bps) + gemm_fixed_s(dev.cal, m, n, k, dtype)
+    vector = gemm_load_vector(n, k, dtype, dev.cal.gemm_unaligned_max_vector)
+    return gemm_with_roofline_s(dev, gemm_tiling_s(dev, m, n, k, dtype, tm, tn, row["splits"], vector), m, n, k, dtype)
 
 
 def reduce_fit(gpu: str) -> tuple[float, float, int]:

@@ -1120,8 +1120,9 @@ def softmax_forward_time(dev: DeviceModel, rows: int, row: int, dtype: str, mask
     """Seconds of PyTorch's softmax forward over ``rows`` rows of ``row`` elements of ``dtype``
     (:func:`torch_softmax_kernel` picks the kernel), per element whatever the dtype: every kernel
     is bound by the SMs' work per element, not by bytes (fp32 rows cost what bf16 rows of as many
-    elements cost, torch_paths.json). The warp kernel costs its elements as bf16 bytes (read +
-    write) at the calibrated ``softmax`` fraction of HBM; the block kernels run at their element
+    elements cost, torch_paths.json). The warp kernel costs bf16 rows in SM cycles where the profile
+    fits ``softmax_warp_cycles`` (:func:`softmax_warp_time`), else, and for fp32 rows, its elements
+    as bf16 bytes (read + write) at the calibrated ``softmax`` fraction of HBM; the block kernels run at their element
     rate (:func:`softmax_element_rate`), the register kernel over the row padded to its register
     count (each of its 1024 threads steps through ``ceil(row / 1024)`` slots, predicated off past
     the row's end); every kernel is floored by streaming its bytes once each way at the vectorized

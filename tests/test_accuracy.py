@@ -65,11 +65,11 @@ def test_memory_bound_kinds_within_10_percent_each(name, kind):
     assert stats(name)[kind].mape <= 0.10
 
 
-@pytest.mark.parametrize("name,kind,ratchet", [("h100_kernels.json", "softmax", 0.12), ("h200_kernels.json", "softmax", 0.11),
-                                               ("h100_kernels.json", "rmsnorm", 0.15), ("h200_kernels.json", "rmsnorm", 0.12)])
+@pytest.mark.parametrize("name,kind,ratchet", [("h100_kernels.json", "softmax", 0.058), ("h200_kernels.json", "softmax", 0.057),
+                                               ("h100_kernels.json", "rmsnorm", 0.069), ("h200_kernels.json", "rmsnorm", 0.047)])
 def test_memory_bound_ratchets(name, kind, ratchet):
-    # softmax and rmsnorm alone are above 10% (pooled they are within it; docs/validation.md):
-    # today's figure must not get worse
+    # softmax and rmsnorm were alone above 10% once (docs/validation.md); fit data: 5.7 / 5.6% and 6.8 / 4.6% since
+    # session 23's membound42 fit (the ratchets, at 12 / 11 / 15 / 12%, tightened to today's figures)
     assert stats(name)[kind].mape <= ratchet
 
 
@@ -82,10 +82,13 @@ TRAIN_FILES = ["h100_kernels.json", "h200_kernels.json", "h200_train_extra.json"
                "h200x2_train.json", "h200x2_train_large.json", "h200x2_host_phases.json"]
 # held-out steps where host and GPU take similar time, predicted before they were measured
 # (validation/measurements/logs/prereg_train_transition.txt), on two machines
-TRANSITION_FILES = {"h200_train_transition.json": 0.15, "h200x2_train_transition.json": 0.12,
-                    "h200_host_phases_transition.json": 0.05, "h200x2_host_phases_transition.json": 0.18,
-                    "h200_host_phases_transition_c.json": 0.02, "h200x2_host_phases_transition_c.json": 0.10,
-                    "h200_host_phases_transition_d.json": 0.09, "h200x2_host_phases_transition_d.json": 0.24}
+# (session 23, the memory-bound and GEMM candidates adopted: h200_train_transition 15.0 -> 15.5%,
+# h200_host_phases_transition 5.0 -> 5.2%, _c 2.0 -> 2.03%, _d 9.0 -> 9.2%: steps already predicted too fast,
+# their memory-bound kernels' fixed cost 6.37 -> 5.15 us)
+TRANSITION_FILES = {"h200_train_transition.json": 0.155, "h200x2_train_transition.json": 0.12,
+                    "h200_host_phases_transition.json": 0.0525, "h200x2_host_phases_transition.json": 0.18,
+                    "h200_host_phases_transition_c.json": 0.0205, "h200x2_host_phases_transition_c.json": 0.10,
+                    "h200_host_phases_transition_d.json": 0.092, "h200x2_host_phases_transition_d.json": 0.24}
 # DDP's peak on two GPUs holds 0-13 extra bytes per parameter from run to run (docs/validation.md)
 MEMORY_RATCHETS = {"h200x2_host_phases_transition_c.json": 0.092, "h200x2_host_phases_transition_d.json": 0.064}
 # validate and simulate share one fit verdict (simulator.memory.fits_in: live bytes x 1.05 + 1 GiB
@@ -156,11 +159,14 @@ def test_one_gpu_train_steps_pooled_within_10_percent():
     # 5.2% -> 5.35% with session 16's norm kernel model (the isolated LayerNorm kernels 8-10% -> 4%; the steps'
     # fp32 LayerNorms are predicted faster, and these steps were already predicted too fast)
     # -> 5.40% with the H200 GEMM call's fitted launch 7.07 -> 6.23 us (issue #12 session 17, fitted on the H200's own tiny GEMMs; the profiled steps' in-step GEMMs move closer too, linear +1.4 -> +1.0% summed): these steps were already predicted too fast
-    assert _pooled_time_mape(1) <= 0.0540         # 5.40% today (README, docs/validation.md; 5.7% before the step power model)
+    # -> 5.73% with session 23's adoption of the memory-bound candidate membound42 (memory-bound kernels' fixed cost
+    # 6.37 -> 5.15 us, the isolated-kernel figure: it won the pre-registered kernel draws 42 and 43, and the steps,
+    # predicted too fast already, lose 0.3 points) and the GEMM candidate gemm32
+    assert _pooled_time_mape(1) <= 0.0574         # 5.73% today (README, docs/validation.md; 5.7% before the step power model)
 
 
 def test_two_gpu_train_steps_pooled_ratchet():
-    assert _pooled_time_mape(2) <= 0.132          # 13.1% today
+    assert _pooled_time_mape(2) <= 0.1330         # 13.3% today (13.2% before session 23's membound42 / gemm32 adoption)
 
 
 REPEAT_FILES = ["repeat/h200x2_transition_repeat_pass1.json", "repeat/h200x2_transition_repeat_pass2.json",
@@ -177,12 +183,13 @@ def test_train_steps_against_the_mean_of_repeated_runs(world):
     rs = [r for n in names for r in results(n) if r.record["kind"] == "train_step"]
     [s] = repeat_stats(rs)
     assert s.cases >= (9 if world == 1 else 18)
-    assert s.mape_vs_mean <= (0.0312 if world == 1 else 0.076)     # 3.1% / 7.5% today (target 10%; 1 GPU 2.8% before
+    assert s.mape_vs_mean <= (0.0370 if world == 1 else 0.0776)    # 3.7% / 7.8% today (target 10%; 3.1% / 7.6% before
+    # session 23's membound42 / gemm32 adoption: memory-bound kernels cheaper in steps predicted too fast; 1 GPU 2.8% before
     # session 16's norm kernel model, 2.9% before session 17's H200 GEMM launch refit: a cheaper GEMM call in steps
     # already predicted too fast)
 
 
-@pytest.mark.xfail(strict=True, reason="two-GPU steps pooled over all held-out files: 13.1% (docs/validation.md)")
+@pytest.mark.xfail(strict=True, reason="two-GPU steps pooled over all held-out files: 13.3% (docs/validation.md)")
 def test_two_gpu_train_steps_pooled_target():
     assert _pooled_time_mape(2) <= 0.10
 
@@ -235,7 +242,7 @@ def test_published_runs():
     assert src["korthikanti2022"]["mape"] <= 0.15
     # nemo 13.3 -> 17.7% with the H100 cuDNN attention fit (session 12: its rows were -2% median, now +7.5%,
     # predicted fast); a ratchet, the 15% target unmet
-    assert src["nemo"]["mape"] <= 0.1779      # 17.67 -> 17.79% with session 16's norm kernel model
+    assert src["nemo"]["mape"] <= 0.1802      # 17.67 -> 17.79% with session 16's norm kernel model, 18.02% with session 23's membound42 / gemm32
     assert src["megatron-llama"]["mape"] <= 0.15
     assert src["flashattention2"]["mape"] <= 0.15
     ptdp = [abs(c.error) for c in done if c.plan["zero_stage"] != 3 and "narayanan" in c.source.lower()]
@@ -267,7 +274,8 @@ def test_published_runs_more():
     # the file without Nemotron 3 11.8 -> 11.6%, all rows 14.0 -> 12.9% (with the Mamba training path)
     # -> 14.5% with the H100 cuDNN attention fit transferred to Blackwell (session 12: GB200 rows +10 -> +20% median)
     # -> 14.37% with the recipes' recompute modules costed (mla_up_proj, moe_act, layernorm; session 20)
-    assert src["megatron-bridge"]["mape"] <= 0.1437
+    # -> 14.39% with session 23's membound42 / gemm32 profiles (memory-bound kernels' fixed cost 6.37 -> 5.15 us)
+    assert src["megatron-bridge"]["mape"] <= 0.1439
     # H100 rows at their power-limited clock (session 11): the file without Nemotron 3 11.6 -> 11.3%
     # -> 12.0% with the H100 cuDNN attention fit (session 12; dgxc 10.3 -> 8.7%, megatron-bridge 11.8 -> 14.5%)
     # -> 12.00% with session 16's norm kernel model (11.967% before)
@@ -305,9 +313,12 @@ def _published_both() -> tuple:
 # megatron-llama 14.3 -> 14.45%, nemo 13.7 -> 13.8% (up: the refit moves every GEMM and, through
 # gemm_peak_fraction.bf16, the attention rate); korthikanti 2.9 -> 2.4%, llm-foundry 13.3 -> 12.9%,
 # narayanan 37.9 -> 37.3%, megatron-bridge 14.6 -> 14.5%, overall (260 rows) 14.9 -> 14.7%
-PUBLISHED_SOURCE_RATCHETS = {"dgxc-benchmarking": 0.0872, "flashattention2": 0.13, "korthikanti2022": 0.025,
-                             "llm-foundry": 0.1147, "megatron-bridge": 0.1437, "megatron-llama": 0.1104,
-                             "narayanan2021": 0.247, "nemo": 0.1779}
+# session 23's membound42 / gemm32 profiles (memory-bound kernels cheaper, unaligned GEMMs re-costed): dgxc-benchmarking
+# 8.76 -> 8.79%, nemo 17.79 -> 18.02%, megatron-bridge 14.37 -> 14.39%, megatron-llama 11.05 -> 11.08% (all predicted
+# too fast already), llm-foundry 11.33 -> 11.32%
+PUBLISHED_SOURCE_RATCHETS = {"dgxc-benchmarking": 0.0879, "flashattention2": 0.13, "korthikanti2022": 0.025,
+                             "llm-foundry": 0.1147, "megatron-bridge": 0.1439, "megatron-llama": 0.1108,
+                             "narayanan2021": 0.247, "nemo": 0.1802}
 # H100 cuDNN attention fitted on H100 kernels (session 12; before, H100 had no cuDNN parameters and costed it as
 # FlashAttention-2), transferred to Blackwell: dgxc-benchmarking 10.28 -> 8.72%, megatron-llama 14.66 -> 10.97%,
 # but nemo 13.33 -> 17.67% (its H100 rows now predicted fast, median +7.5%) and megatron-bridge 11.79 -> 14.53%
@@ -345,7 +356,8 @@ def test_published_coverage_and_figures_ratchet():
     # -> 26.2% with the H100 cuDNN attention fit transferred to Blackwell (session 12) -> 26.28% with session 16's
     # norm kernel model (its RMSNorms predicted faster)
     # -> 26.09% with the recipes' recompute modules costed (session 20: Super B300 NVFP4's moe_act, layernorm)
-    assert len(nemotron3) == 24 and sum(abs(c.error) for c in nemotron3) / len(nemotron3) <= 0.2610
+    # -> 26.11% with session 23's membound42 / gemm32 profiles
+    assert len(nemotron3) == 24 and sum(abs(c.error) for c in nemotron3) / len(nemotron3) <= 0.2612
     assert all(c.error > 0 for c in nemotron3)                                  # every one predicted too fast
     # 18.7% -> 17.4% (MTP) -> 17.2% (GEMM) -> 16.7% (Super NVFP4 read as run, regression row skipped)
     # -> 16.6% (each Megatron-Bridge row's recipe read: validation/bridge_recipes.py; narrow-load misaligned
@@ -375,8 +387,9 @@ def test_published_coverage_and_figures_ratchet():
     # H100 cuDNN attention fit, transferred to Blackwell (session 12): MoE 14.2 -> 15.8%, Blackwell 11.8 -> 14.5%
     # session 16's norm kernel model: MoE 15.84 -> 15.86%
     # the recipes' recompute modules costed (session 20): MoE 15.86 -> 15.62%, Blackwell 14.53 -> 14.37%
-    assert regime["moe"]["count"] >= 51 and regime["moe"]["mape"] <= 0.1562
-    assert regime["blackwell"]["count"] >= 75 and regime["blackwell"]["mape"] <= 0.1437
+    # session 23's membound42 / gemm32 profiles: MoE 15.62 -> 15.65%, Blackwell 14.37 -> 14.39%
+    assert regime["moe"]["count"] >= 51 and regime["moe"]["mape"] <= 0.1565
+    assert regime["blackwell"]["count"] >= 75 and regime["blackwell"]["mape"] <= 0.1439
 
 
 def test_bridge_rows_read_their_recipe():
@@ -418,8 +431,9 @@ def test_published_blackwell_and_moe_all_rows_ratchet():
     done, _ = _published_both()
     regime = per_regime(done)
     # the Megatron-Bridge recipes' recompute modules costed (session 20): Blackwell 17.38 -> 17.21%, MoE 19.19 -> 18.97%
-    assert regime["blackwell"]["count"] == 99 and regime["blackwell"]["mape"] <= 0.1722   # 17.38% since session 16's norms
-    assert regime["moe"]["count"] == 75 and regime["moe"]["mape"] <= 0.1898   # 19.17 -> 19.19%: session 16's norms
+    # session 23's membound42 / gemm32 profiles: Blackwell 17.21 -> 17.23%, MoE 18.97 -> 19.00%
+    assert regime["blackwell"]["count"] == 99 and regime["blackwell"]["mape"] <= 0.1724   # 17.38% since session 16's norms
+    assert regime["moe"]["count"] == 75 and regime["moe"]["mape"] <= 0.1900   # 19.17 -> 19.19%: session 16's norms
 
 
 def test_published_layer_times_within_10_percent():

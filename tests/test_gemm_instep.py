@@ -45,7 +45,9 @@ def test_every_traced_call_is_compared():
 
 # linear pinned at today's 7.0% / +1.0% summed in session 21 (was 7.6% / +1.6%; the committed model had improved
 # on it since): every GEMM change tried that session moved it to 7.7-9.1% (docs/validation.md)
-@pytest.mark.parametrize("cls,mape,total", [("linear", 0.0705, 0.010), ("batched", 0.229, 0.215)])
+# session 23, the gemm32 candidate adopted: linear 7.05 -> 7.10% (+1.0 -> +1.06% summed; LOOSENED, stated here),
+# batched 22.9 -> 22.5% (+21.5 -> +21.1%)
+@pytest.mark.parametrize("cls,mape,total", [("linear", 0.0710, 0.0106), ("batched", 0.2246, 0.2106)])
 def test_in_step_gemm_ratchet(cls, mape, total):
     s = _summary()[cls]
     assert s["mape"] <= mape + 5e-4

@@ -1,6 +1,7 @@
 """The cuBLAS kernel trace of the random GEMM development draws (validation/gemm_kernels.py) and the
 mechanisms it motivates (session 22: align2 fallback loads, fallback split-K, per-split reduce cost),
-each off in the committed profiles and on in the candidate ``validation/candidates/h*-sxm-gemm32.yaml``."""
+on in the candidate ``validation/candidates/h*-sxm-gemm32.yaml`` and, since session 23 adopted it after
+the pre-registered seeds 32 / 33, in the committed profiles."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -17,6 +18,13 @@ from validation.gemm_regimes import mape_by_regime
 ROOT = Path(__file__).resolve().parent.parent
 CANDIDATES = {g: ROOT / "validation" / "candidates" / f"{g}-sxm-gemm32.yaml" for g in ("h200", "h100")}
 NEW = ("gemm_unaligned_max_vector", "gemm_unaligned_split_waves", "gemm_split_k_per_split_s")
+# the profiles before the adoption: the mechanisms off, the unaligned rate and fixed costs of their earlier fits
+BEFORE_GEMM32 = {
+    "h200": dict(gemm_unaligned_fraction=0.1759797037776373, gemm_unaligned_fixed_s=1.3954092572537717e-06,
+                 gemm_split_k_fixed_s=3.998074362825777e-06, **dict.fromkeys(NEW, 0.0)),
+    "h100": dict(gemm_unaligned_fraction=0.17529567089237388, gemm_unaligned_fixed_s=9.227548195118593e-07,
+                 **dict.fromkeys(NEW, 0.0)),
+}
 
 
 def test_kernel_names_parse():
@@ -51,9 +59,11 @@ def test_reduce_kernel_costs_about_32_ns_per_split(gpu, per_split):
 
 
 @pytest.mark.parametrize("gpu", ["h200", "h100"])
-def test_committed_profiles_leave_the_mechanisms_off(gpu):
-    cal = load_calibration(f"{gpu}-sxm")
-    assert all(getattr(cal, p) == 0.0 for p in NEW)
+def test_committed_profiles_are_the_gemm32_candidates(gpu):
+    cal, cand = load_calibration(f"{gpu}-sxm"), load_calibration(str(CANDIDATES[gpu]))
+    assert cal.gemm_unaligned_max_vector == cal.gemm_unaligned_split_waves == 2.0
+    assert all(getattr(cal, p) == getattr(cand, p) for p in NEW + ("gemm_unaligned_fraction", "gemm_unaligned_fixed_s",
+                                                                 "gemm_split_k_fixed_s"))
 
 
 def test_mechanisms():
@@ -66,6 +76,7 @@ def test_mechanisms():
     h100 = load_calibration("h100-sxm")
     from hardware_specs.catalog import load_accelerator
     acc = load_accelerator("h100-sxm")
+    h100 = replace(h100, **BEFORE_GEMM32["h100"])                         # every mechanism off
     off, on = DeviceModel(acc, h100), DeviceModel(acc, replace(h100, gemm_split_k_per_split_s=3e-8))
     assert split_k_reduction_s(on, 64, 64, 10) - split_k_reduction_s(off, 64, 64, 10) == pytest.approx(3e-7)
     # an unaligned GEMM with the fallback split-K on is never slower: the factors include today's
@@ -77,7 +88,7 @@ def test_mechanisms():
 def test_candidate_improves_the_misaligned_development_draws(gpu):
     cand = load_calibration(str(CANDIDATES[gpu]))
     assert cand.gemm_unaligned_max_vector == 2.0 and cand.gemm_unaligned_split_waves == 2.0
-    before = mape_by_regime([(r["rec"], r["pred"]) for r in joined(gpu)])
+    before = mape_by_regime([(r["rec"], r["pred"]) for r in joined(gpu, replace(cand, **BEFORE_GEMM32[gpu]))])
     after = mape_by_regime([(r["rec"], r["pred"]) for r in joined(gpu, cand)])
     assert after["misaligned"][1] < before["misaligned"][1] - 0.02
     assert after["all"][1] < before["all"][1]

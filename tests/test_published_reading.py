@@ -109,3 +109,25 @@ def test_llm_foundry_attention_note_says_no_bias_and_the_flashattention1_class_k
         assert c.plan["attention"] == "flash"
         assert "no bias" in c.note and "FlashAttention-1-class" in c.note and "not modelled" in c.note
         assert "no ALiBi" in c.note and "ALiBi bias" not in c.note
+
+
+def test_nemo_rows_do_the_flops_their_own_table_counts():
+    """NeMo 24.07's performance summary states both TFLOP/s and tokens/s per GPU for each run, so their
+    ratio is the FLOPs per token NeMo counted: 6 x (the parameters outside the input embedding) +
+    12 x layers x hidden x sequence (attention, not halved for causality). Read from the catalog
+    models their names name, every row's model does those FLOPs within 1%; Nemotron-8B and -22B,
+    rebuilt from their columns as before (vocabulary blank: the 51,200 fallback, not the 256,000 of
+    the Nemotron tokenizer), were 6-11% short of them."""
+    def flops_ratio(row, model):
+        implied = float(row["measured_tflops_per_gpu"]) * 1e12 / float(row["tokens_per_sec_per_gpu"])
+        n = total_params(model) - (0 if model.tied_embeddings else model.vocab * model.hidden)
+        return implied / (6 * n + 12 * model.num_layers * model.hidden * model.seq_len)
+
+    nemo = [r for r in _rows(RUNS) if "NeMo 24.07" in r["source"]]
+    assert len(nemo) == 12
+    for row in nemo:
+        assert flops_ratio(row, model_from_row(row)) == pytest.approx(1.0, abs=0.01), row["model"]
+    from validation.published import _model_from_columns
+    for row in (r for r in nemo if r["model"] in ("Nemotron-8B", "Nemotron-22B")):
+        assert model_from_row(row).vocab == 256000
+        assert flops_ratio(row, _model_from_columns(row)) > 1.05       # the columns' model does too few FLOPs

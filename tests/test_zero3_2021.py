@@ -128,3 +128,50 @@ def test_deepspeed_03_exports_what_that_release_reads_and_ran():
     assert "bf16" not in doc and doc["fp16"]["enabled"] and doc["zero_optimization"]["contiguous_gradients"] is False
     assert any("v0.3.13-v0.5" in n for n in cfg.notes)
     assert get_framework("deepspeed-0.3").precision == ("fp16",)
+
+
+def _device(name="a100-80gb-sxm"):
+    from simulator.calibration import calibration_for
+    from simulator.compute import DeviceModel
+    from hardware_specs import load_accelerator
+    acc = load_accelerator(name)
+    return DeviceModel(acc, calibration_for(acc)[0])
+
+
+def test_list_all_gather_copies_out_one_slice_per_rank():
+    """torch's list all_gather (ProcessGroupNCCL::allgather) copies the flat result out one rank's slice
+    at a time, so the buffer work around one gather grows by one memory-bound kernel's fixed cost per
+    rank at fixed bytes; the bytes (fill, own slot, copy-out) stream once through HBM whatever the size."""
+    from simulator.compute import memory_fixed_s, memory_time
+    from simulator.zero3_2021 import gather_buffer_s
+    dev = _device()
+    elements = 12288 * 3 * 12288          # one 174.6B layer's fused QKV
+    small, large = gather_buffer_s(dev, elements, 384), gather_buffer_s(dev, elements, 1536)
+    own_slot = memory_time(dev, 4 * elements / 384) - memory_time(dev, 4 * elements / 1536)
+    assert large - small == pytest.approx((1536 - 384) * memory_fixed_s(dev.cal) - own_slot, rel=1e-6)
+    # bytes: the fill writes 2 an element, the own-slot copy and the copy-out read and write 4 each (with one
+    # rank the own slot is the whole parameter): 10 bytes an element, so half the elements save 5 of them
+    streamed = gather_buffer_s(dev, elements, 1) - gather_buffer_s(dev, 0.5 * elements, 1)
+    assert streamed == pytest.approx(memory_time(dev, 5 * elements, launches=0), rel=1e-6)
+
+
+def test_per_rank_copies_slow_the_2021_replay_more_at_larger_data_parallel_sizes(monkeypatch):
+    """With the copy-out costed, the 2021 ZeRO-3 step slows, and by more at 1,536 data-parallel ranks
+    than at 384 (same per-GPU work); the prefetched ZeRO-3 of today's DeepSpeed is untouched."""
+    import simulator.zero3_2021 as z3
+    from simulator import engine
+    m = load_model("gpt3-175b")
+    step = {}
+    for gpus in (384, 1536):
+        hw = load_hardware("dgx-a100-superpod", gpus)
+        plan = dict(tp=1, pp=1, dp=gpus, mbs=1, gbs=gpus, zero_stage=3, recompute="full", num_gpus=gpus,
+                    precision="fp16")
+        with_copies = simulate(m, hw, ParallelPlan(**plan, framework="deepspeed-0.3")).step_time_s
+        today = simulate(m, hw, ParallelPlan(**plan, framework="deepspeed")).step_time_s
+        with monkeypatch.context() as mp:
+            mp.setattr(z3, "gather_buffer_s", lambda dev, elements, n_dp: 0.0)
+            engine._BUNDLES.clear()                 # stage costs are memoised
+            without = simulate(m, hw, ParallelPlan(**plan, framework="deepspeed-0.3")).step_time_s
+            assert simulate(m, hw, ParallelPlan(**plan, framework="deepspeed")).step_time_s == today
+        step[gpus] = with_copies - without
+    assert 0 < step[384] < step[1536]

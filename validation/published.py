@@ -51,6 +51,13 @@ CATALOG_MODELS = {
     "nemotron415b": "nemotron-4-15b", "nemotron4340b": "nemotron-4-340b", "gpt3175b": "gpt3-175b",
     "nemotron3nano": "nemotron-3-nano-30b-a3b", "nemotron3super": "nemotron-3-super-120b-a12b",
     "nemotron3ultra": "nemotron-3-ultra-550b-a55b",
+    # NeMo 24.07's performance summary (and Megatron-LM's Llama table) name models the catalog holds with
+    # the configurations those pages ran (models/catalog/*.yaml cite them): read from the catalog, not
+    # rebuilt from the columns, whose blank vocab would otherwise fall back to 51,200 (Nemotron-8B/22B
+    # use the 256,000-token Nemotron SentencePiece vocabulary)
+    "nemotron8b": "nemotron-8b", "nemotron22b": "nemotron-22b", "nemotron340b": "nemotron-4-340b",
+    "gpt35b": "gpt3-5b", "gpt320b": "gpt3-20b", "llama27b": "llama2-7b", "llama213b": "llama2-13b",
+    "llama270b": "llama2-70b", "llama3405b": "llama3-405b",
 }
 # Megatron-Bridge (commit 067f987df0) perf_recipes/nemotronh/gb300/nemotronh.py
 # _nemotron_3_ultra_gb300_fp8mx_config: Megatron-FSDP as HSDP (parameters, gradients and optimizer

@@ -587,14 +587,22 @@ PREREG20_FA2 = ROOT / "validation" / "measurements" / "logs" / "prereg_attention
 FRESH20 = ROOT / "validation" / "measurements" / "h200_attention_fresh20.json"
 PREREG21 = ROOT / "validation" / "measurements" / "logs" / "prereg_attention21_h100.txt"
 FRESH21 = ROOT / "validation" / "measurements" / "h100_attention_fresh21.json"
+# session 23: seeds 22 (H200) and 23 (H100), registered by 9feff29 (the membound42 / gemm32 profiles adopted)
+PREREG22 = ROOT / "validation" / "measurements" / "logs" / "prereg_attention22_h200.txt"
+FRESH22 = ROOT / "validation" / "measurements" / "h200_attention_fresh22.json"
+PREREG23 = ROOT / "validation" / "measurements" / "logs" / "prereg_attention23_h100.txt"
+FRESH23 = ROOT / "validation" / "measurements" / "h100_attention_fresh23.json"
 # pooled forward and forward+backward MAPE per backend, as registered (session 21's runs)
 AS_REGISTERED = {
     "20": {"cudnn": 0.0541, "efficient": 0.0436, "flash": 0.0798, "math": 0.0583, "unfused_torch": 0.0326},
     "20_fa2": {"cudnn": 0.0541, "efficient": 0.0436, "flash": 0.0518, "math": 0.0583, "unfused_torch": 0.0326},
     "21": {"cudnn": 0.0524, "efficient": 0.0388, "flash": 0.0566, "math": 0.0611, "unfused_torch": 0.0308},
+    "22": {"cudnn": 0.0466, "efficient": 0.0376, "flash": 0.0529, "math": 0.0599, "unfused_torch": 0.0345},
+    "23": {"cudnn": 0.0455, "efficient": 0.0429, "flash": 0.0559, "math": 0.0607, "unfused_torch": 0.0261},
 }
 REGISTRATIONS = {"20": (PREREG20, FRESH20, "0492bc2"), "20_fa2": (PREREG20_FA2, FRESH20, "5a66076"),
-                 "21": (PREREG21, FRESH21, "7370b04")}
+                 "21": (PREREG21, FRESH21, "7370b04"), "22": (PREREG22, FRESH22, "9feff29"),
+                 "23": (PREREG23, FRESH23, "9feff29")}
 
 
 @pytest.mark.parametrize("name", sorted(REGISTRATIONS))
@@ -617,22 +625,24 @@ def test_fresh_runs_as_registered(name):
     assert timed + sum(s["refused"].values()) == len(read_prereg(str(prereg)))
 
 
-@pytest.mark.parametrize("name", ["20_fa2", "21"])
+@pytest.mark.parametrize("name", ["20_fa2", "21", "22", "23"])
 def test_fresh_runs_meet_the_attention_target(name):
-    """Issue #12's attention target (<= 8% per backend on a fresh run) on both registrations of
-    today's model: every backend's pooled forward and forward+backward MAPE. Per kind, one is over:
-    H200 math forward 8.6% (too fast, -8.6% bias), the other 9 kinds of H200 and all 10 of H100 are
-    within 8%."""
+    """Issue #12's attention target (<= 8% per backend on a fresh run) on the registrations of
+    session 21's model (20_fa2, 21) and of session 23's (22, 23: after the membound42 / gemm32
+    profiles were adopted; newly lent machines): every backend's pooled forward and forward+backward
+    MAPE. Per kind, H200 math forward is over on both H200 draws (8.6% and 8.1%, too fast: bias
+    -8.6% / -8.1%); every other kind of either GPU is within 8% (seed 22: cuDNN 4.7%, flash 5.3%,
+    memory-efficient 3.8%, math 6.0%, local 3.5% pooled; seed 23: 4.5 / 5.6 / 4.3 / 6.1 / 2.6%)."""
     from validation.prereg_attention import score
     prereg, run, _ = REGISTRATIONS[name]
     t = score(str(prereg), str(run))["table"]
     assert len(t) == 15 and all(v["mape"] <= 0.08 for (b, k), v in t.items() if k == "pooled")
     over = {bk for bk, v in t.items() if v["mape"] > 0.08}
-    assert over == ({("math", "attention_fwd")} if name == "20_fa2" else set())
+    assert over == ({("math", "attention_fwd")} if name in ("20_fa2", "22") else set())
 
 
 def test_fresh_runs_were_never_fitted():
-    """Neither fresh run is in a profile's fit list."""
+    """No fresh run is in a profile's fit list."""
     from simulator.calibration import profile_fitted_on
     fitted = {Path(f).name for p in ("h200-sxm", "h100-sxm") for f in profile_fitted_on(p)}
-    assert FRESH20.name not in fitted and FRESH21.name not in fitted
+    assert not {FRESH20.name, FRESH21.name, FRESH22.name, FRESH23.name} & fitted

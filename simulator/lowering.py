@@ -71,7 +71,8 @@ class Context:
 def _gemm(ctx: Context, name: str, m: int, n: int, k: int, phase: str, batch: int = 1, dtype: str | None = None,
           bias: bool = False, quantize: bool = True) -> Op:
     """A GEMM op; in fp8 it includes Transformer Engine's quantisation of its activation input
-    (read bf16, write fp8 and an amax reduction: 3 bytes per element), weights cached in fp8.
+    (read bf16, write fp8 and an amax reduction: 3 bytes per element; over several experts in
+    :func:`fp8_quantize_launches` kernels), weights cached in fp8.
     In fp4 (NVFP4) the fprop GEMM quantizes its input X and the dgrad GEMM the incoming gradient
     dY, each once for both uses (compute.nvfp4_quantize_time); the wgrad GEMM (``quantize``
     False) takes the column-wise copies those made; weights are quantized once per step (the
@@ -81,11 +82,28 @@ def _gemm(ctx: Context, name: str, m: int, n: int, k: int, phase: str, batch: in
     dtype = dtype or gemm_precision_override(ctx.plan, name) or ctx.gemm_dtype
     t = expert_gemm_time(ctx, m, n, k, dtype, batch) if batch > 1 else gemm_time(ctx.dev, m, n, k, dtype)
     if dtype == "fp8":
-        t += memory_time(ctx.dev, 3.0 * m * k * batch)
+        t += memory_time(ctx.dev, 3.0 * m * k * batch, launches=fp8_quantize_launches(ctx, batch, quantize))
     elif dtype == "fp4" and quantize:
         t += nvfp4_quantize_time(ctx.dev, m * k * batch)
     return Op(name, "gemm", phase, t, gemm_flops(m, n, k, batch), gemm_bytes(m, n, k, dtype, batch),
               (m, n, k, batch, dtype, bias))
+
+
+def fp8_quantize_launches(ctx: Context, experts: int, quantize: bool = True) -> int:
+    """Kernels that quantize the fp8 input of a GEMM over ``experts`` local experts. Transformer
+    Engine's GroupedLinear (the framework's ``expert_gemm: per_expert``) splits its input and its
+    output gradient by expert and quantizes the splits with ``tex.split_quantize``, whose
+    ``multi_tensor_quantize_impl`` (transformer_engine/pytorch/csrc/extensions/cast.cpp, v2.8 to v2.16)
+    has one fused kernel for all splits only for DelayedScaling quantizers ("Currently only have fused
+    kernel for FP8 delayed scaling": nvte_multi_cast_transpose); every other FP8 recipe (Megatron-Core's
+    ``tensorwise``, ``mxfp8``, ``blockwise``) launches one quantize kernel per split ("Quantize kernels
+    individually"). The bytes are the same either way; each extra kernel adds its fixed cost
+    (compute.memory_time ``launches``). One launch for a single GEMM, a recipe that fuses, another
+    expert kernel path, or the weight-gradient GEMM (``quantize`` False: it takes the column-wise
+    copies the forward and data-gradient quantizations made)."""
+    if experts <= 1 or not quantize or get_framework(ctx.plan.framework).kernels.expert_gemm != "per_expert":
+        return 1
+    return 1 if (ctx.plan.fp8_recipe or "delayed") == "delayed" else experts
 
 
 def expert_gemm_time(ctx: Context, m: int, n: int, k: int, dtype: str, experts: int) -> float:

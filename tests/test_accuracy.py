@@ -269,13 +269,15 @@ def test_published_runs_more():
     # -> 14.37% with the recipes' recompute modules costed (mla_up_proj, moe_act, layernorm; session 20)
     # -> 15.10% with Blackwell Ultra's doubled SFU exponential rate (B300/GB300 attention faster; session 24:
     # a datasheet fact, its rows already too fast; GB300/GB200 predicted ratios move toward the published ones)
-    assert src["megatron-bridge"]["mape"] <= 0.1510
+    # -> 14.76% with TE's per-expert MXFP8 quantize kernels (lowering.fp8_quantize_launches; session 24)
+    assert src["megatron-bridge"]["mape"] <= 0.1477
     # H100 rows at their power-limited clock (session 11): the file without Nemotron 3 11.6 -> 11.3%
     # -> 12.0% with the H100 cuDNN attention fit (session 12; dgxc 10.3 -> 8.7%, megatron-bridge 11.8 -> 14.5%)
     # -> 12.00% with session 16's norm kernel model (11.967% before)
     # -> 11.94% with the recipes' recompute modules costed (session 20)
     # -> 12.14% with Blackwell Ultra's doubled SFU exponential rate (session 24)
-    assert sum(abs(c.error) for c in before) / len(before) <= 0.1215   # narrow-load misaligned GEMMs: 0.12458 -> 0.12454
+    # -> 12.02% with TE's per-expert MXFP8 quantize kernels (session 24)
+    assert sum(abs(c.error) for c in before) / len(before) <= 0.1203   # narrow-load misaligned GEMMs: 0.12458 -> 0.12454
     # with the 24 Nemotron 3 rows (hybrid Mamba-2 blocks; 58.7%, every one predicted too fast): 17.9%;
     # with MTP (Super: two repeated depths, bf16) 16.4%; with issue #12's GEMM structure 16.1%; with
     # Super NVFP4's bf16 layers and modules read and the footnoted regression row skipped 15.6%;
@@ -285,7 +287,8 @@ def test_published_runs_more():
     # -> 13.4% with the H100 cuDNN attention fit (session 12)
     # -> 13.40% with the Megatron-Bridge recipes' recompute modules costed (session 20)
     # -> 13.62% with Blackwell Ultra's doubled SFU exponential rate (session 24)
-    assert sum(abs(c.error) for c in done) / len(done) <= 0.1363   # 13.44 -> 13.47% with session 16's norm model
+    # -> 13.36% with TE's per-expert MXFP8 quantize kernels (session 24)
+    assert sum(abs(c.error) for c in done) / len(done) <= 0.1336   # 13.44 -> 13.47% with session 16's norm model
     allowed = ("zero_stage: Megatron-Bridge's Nemotron 3 Ultra", "framework: MaxText", "precision: pytorch: fp8",
                "measured: Megatron-Bridge docs/performance-summary-archive.md")
     assert all(s.reason.startswith(allowed) for s in skipped), {s.reason for s in skipped}
@@ -310,7 +313,7 @@ def _published_both() -> tuple:
 # gemm_peak_fraction.bf16, the attention rate); korthikanti 2.9 -> 2.4%, llm-foundry 13.3 -> 12.9%,
 # narayanan 37.9 -> 37.3%, megatron-bridge 14.6 -> 14.5%, overall (260 rows) 14.9 -> 14.7%
 PUBLISHED_SOURCE_RATCHETS = {"dgxc-benchmarking": 0.0872, "flashattention2": 0.13, "korthikanti2022": 0.025,
-                             "llm-foundry": 0.1147, "megatron-bridge": 0.1510, "megatron-llama": 0.1104,
+                             "llm-foundry": 0.1147, "megatron-bridge": 0.1477, "megatron-llama": 0.1104,
                              "narayanan2021": 0.247, "nemo": 0.1779}
 # H100 cuDNN attention fitted on H100 kernels (session 12; before, H100 had no cuDNN parameters and costed it as
 # FlashAttention-2), transferred to Blackwell: dgxc-benchmarking 10.28 -> 8.72%, megatron-llama 14.66 -> 10.97%,
@@ -331,6 +334,8 @@ PUBLISHED_SOURCE_RATCHETS = {"dgxc-benchmarking": 0.0872, "flashattention2": 0.1
 # megatron-bridge 14.37 -> 15.10% with Blackwell Ultra's doubled SFU exponential rate (session 24: NVIDIA's "Making
 # Softmax More Efficient with NVIDIA Blackwell Ultra"; B300/GB300 attention faster, rows already too fast, worse;
 # kept: a datasheet fact, not a fit); no other source moves
+# megatron-bridge 15.10 -> 14.76% with TE's per-expert MXFP8 quantize kernels (session 24: GroupedLinear's split_quantize
+# launches one kernel per local expert for every FP8 recipe but delayed scaling); no other source moves
 
 
 def test_published_coverage_and_figures_ratchet():
@@ -353,7 +358,9 @@ def test_published_coverage_and_figures_ratchet():
     # norm kernel model (its RMSNorms predicted faster)
     # -> 26.09% with the recipes' recompute modules costed (session 20: Super B300 NVFP4's moe_act, layernorm)
     # -> 26.51% with Blackwell Ultra's doubled SFU exponential rate (session 24: its B300/GB300 rows faster)
-    assert len(nemotron3) == 24 and sum(abs(c.error) for c in nemotron3) / len(nemotron3) <= 0.2652
+    # -> 25.01% with TE's per-expert MXFP8 quantize kernels (session 24: one kernel per local expert for every
+    # FP8 recipe but delayed scaling, cast.cpp multi_tensor_quantize_impl; Super B300 at 64 local experts most)
+    assert len(nemotron3) == 24 and sum(abs(c.error) for c in nemotron3) / len(nemotron3) <= 0.2502
     assert all(c.error > 0 for c in nemotron3)                                  # every one predicted too fast
     # 18.7% -> 17.4% (MTP) -> 17.2% (GEMM) -> 16.7% (Super NVFP4 read as run, regression row skipped)
     # -> 16.6% (each Megatron-Bridge row's recipe read: validation/bridge_recipes.py; narrow-load misaligned
@@ -372,10 +379,13 @@ def test_published_coverage_and_figures_ratchet():
     # layernorm; plan.recompute_modules)
     # -> 14.26% with Blackwell Ultra's doubled SFU exponential rate (session 24: B300/GB300 attention faster,
     # compute.DeviceModel.exp_per_s; every source but megatron-bridge unchanged)
-    assert sum(abs(c.error) for c in done) / len(done) <= 0.1427   # 14.11 -> 14.14% with session 16's norm model
+    # -> 14.05% with TE's per-expert MXFP8 quantize kernels (session 24: lowering.fp8_quantize_launches, the
+    # plan's fp8_recipe read from the rows' MXFP8 / FP8-CS; 32 rows closer, 2 further, all MoE MXFP8)
+    assert sum(abs(c.error) for c in done) / len(done) <= 0.1405   # 14.11 -> 14.14% with session 16's norm model
     # -> 13.01% with session 16's norm kernel model (12.98% before) -> 12.97% with the recipes' recompute modules
-    # -> 13.13% with Blackwell Ultra's doubled SFU exponential rate (session 24)
-    assert len(before) == 259 and sum(abs(c.error) for c in before) / len(before) <= 0.1313
+    # -> 13.13% with Blackwell Ultra's doubled SFU exponential rate (session 24) -> 13.03% with TE's per-expert
+    # MXFP8 quantize kernels (session 24)
+    assert len(before) == 259 and sum(abs(c.error) for c in before) / len(before) <= 0.1304
     src = per_source(before)
     for name, ratchet in PUBLISHED_SOURCE_RATCHETS.items():
         assert src[name]["mape"] <= ratchet + 5e-4, name
@@ -387,8 +397,9 @@ def test_published_coverage_and_figures_ratchet():
     # session 16's norm kernel model: MoE 15.84 -> 15.86%
     # the recipes' recompute modules costed (session 20): MoE 15.86 -> 15.62%, Blackwell 14.53 -> 14.37%
     # Blackwell Ultra's doubled SFU exponential rate (session 24): MoE 15.62 -> 16.13%, Blackwell 14.37 -> 15.10%
-    assert regime["moe"]["count"] >= 51 and regime["moe"]["mape"] <= 0.1613
-    assert regime["blackwell"]["count"] >= 75 and regime["blackwell"]["mape"] <= 0.1510
+    # TE's per-expert MXFP8 quantize kernels (session 24): MoE 16.13 -> 15.63%, Blackwell 15.10 -> 14.76%
+    assert regime["moe"]["count"] >= 51 and regime["moe"]["mape"] <= 0.1564
+    assert regime["blackwell"]["count"] >= 75 and regime["blackwell"]["mape"] <= 0.1477
 
 
 def test_bridge_rows_read_their_recipe():
@@ -410,9 +421,9 @@ def test_published_uses_90_percent_of_rows():
     assert len(done) >= 0.9 * (len(done) + len(skipped))
 
 
-@pytest.mark.xfail(strict=True, reason="overall 14.3%, Narayanan 24.7% (DeepSpeed 2021 ZeRO-3 rows), Megatron-Bridge "
-                                       "17.9%, NeMo 17.8%, MoE 19.4%, Blackwell 17.9% (Nemotron 3 26.5%, GPT-OSS BF16 "
-                                       "too fast); without Nemotron 3: 13.1%, MoE 16.1%, Blackwell 15.1%")
+@pytest.mark.xfail(strict=True, reason="overall 14.0%, Narayanan 24.7% (DeepSpeed 2021 ZeRO-3 rows), Megatron-Bridge "
+                                       "17.2%, NeMo 17.8%, MoE 18.6%, Blackwell 17.2% (Nemotron 3 25.0%, GPT-OSS BF16 "
+                                       "too fast); without Nemotron 3: 13.0%, MoE 15.6%, Blackwell 14.8%")
 def test_published_targets_overall_source_moe_blackwell():
     from validation.published import per_regime, per_source
     done, _ = _published_both()
@@ -432,8 +443,9 @@ def test_published_blackwell_and_moe_all_rows_ratchet():
     # the Megatron-Bridge recipes' recompute modules costed (session 20): Blackwell 17.38 -> 17.21%, MoE 19.19 -> 18.97%
     # Blackwell Ultra's doubled SFU exponential rate (session 24; B300/GB300 attention faster, their rows already too
     # fast): Blackwell 17.21 -> 17.86%, MoE 18.97 -> 19.45% (GB300 12.99 -> 14.20%, B300 27.54 -> 28.12%, GB200 unchanged)
-    assert regime["blackwell"]["count"] == 99 and regime["blackwell"]["mape"] <= 0.1787   # 17.38% since session 16's norms
-    assert regime["moe"]["count"] == 75 and regime["moe"]["mape"] <= 0.1945   # 19.17 -> 19.19%: session 16's norms
+    # TE's per-expert MXFP8 quantize kernels (session 24): Blackwell 17.86 -> 17.25%, MoE 19.45 -> 18.63%
+    assert regime["blackwell"]["count"] == 99 and regime["blackwell"]["mape"] <= 0.1725   # 17.38% since session 16's norms
+    assert regime["moe"]["count"] == 75 and regime["moe"]["mape"] <= 0.1864   # 19.17 -> 19.19%: session 16's norms
 
 
 def test_published_layer_times_within_10_percent():

@@ -470,7 +470,7 @@ def plan_from_row(row: dict, model: ModelSpec, fills: list[str] | None = None) -
         precision = "fp16"
         fills.append("costed as fp16: DeepSpeed v0.3.13-v0.5.0 has no bf16 config (runtime/constants.py)")
     mixed = recipe_mixed_precision(model, fam, precision, fills)
-    fp8_recipe = row_fp8_recipe(row, precision)
+    fp8_recipe = bridge.get("fp8_recipe") or row_fp8_recipe(row, precision)
     return ParallelPlan(tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, mbs=mbs, gbs=gbs, seq=model.seq_len,
                         zero_stage=zero, recompute=recompute, sequence_parallel=sp, layers_per_stage=split, etp=etp,
                         precision=precision, dropout=fam in ("narayanan2021", "korthikanti2022"),

@@ -55,6 +55,9 @@ class Accelerator(_Strict):
     sram_per_sm_bytes: PositiveFloat = Field(description="shared memory + L1 per SM (the FlashAttention 'M')")
     sm_count: PositiveInt
     boost_clock_hz: PositiveFloat
+    sfu_exp_per_clk_per_sm: Optional[PositiveInt] = Field(
+        None, description="exponentials (MUFU.EX2) one SM's special-function units issue per clock; unset: 16, "
+                          "the Ampere/Hopper/Blackwell figure (simulator.compute.SFU_PER_SM)")
     tdp_w: PositiveFloat
     price_per_gpu_hour_usd: Optional[PositiveFloat] = Field(None, description="indicative cloud price")
     calibration_profile: Optional[str] = Field(None, description="default calibration profile name")

@@ -58,7 +58,11 @@ GEMM_UNALIGNED_MAX_SPLIT_K = 256
 GEMM_UNALIGNED_SPLIT_MIN_K = 64
 GEMM_ALIGN_BYTES = 16            # TMA / vectorised loads need 16-byte aligned leading dimensions
 ATTENTION_BLOCK_Q = 128          # query rows per FlashAttention thread block
-SFU_PER_SM = 16                  # special-function units per SM (Ampere/Hopper whitepapers)
+# exponentials per SM per clock on the special-function units (MUFU.EX2): 16 on Ampere and Hopper
+# (whitepapers) and on Blackwell B200/GB200 ("the exponential unit (MUFU) stays at 16 operations per
+# clock per SM", Zadouri et al. 2026, FlashAttention-4 §1); an accelerator may state its own
+# (Accelerator.sfu_exp_per_clk_per_sm: Blackwell Ultra doubles it)
+SFU_PER_SM = 16
 FP32_LANES_PER_SM = 128          # FP32 units per SM (Hopper whitepaper: 128 FP32 cores per SM)
 
 # Bytes moved per element of a [tokens, hidden] tensor by each memory-bound op, forward,
@@ -109,9 +113,12 @@ class DeviceModel:
 
     @property
     def exp_per_s(self) -> float:
-        """Exponentials per second on the special-function units, achieved."""
+        """Exponentials per second on the special-function units, achieved: SMs x exponentials per SM
+        per clock (the accelerator's ``sfu_exp_per_clk_per_sm``, else SFU_PER_SM) x clock x the
+        calibrated ``attention_softmax_fraction``."""
         a = self.accelerator
-        return a.sm_count * SFU_PER_SM * a.boost_clock_hz * self.cal.attention_softmax_fraction
+        per_sm = a.sfu_exp_per_clk_per_sm or SFU_PER_SM
+        return a.sm_count * per_sm * a.boost_clock_hz * self.cal.attention_softmax_fraction
 
 
 def gemm_flops(m: int, n: int, k: int, batch: int = 1) -> float:

@@ -69,7 +69,7 @@ _LOWERED = IdentityCache(limit=4096)
 LOWERING_FIELDS = ("tp", "cp", "ep", "etp", "mbs", "seq", "sequence_parallel", "recompute",
                    "recompute_layers", "recompute_modules", "precision", "attention", "dropout", "tp_comm_overlap", "recipe",
                    "ep_comm_overlap", "framework", "bf16_layers", "gemm_precision", "moe_dispatcher",
-                   "moe_permute_fusion", "moe_router_fusion", "moe_host_sync")
+                   "moe_permute_fusion", "moe_router_fusion", "moe_host_sync", "fp8_recipe")
 _LAYER_KEY = operator.attrgetter(*LOWERING_FIELDS)
 
 

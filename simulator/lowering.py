@@ -71,7 +71,8 @@ class Context:
 def _gemm(ctx: Context, name: str, m: int, n: int, k: int, phase: str, batch: int = 1, dtype: str | None = None,
           bias: bool = False, quantize: bool = True) -> Op:
     """A GEMM op; in fp8 it includes Transformer Engine's quantisation of its activation input
-    (read bf16, write fp8 and an amax reduction: 3 bytes per element), weights cached in fp8.
+    (read bf16, write fp8 and an amax reduction: 3 bytes per element; over several experts in
+    :func:`fp8_quantize_launches` kernels), weights cached in fp8.
     In fp4 (NVFP4) the fprop GEMM quantizes its input X and the dgrad GEMM the incoming gradient
     dY, each once for both uses (compute.nvfp4_quantize_time); the wgrad GEMM (``quantize``
     False) takes the column-wise copies those made; weights are quantized once per step (the
@@ -81,11 +82,53 @@ def _gemm(ctx: Context, name: str, m: int, n: int, k: int, phase: str, batch: in
     dtype = dtype or gemm_precision_override(ctx.plan, name) or ctx.gemm_dtype
     t = expert_gemm_time(ctx, m, n, k, dtype, batch) if batch > 1 else gemm_time(ctx.dev, m, n, k, dtype)
     if dtype == "fp8":
-        t += memory_time(ctx.dev, 3.0 * m * k * batch)
+        t += fp8_quantize_time(ctx, m * k * batch, batch, quantize)
     elif dtype == "fp4" and quantize:
         t += nvfp4_quantize_time(ctx.dev, m * k * batch)
     return Op(name, "gemm", phase, t, gemm_flops(m, n, k, batch), gemm_bytes(m, n, k, dtype, batch),
               (m, n, k, batch, dtype, bias))
+
+
+# Transformer Engine's current-scaling quantization (Float8CurrentScalingQuantizer::quantize_impl,
+# transformer_engine/pytorch/csrc/quantizer.cpp, v2.8-v2.16): nvte_compute_amax reads the input for
+# its amax, nvte_compute_scale_from_amax turns it into the scale, then nvte_quantize_v2 casts: one more
+# read of the input (2 bytes per element) and two more kernels than a delayed-scaling cast, whose scale
+# comes from the amax history. The amax all-reduce over the tensor-parallel group (with_amax_reduction,
+# sequence-parallel inputs) is not costed.
+FP8_QUANTIZE_BYTES = 3.0                 # read bf16, write fp8 and the amax reduction
+CURRENT_SCALING_AMAX_BYTES = 2.0         # the amax kernel's read of the bf16 input
+CURRENT_SCALING_KERNELS = 3              # amax, scale from amax, quantize
+
+
+def fp8_quantize_time(ctx: Context, elements: float, experts: int = 1, quantize: bool = True) -> float:
+    """Seconds to quantize the ``elements`` bf16 input values of an fp8 GEMM over ``experts`` local
+    experts: FP8_QUANTIZE_BYTES per element in :func:`fp8_quantize_launches` kernels; under the
+    current-scaling recipe (plan ``fp8_recipe`` tensorwise) each quantization (``quantize``: forward and
+    data-gradient inputs) first reads its input for the amax and derives the scale, in kernels of their
+    own (CURRENT_SCALING_AMAX_BYTES, CURRENT_SCALING_KERNELS per split)."""
+    launches = fp8_quantize_launches(ctx, experts, quantize)
+    nbytes = FP8_QUANTIZE_BYTES * elements
+    if quantize and ctx.plan.fp8_recipe == "tensorwise":
+        nbytes += CURRENT_SCALING_AMAX_BYTES * elements
+        launches *= CURRENT_SCALING_KERNELS
+    return memory_time(ctx.dev, nbytes, launches=launches)
+
+
+def fp8_quantize_launches(ctx: Context, experts: int, quantize: bool = True) -> int:
+    """Kernels that quantize the fp8 input of a GEMM over ``experts`` local experts. Transformer
+    Engine's GroupedLinear (the framework's ``expert_gemm: per_expert``) splits its input and its
+    output gradient by expert and quantizes the splits with ``tex.split_quantize``, whose
+    ``multi_tensor_quantize_impl`` (transformer_engine/pytorch/csrc/extensions/cast.cpp, v2.8 to v2.16)
+    has one fused kernel for all splits only for DelayedScaling quantizers ("Currently only have fused
+    kernel for FP8 delayed scaling": nvte_multi_cast_transpose); every other FP8 recipe (Megatron-Core's
+    ``tensorwise``, ``mxfp8``, ``blockwise``) launches one quantize kernel per split ("Quantize kernels
+    individually"). The bytes are the same either way; each extra kernel adds its fixed cost
+    (compute.memory_time ``launches``). One launch for a single GEMM, a recipe that fuses, another
+    expert kernel path, or the weight-gradient GEMM (``quantize`` False: it takes the column-wise
+    copies the forward and data-gradient quantizations made)."""
+    if experts <= 1 or not quantize or get_framework(ctx.plan.framework).kernels.expert_gemm != "per_expert":
+        return 1
+    return 1 if (ctx.plan.fp8_recipe or "delayed") == "delayed" else experts
 
 
 def expert_gemm_time(ctx: Context, m: int, n: int, k: int, dtype: str, experts: int) -> float:

@@ -33,6 +33,9 @@ PRECISIONS = ("bf16", "fp16", "fp8", "nvfp4")
 # the last, the others accumulating unsharded gradients (FSDPModule.set_requires_gradient_sync)
 FSDP_GRAD_SYNC = ("every_microbatch", "last_microbatch")
 MOE_DISPATCHERS = ("alltoall", "hybridep", "none")   # simulator/moe_dispatch.py
+# Transformer Engine FP8 recipes by Megatron-Core's names (TransformerConfig.fp8_recipe, default
+# "delayed"): DelayedScaling, Float8CurrentScaling ("tensorwise"), MXFP8BlockScaling, Float8BlockScaling
+FP8_RECIPES = ("delayed", "tensorwise", "mxfp8", "blockwise")
 # the tensor-core dtype a plan precision runs its quantized GEMMs in (hardware_specs DTYPES)
 PRECISION_GEMM_DTYPE = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "nvfp4": "fp4"}
 
@@ -103,6 +106,11 @@ class ParallelPlan:
                        (--moe-permute-fusion); None: the framework's
     moe_router_fusion  Transformer Engine's fused top-k and aux-loss score kernels (--moe-router-fusion);
                        None: the framework's
+    fp8_recipe         Transformer Engine's FP8 recipe under an fp8 precision, by Megatron-Core's names
+                       (--fp8-recipe): delayed | tensorwise | mxfp8 | blockwise; None: Megatron-Core's
+                       default, delayed. Costed: only the delayed recipe quantizes a grouped layer's
+                       per-expert inputs in one fused kernel (lowering._gemm); the tensor-core peak is
+                       the fp8 one for all four
     moe_host_sync      whether the dispatcher synchronises the host each MoE forward to read the
                        token counts; None: as the dispatcher does (every dropless forward; never with
                        token drop and padding); False where a static budget avoids it
@@ -151,6 +159,7 @@ class ParallelPlan:
     moe_permute_fusion: Optional[bool] = None
     moe_router_fusion: Optional[bool] = None
     moe_host_sync: Optional[bool] = None
+    fp8_recipe: Optional[str] = None
 
     # ---- derived -------------------------------------------------------------------------
     @property
@@ -385,6 +394,7 @@ def _check_mixed_precision(plan: ParallelPlan) -> None:
             raise PlanError("bf16_layers", f"must be (first, last) counts >= 0, got {plan.bf16_layers!r}")
     for name, want in plan.gemm_precision or ():
         _choice(f"gemm_precision.{name}", want, PRECISIONS)
+    _choice("fp8_recipe", plan.fp8_recipe, FP8_RECIPES, allow_none=True)
 
 
 def gemm_precision_override(plan: ParallelPlan, name: str) -> Optional[str]:

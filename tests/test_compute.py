@@ -90,3 +90,26 @@ def test_profile_norm_forward_keys_are_checked():
     from hardware_specs.errors import SpecError
     with pytest.raises(SpecError, match="norm_forward"):
         calibration_from_dict({"parameters": {"norm_forward": {"rows_per_block": 1.0}}}, "test.yaml")
+
+
+def test_blackwell_ultra_doubles_the_exponential_rate_and_speeds_exp_bound_attention_only():
+    """Blackwell Ultra (B300, GB300) issues 32 MUFU.EX2 per SM per clock against 16 on B200/GB200 and
+    Hopper (NVIDIA, "Making Softmax More Efficient with NVIDIA Blackwell Ultra"; FlashAttention-4 §1): the
+    catalog states it and DeviceModel.exp_per_s uses it. Attention forward, which is exponential-bound on
+    Blackwell, gets faster; a GEMM does not move."""
+    from hardware_specs.catalog import load_hardware
+    from simulator.calibration import calibration_for
+    from simulator.compute import SFU_PER_SM, DeviceModel, attention_time, gemm_time
+    gb300 = load_hardware("gb300-nvl72", 8).accelerator
+    gb200 = load_hardware("gb200-nvl72", 8).accelerator
+    assert gb300.sfu_exp_per_clk_per_sm == 32 and load_hardware("dgx-b300", 8).accelerator.sfu_exp_per_clk_per_sm == 32
+    assert gb200.sfu_exp_per_clk_per_sm is None and SFU_PER_SM == 16
+    cal, _ = calibration_for(gb300, None)
+    ultra, plain = DeviceModel(gb300, cal), DeviceModel(gb300.model_copy(update={"sfu_exp_per_clk_per_sm": None}), cal)
+    assert ultra.exp_per_s == pytest.approx(2 * plain.exp_per_s)
+    assert ultra.exp_per_s == pytest.approx(160 * 32 * 1.907e9 * cal.attention_softmax_fraction)
+    args = (4, 64, 4096, 4096, 64, True, 8, "cudnn")
+    fwd_u, fwd_p = attention_time(ultra, *args, "fwd"), attention_time(plain, *args, "fwd")
+    assert fwd_u < 0.85 * fwd_p          # head_dim 64: the forward is bound by its exponentials
+    assert attention_time(ultra, *args, "bwd") < attention_time(plain, *args, "bwd")
+    assert gemm_time(ultra, 8192, 8192, 8192, "bf16") == gemm_time(plain, 8192, 8192, 8192, "bf16")

@@ -149,6 +149,57 @@ def test_te_expert_gemms_one_cublas_call_per_local_expert():
         assert local * one >= batched
 
 
+def test_te_quantizes_each_experts_fp8_input_in_its_own_kernel_unless_delayed_scaling():
+    """TE GroupedLinear's split_quantize (cast.cpp multi_tensor_quantize_impl, v2.8-v2.16) fuses the
+    per-expert quantization into one kernel only for DelayedScaling; MXFP8 (and current scaling,
+    blockwise) launch one kernel per local expert. Same bytes, so the difference is exactly the extra
+    launches' fixed cost, on the forward and data-gradient GEMMs only (the weight gradient takes the
+    column-wise copies); delayed (Megatron-Core's default) and bf16 are unchanged; a dense GEMM is one."""
+    from simulator.compute import memory_fixed_s
+    from simulator.lowering import fp8_quantize_launches
+    m = _model()
+    local = E // 8
+    ctxs = {r: _ctx(m, precision="fp8", fp8_recipe=r) for r in (None, "delayed", "mxfp8", "tensorwise")}
+    assert fp8_quantize_launches(ctxs["mxfp8"], local) == local == fp8_quantize_launches(ctxs["tensorwise"], local)
+    assert fp8_quantize_launches(ctxs[None], local) == 1 == fp8_quantize_launches(ctxs["delayed"], local)
+    assert fp8_quantize_launches(ctxs["mxfp8"], 1) == 1 and fp8_quantize_launches(ctxs["mxfp8"], local, False) == 1
+
+    def times(ctx):
+        return {(op.name, op.phase): op.time_s for op in layer_ops(ctx, "moe", recompute=False) if op.kind == "gemm"}
+    d, mx = times(ctxs["delayed"]), times(ctxs["mxfp8"])
+    fixed = (local - 1) * memory_fixed_s(ctxs["mxfp8"].dev.cal)
+    for name in ("moe.experts.up", "moe.experts.down"):
+        assert mx[(name, "fwd")] - d[(name, "fwd")] == pytest.approx(fixed)
+        assert mx[(name + ".dgrad", "bwd")] - d[(name + ".dgrad", "bwd")] == pytest.approx(fixed)
+        assert mx[(name + ".wgrad", "bwd")] == d[(name + ".wgrad", "bwd")]
+    assert mx[("moe.router", "fwd")] == d[("moe.router", "fwd")]
+    with pytest.raises(Exception, match="fp8_recipe"):
+        _ctx(m, precision="fp8", fp8_recipe="e4m3")
+
+
+def test_current_scaling_reads_each_input_once_more_for_its_amax():
+    """TE's Float8CurrentScalingQuantizer (quantizer.cpp quantize_impl): an amax kernel reads the input,
+    a second derives the scale, then the cast: 2 more bytes per element and 3 kernels per split, on the
+    forward and data-gradient quantizations only; delayed scaling is one 3-byte cast."""
+    from simulator.compute import memory_time
+    from simulator.lowering import fp8_quantize_time
+    m = _model()
+    local, n = E // 8, 1e8
+    cs, dl = _ctx(m, precision="fp8", fp8_recipe="tensorwise"), _ctx(m, precision="fp8")
+    assert fp8_quantize_time(dl, n) == pytest.approx(memory_time(dl.dev, 3 * n))
+    assert fp8_quantize_time(cs, n) == pytest.approx(memory_time(cs.dev, 5 * n, launches=3))
+    assert fp8_quantize_time(cs, n, local) == pytest.approx(memory_time(cs.dev, 5 * n, launches=3 * local))
+    assert fp8_quantize_time(cs, n, local, quantize=False) == pytest.approx(memory_time(cs.dev, 3 * n))
+
+
+def test_bridge_fp8_rows_take_the_recipe_their_config_names():
+    from validation.bridge_recipes import recipe_fp8_recipe
+    assert recipe_fp8_recipe("LLAMA3_70B_PRETRAIN_CONFIG_GB200_FP8_CS_V2") == "tensorwise"
+    assert recipe_fp8_recipe("QWEN3_30B_A3B_GB200_FP8_MX_BASE_CONFIG") == "mxfp8"
+    assert recipe_fp8_recipe("gpt_oss_120b_pretrain_64gpu_gb300_fp8mx_config") == "mxfp8"
+    assert recipe_fp8_recipe("LLAMA3_70B_PRETRAIN_CONFIG_GB200_BF16_V2") is None
+
+
 # ---- Megatron-Core's local spec: SequentialMLP, a Python loop over the local experts (session 19)
 
 def _local_ctx(model, **plan):

@@ -61,6 +61,18 @@ def test_mxfp8_is_costed_as_fp8_and_says_so():
     i, row = _first(lambda r: r["dtype"] == "MXFP8" and r["gpu"].startswith("GB200") and r["model"] == "LLAMA3_70B")
     c = compare_row(i, row, None)
     assert c.plan["precision"] == "fp8" and "MXFP8 costed as FP8" in c.note
+    assert c.plan["fp8_recipe"] == "mxfp8"
+
+
+def test_fp8_recipe_read_from_the_dtype():
+    """MXFP8 / FP8-MX rows run Megatron-Bridge's bf16_with_mxfp8_mixed (mxfp8), FP8-CS its current-scaling
+    recipe (tensorwise; "FP8-CS (FP8-MX)" quotes the CS figure first); a plain FP8 names none (delayed)."""
+    from validation.published import row_fp8_recipe
+    assert row_fp8_recipe({"dtype": "MXFP8"}, "fp8") == "mxfp8"
+    assert row_fp8_recipe({"dtype": "FP8-MX"}, "fp8") == "mxfp8"
+    assert row_fp8_recipe({"dtype": "FP8-CS (FP8-MX)"}, "fp8") == "tensorwise"
+    assert row_fp8_recipe({"dtype": "FP8"}, "fp8") is None
+    assert row_fp8_recipe({"dtype": "BF16"}, "bf16") is None
 
 
 def test_nvfp4_rows_are_read_and_ultras_recipe_skipped_with_the_reason():

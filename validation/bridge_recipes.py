@@ -105,6 +105,18 @@ def moe_routing(rec: dict, model_name: str) -> dict:
     return out
 
 
+def recipe_fp8_recipe(config: str) -> str | None:
+    """The FP8 recipe a workload config's name states, by Megatron-Core's names: ``*_FP8_CS_*``
+    (scripts/performance/utils/precision.py ``fp8_cs``: bf16_with_fp8_current_scaling_mixed) tensorwise,
+    ``*_FP8_MX_*`` / ``*_fp8mx_*`` (``fp8_mx``: bf16_with_mxfp8_mixed) mxfp8, ``*_FP8_SC_*`` (``fp8_sc``:
+    bf16_with_fp8_subchannel_scaling_mixed) blockwise; None where the name states none."""
+    name = config.upper()
+    for key, recipe in (("FP8_CS", "tensorwise"), ("FP8_MX", "mxfp8"), ("FP8MX", "mxfp8"), ("FP8_SC", "blockwise")):
+        if key in name:
+            return recipe
+    return None
+
+
 def recipe_fields(row: dict, model_name: str, tp: int, ep: int, precision: str, fills: list[str],
                   moe: bool = False) -> dict:
     """The plan fields a Megatron-Bridge row's recipe sets (vp, mbs, zero_stage, recompute and its
@@ -122,6 +134,10 @@ def recipe_fields(row: dict, model_name: str, tp: int, ep: int, precision: str, 
            "ep_comm_overlap": rec["moe_a2a_overlap"] == "True" and ep > 1}
     if rec["megatron_fsdp"] == "True":
         out["zero_stage"] = 3
+    if precision == "fp8":
+        recipe = recipe_fp8_recipe(rec["config"])
+        if recipe:
+            out["fp8_recipe"] = recipe
     if moe:
         out.update(moe_routing(rec, model_name))
     mods = [m for m in rec["recompute_modules"].split() if m in MODELLED_MODULES]

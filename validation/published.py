@@ -344,11 +344,27 @@ def row_precision(row: dict, fills: list[str]) -> str:
                              "bf16 (the generic recipe's default; a recipe that keeps some says so below); fp4 "
                              "parameter gather not modelled (bf16 bytes)")
             if word in ("mxfp8", "fp8-mx"):
-                fills.append("MXFP8 costed as FP8 (same tensor-core peak; block-scale overhead not modelled)")
+                fills.append("MXFP8 costed as FP8 (same tensor-core peak) with fp8_recipe mxfp8 (per-expert "
+                             "quantize kernels of TE's GroupedLinear); the E8M0 block scales' bytes not modelled")
             if word == "16-bit":
                 fills.append("16-bit mixed precision costed as bf16 (fp16 and bf16 share the tensor-core peak)")
             return precision
     raise MeshcastError("dtype", f"unknown precision {row.get('dtype')!r}")
+
+
+def row_fp8_recipe(row: dict, precision: str) -> str | None:
+    """The Transformer Engine FP8 recipe a row's ``dtype`` names, by Megatron-Core's names
+    (plan.FP8_RECIPES): MXFP8 / FP8-MX is Megatron-Bridge's ``bf16_with_mxfp8_mixed`` (mxfp8), FP8-CS
+    its ``bf16_with_fp8_current_scaling_mixed`` (tensorwise; "FP8-CS (FP8-MX)" gives the CS figure
+    first); a plain FP8 names none and keeps Megatron-Core's default (None: delayed)."""
+    if precision != "fp8":
+        return None
+    text = (row.get("dtype") or "").lower()
+    if text.startswith("fp8-cs"):
+        return "tensorwise"
+    if "mxfp8" in text or "fp8-mx" in text:
+        return "mxfp8"
+    return None
 
 
 def row_zero_stage(row: dict, family: str, fills: list[str]) -> int:
@@ -461,6 +477,7 @@ def plan_from_row(row: dict, model: ModelSpec, fills: list[str] | None = None) -
         precision = "fp16"
         fills.append("costed as fp16: DeepSpeed v0.3.13-v0.5.0 has no bf16 config (runtime/constants.py)")
     mixed = recipe_mixed_precision(model, fam, precision, fills)
+    fp8_recipe = bridge.get("fp8_recipe") or row_fp8_recipe(row, precision)
     return ParallelPlan(tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, mbs=mbs, gbs=gbs, seq=model.seq_len,
                         zero_stage=zero, recompute=recompute, sequence_parallel=sp, layers_per_stage=split, etp=etp,
                         precision=precision, dropout=fam in ("narayanan2021", "korthikanti2022"),
@@ -471,7 +488,7 @@ def plan_from_row(row: dict, model: ModelSpec, fills: list[str] | None = None) -
                         recompute_layers=bridge.get("recompute_layers"),
                         recompute_modules=bridge.get("recompute_modules") if recompute == "selective" else None,
                         **{k: bridge[k] for k in ("moe_dispatcher", "moe_router_fusion", "moe_host_sync") if k in bridge},
-                        **mixed)
+                        fp8_recipe=fp8_recipe, **mixed)
 
 
 # MosaicML llm-foundry's benchmark tables (scripts/train/benchmarking/README.md: the H100 tables and the

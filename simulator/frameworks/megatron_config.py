@@ -258,6 +258,8 @@ def _precision_args(m: ModelSpec, p: ParallelPlan, a: list, notes: list) -> None
     _add(a, "--fp16" if p.precision == "fp16" else "--bf16")
     if p.precision == "fp8":
         _add(a, "--fp8-format", "hybrid")
+        if p.fp8_recipe:
+            _add(a, "--fp8-recipe", p.fp8_recipe)
     if p.precision == "nvfp4":
         # Megatron-LM transformer_config.py: fp4 (--fp4-format, 'e2m1'), fp4_recipe (--fp4-recipe,
         # 'nvfp4': TE's NVFP4BlockScaling), fp4_param (--fp4-param-gather); arguments.py
@@ -410,7 +412,7 @@ _PLAN_FLAGS = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size",
                "--overlap-moe-expert-parallel-comm", "--optimizer-cpu-offload", "--optimizer-offload-fraction", "--use-precision-aware-optimizer",
                "--recompute-granularity", "--recompute-method", "--recompute-num-layers", "--recompute-modules",
                "--bf16", "--fp16",
-               "--fp8-format", "--fp4-format", "--fp4-recipe", "--fp4-param-gather", "--first-last-layers-bf16",
+               "--fp8-format", "--fp8-recipe", "--fp4-format", "--fp4-recipe", "--fp4-param-gather", "--first-last-layers-bf16",
                "--num-layers-at-start-in-bf16", "--num-layers-at-end-in-bf16", "--transformer-impl", "--attention-backend", "--attention-dropout", "--hidden-dropout",
                "--no-overlap-p2p-communication", "--group-query-attention", "--num-query-groups",
                "--position-embedding-type", "--normalization", "--swiglu", "--squared-relu",
@@ -565,6 +567,7 @@ def _plan(vals: dict, L: Optional[int], model: Optional[ModelSpec]) -> tuple[Par
         tp_comm_overlap="--tp-comm-overlap" in vals, ep_comm_overlap="--overlap-moe-expert-parallel-comm" in vals,
         overlap_p2p=False if "--no-overlap-p2p-communication" in vals else None,
         offload_optimizer="--optimizer-cpu-offload" in vals, layers_per_stage=lps, bf16_layers=_bf16_layers(vals),
+        fp8_recipe=vals.get("--fp8-recipe") if "--fp8-format" in vals else None,
         framework="megatron-core-local" if local else "megatron-core")
     if "--use-torch-fsdp2" in vals:
         notes.append("--use-torch-fsdp2 read as ZeRO-3 (parameters, gradients and optimizer states sharded)")

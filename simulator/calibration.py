@@ -75,6 +75,11 @@ class Calibration:
       gemm_split_k_per_split_s   seconds per split of the split-K reduction (cuBLAS's separate
                                  splitKreduce kernel reads the s partials of an output serially:
                                  traced ~32 ns per split); 0: none
+      gemm_l2_operand_bytes_per_flop  whole-GPU rate at which the tiles of one GEMM stream their
+                                 operands from L2 into shared memory, bytes per FLOP of the datasheet
+                                 dense bf16 peak: a split-K tiling's compute time is at least
+                                 Σ_tile-splits (tm + tn)·k·bytes / (this x bf16 peak) (issue #12 session
+                                 24, candidate gemm36); 0: no such floor
       gemm_sm_load_bytes_per_flop  bytes one SM loads GEMM operands at (L2 to shared memory) per
                                  FLOP of its datasheet dense bf16 peak: a tile's main loop takes at
                                  least (tm + tn)·k·bytes / (this x bf16 peak / SMs) seconds; 0: no cap
@@ -202,6 +207,7 @@ class Calibration:
     gemm_unaligned_max_vector: float = 0.0
     gemm_unaligned_split_waves: float = 0.0
     gemm_split_k_per_split_s: float = 0.0
+    gemm_l2_operand_bytes_per_flop: float = 0.0
     kernel_launch_s: float = 5.0e-6
     gemm_launch_s: float = 6.0e-6
     gemm_fp8_fixed_s: float = 0.0

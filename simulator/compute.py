@@ -255,8 +255,27 @@ def gemm_tiling_s(dev: DeviceModel, m: int, n: int, k: int, dtype: str, tm: int,
     tiles = math.ceil(m / tm) * math.ceil(n / tn) * batch
     t = math.ceil(tiles * s / dev.accelerator.sm_count) * gemm_tile_s(dev, tm, tn, math.ceil(k / s), dtype, vector)
     if s > 1:
+        t = max(t, l2_operand_s(dev, tiles * s, tm, tn, math.ceil(k / s), dtype))
         t += split_k_reduction_s(dev, m, n, s, batch)
     return t
+
+
+def l2_operand_s(dev: DeviceModel, tile_splits: int, tm: int, tn: int, k: int, dtype: str) -> float:
+    """Seconds the whole GPU needs to stream the operands of ``tile_splits`` tm×tn tiles, each
+    over ``k`` (padded to the K-tile), from L2 into shared memory: Σ (tm + tn)·k_pad·bytes at
+    ``gemm_l2_operand_bytes_per_flop`` × the datasheet dense bf16 peak (B/s); 0 when that is 0 (the
+    default: no floor). Every output tile re-reads its row panel of A and column panel of B, so a
+    small-tile tiling of a small-m·n, large-k GEMM moves far more than the operands' own bytes
+    (208×376×43304 on 64×64 tiles: 266 MB through L2 for 51 MB of operands); what the SMs can pull
+    from L2 together, not each SM's own load rate (``gemm_sm_load_bytes_per_flop``), then bounds
+    the kernel. Source: the cuBLAS traces of the development draws (validation/gemm_kernels.py):
+    split-K nvjet kernels of small-m·n, large-k shapes run 15-35% longer than the tiles' tensor
+    time at every traced tile; issue #12 session 24."""
+    rate = dev.cal.gemm_l2_operand_bytes_per_flop * dev.accelerator.peak_flops("bf16")
+    if rate <= 0:
+        return 0.0
+    k_pad = math.ceil(k / GEMM_TILE_K) * GEMM_TILE_K
+    return tile_splits * (tm + tn) * k_pad * DTYPE_BYTES[dtype] / rate
 
 
 def gemm_tile_s(dev: DeviceModel, tm: int, tn: int, k: int, dtype: str, vector: float | None = None) -> float:

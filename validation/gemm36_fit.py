@@ -1,0 +1,147 @@
+"""Fit of candidate gemm36's split-K L2 operand floor (issue #12 session 24).
+
+``gemm_l2_operand_bytes_per_flop`` (simulator.compute.l2_operand_s: a split-K tiling takes at least
+its tile-splits' operand bytes over that rate x the datasheet dense bf16 peak) and
+``gemm_split_k_fixed_s`` (the split-K reduction's fixed cost, refitted with it) are fitted per GPU,
+every other parameter kept at the committed profile's value, by coordinate descent (golden-section
+search per parameter) of the pooled MAPE
+over the development GEMM records: the GPU's kernel suite (``h{200,100}_kernels.json``, ``gemm``
+records) and every random draw through seed 35 (H200 seeds 24-26, 28, 30, 32, 34; H100 seeds 12,
+21-23, 27, 29, 31, 33, 35), each draw's records reduced to their faster pass median
+(validation.gemm_regimes.reproduced_times). Draws 36 and later are not read.
+
+    python -m validation.gemm36_fit            prints both GPUs' fitted values and pooled MAPE
+    python -m validation.gemm36_fit --write    also writes validation/candidates/<profile>-gemm36.yaml
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MEAS = ROOT / "validation" / "measurements"
+REPEAT = MEAS / "repeat"
+# development files and the draws taken from each (nothing past seed 35)
+DEV = {
+    "h200-sxm": {MEAS / "h200_kernels.json": None, MEAS / "h200_gemm_random.json": (24,),
+                 **{REPEAT / f"h200_gemm_random{s}.json": (s,) for s in (25, 26, 28, 30, 32, 34)}},
+    "h100-sxm": {MEAS / "h100_kernels.json": None, MEAS / "h100_gemm_random2.json": (21, 22, 12),
+                 MEAS / "h100_gemm_random3.json": (23,),
+                 **{REPEAT / f"h100_gemm_random{s}.json": (s,) for s in (27, 29, 31, 33, 35)}},
+}
+# the candidate's new parameters and the range each is searched over
+BOUNDS = {
+    "gemm_l2_operand_bytes_per_flop": (0.002, 0.020),   # bytes per datasheet FLOP (0.0117: a 128x256 bf16 tile at peak)
+    # refitted with it: the fixed cost of a split-K reduction (traced splitKreduce launch ~1.5 us of device time)
+    "gemm_split_k_fixed_s": (0.5e-6, 6.0e-6),
+}
+NEW = ("gemm_l2_operand_bytes_per_flop",)   # added by this candidate (0 in the committed profiles: off)
+PARAMETERS = tuple(BOUNDS)
+ROUNDS = 3         # coordinate-descent rounds, each a golden-section search per parameter in turn
+
+
+def dev_records(profile: str) -> list[tuple[dict, object]]:
+    """(record, hardware) of every development GEMM record of ``profile``'s GPU: the kernel suite's
+    ``gemm`` records as they are, each random draw's reduced to one record per shape."""
+    from validation.gemm_regimes import reproduced_times
+    from validation.hardware import hardware_for
+    from validation.records import load_measurements
+    out = []
+    for path, seeds in DEV[profile].items():
+        mf = load_measurements(path)
+        hw = hardware_for(mf)
+        recs = [r for r in mf.records if r.get("kind") == "gemm"]
+        if seeds is not None:
+            recs = reproduced_times([r for r in recs if r.get("seed") in seeds])
+        out += [(r, hw) for r in recs]
+    return out
+
+
+def pooled_mape(rows, cal) -> float:
+    """Mean |predicted / measured − 1| of ``rows`` under calibration ``cal``."""
+    from validation.predict import predict_record
+    return sum(abs(predict_record(r, hw, cal).time_s / r["time_s"] - 1.0) for r, hw in rows) / len(rows)
+
+
+def golden(f, lo: float, hi: float, iters: int = 25) -> float:
+    """Minimiser of the unimodal ``f`` over [lo, hi] by golden-section search."""
+    g = (math.sqrt(5) - 1) / 2
+    a, b = lo, hi
+    c, d = b - g * (b - a), a + g * (b - a)
+    fc, fd = f(c), f(d)
+    for _ in range(iters):
+        if fc <= fd:
+            b, d, fd = d, c, fc
+            c = b - g * (b - a)
+            fc = f(c)
+        else:
+            a, c, fc = c, d, fd
+            d = a + g * (b - a)
+            fd = f(d)
+    return (a + b) / 2
+
+
+def fit(profile: str) -> tuple[dict, float, float]:
+    """({parameter: fitted value}, pooled MAPE at them, pooled MAPE of the committed profile):
+    coordinate descent from the committed profile (the new parameters off: 0), :data:`ROUNDS`
+    rounds of a golden-section search per parameter over its :data:`BOUNDS`, on :func:`dev_records`."""
+    from simulator.calibration import load_calibration
+    base = load_calibration(profile)
+    rows = dev_records(profile)
+    values = {p: getattr(base, p) for p in PARAMETERS}
+    for _ in range(ROUNDS):
+        for p in PARAMETERS:
+            values[p] = golden(lambda v: pooled_mape(rows, replace(base, **{**values, p: v})), *BOUNDS[p])
+    return values, pooled_mape(rows, replace(base, **values)), pooled_mape(rows, base)
+
+
+CANDIDATES = ROOT / "validation" / "candidates"
+
+
+def candidate_text(profile: str, values: dict, mape: float, mape0: float) -> str:
+    """The committed profile's YAML with a top-level ``candidate:`` line, a ``gemm36[...]`` block in
+    ``fits`` (provenance) and each fitted parameter of ``values`` after ``gemm_split_k_per_split_s``."""
+    text = (ROOT / "hardware_specs" / "profiles" / f"{profile}.yaml").read_text()
+    files = "".join(f"    - {p.relative_to(ROOT)}\n" for p in DEV[profile])
+    draws = "".join(f"      {p.relative_to(ROOT)}:\n" + "".join(f"      - {s}\n" for s in seeds)
+                    for p, seeds in DEV[profile].items() if seeds)
+    names = "+".join(PARAMETERS)
+    block = (f"  gemm36[{names}]:\n    fitted_on:\n{files}    fitted_random_draws:\n{draws}"
+             f"    method: 'validation/gemm36_fit.py: {ROUNDS} rounds of golden-section search per parameter from the committed values (floor off), ranges\n"
+             f"      {', '.join(f'{p} {list(b)}' for p, b in BOUNDS.items())}, on the pooled\n"
+             f"      MAPE of every development GEMM record (kernel suite gemm records, random draws through seed 35 at their\n"
+             f"      faster pass median); every other parameter kept at the committed {profile} value'\n"
+             f"    fitted:\n" + "".join(f"    - {p}\n" for p in PARAMETERS) + f"    pooled_mape: {mape:.4f}\n    pooled_mape_committed: {mape0:.4f}\n")
+    head = (f"candidate: 'gemm36 (issue #12 session 24): the committed {profile} profile plus the split-K L2 operand floor "
+            f"(simulator.compute.l2_operand_s), with the split-K reduction fixed cost refitted, "
+            + ", ".join(f"{p} = {v:.6g}" for p, v in values.items())
+            + ", fitted by validation/gemm36_fit.py on the development GEMM records through seed 35'\n")
+    assert text.count("\nfits:\n") == 1 and text.count("  gemm_split_k_per_split_s:") == 1
+    text = text.replace("\nfits:\n", "\nfits:\n" + block, 1)
+    lines = text.splitlines(keepends=True)
+    i = next(j for j, line in enumerate(lines) if line.startswith("  gemm_split_k_per_split_s:"))
+    for p in reversed(NEW):
+        lines.insert(i + 1, f"  {p}: {values[p]!r}   # candidate gemm36: validation/gemm36_fit.py\n")
+    for p in PARAMETERS:
+        if p in NEW:
+            continue
+        j = next(j for j, line in enumerate(lines) if line.startswith(f"  {p}:"))
+        lines[j] = f"  {p}: {values[p]!r}   # candidate gemm36 refit: validation/gemm36_fit.py\n"
+    return head + "".join(lines)
+
+
+def main(argv=None) -> int:
+    import sys
+    argv = sys.argv[1:] if argv is None else argv
+    for profile in DEV:
+        v, m, m0 = fit(profile)
+        print(f"{profile}: " + ", ".join(f"{p} = {x:.6g}" for p, x in v.items())
+              + f"  pooled MAPE {100 * m:.2f}% (committed {100 * m0:.2f}%)")
+        if "--write" in argv:
+            (CANDIDATES / f"{profile}-gemm36.yaml").write_text(candidate_text(profile, v, m, m0))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

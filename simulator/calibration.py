@@ -79,7 +79,7 @@ class Calibration:
                                  operands from L2 into shared memory, bytes per FLOP of the datasheet
                                  dense bf16 peak: a split-K tiling's compute time is at least
                                  Σ_tile-splits (tm + tn)·k·bytes / (this x bf16 peak) (issue #12 session
-                                 24, candidate gemm36); 0: no such floor
+                                 23, candidate gemm36); 0: no such floor
       gemm_sm_load_bytes_per_flop  bytes one SM loads GEMM operands at (L2 to shared memory) per
                                  FLOP of its datasheet dense bf16 peak: a tile's main loop takes at
                                  least (tm + tn)·k·bytes / (this x bf16 peak / SMs) seconds; 0: no cap

@@ -270,7 +270,7 @@ def l2_operand_s(dev: DeviceModel, tile_splits: int, tm: int, tn: int, k: int, d
     from L2 together, not each SM's own load rate (``gemm_sm_load_bytes_per_flop``), then bounds
     the kernel. Source: the cuBLAS traces of the development draws (validation/gemm_kernels.py):
     split-K nvjet kernels of small-m·n, large-k shapes run 15-35% longer than the tiles' tensor
-    time at every traced tile; issue #12 session 24."""
+    time at every traced tile; issue #12 session 23."""
     rate = dev.cal.gemm_l2_operand_bytes_per_flop * dev.accelerator.peak_flops("bf16")
     if rate <= 0:
         return 0.0

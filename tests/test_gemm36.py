@@ -1,4 +1,4 @@
-"""Candidate gemm36 (issue #12 session 24): the split-K L2 operand floor.
+"""Candidate gemm36 (issue #12 session 23): the split-K L2 operand floor.
 
 ``gemm_l2_operand_bytes_per_flop`` (simulator.compute.l2_operand_s): a split-K tiling's compute time is
 at least the operand bytes its tile-splits stream from L2, Σ (tm + tn)·k_pad·bytes, over that rate x the

@@ -1,4 +1,4 @@
-"""Fit of candidate gemm36's split-K L2 operand floor (issue #12 session 24).
+"""Fit of candidate gemm36's split-K L2 operand floor (issue #12 session 23).
 
 ``gemm_l2_operand_bytes_per_flop`` (simulator.compute.l2_operand_s: a split-K tiling takes at least
 its tile-splits' operand bytes over that rate x the datasheet dense bf16 peak) and
@@ -113,7 +113,7 @@ def candidate_text(profile: str, values: dict, mape: float, mape0: float) -> str
              f"      MAPE of every development GEMM record (kernel suite gemm records, random draws through seed 35 at their\n"
              f"      faster pass median); every other parameter kept at the committed {profile} value'\n"
              f"    fitted:\n" + "".join(f"    - {p}\n" for p in PARAMETERS) + f"    pooled_mape: {mape:.4f}\n    pooled_mape_committed: {mape0:.4f}\n")
-    head = (f"candidate: 'gemm36 (issue #12 session 24): the committed {profile} profile plus the split-K L2 operand floor "
+    head = (f"candidate: 'gemm36 (issue #12 session 23): the committed {profile} profile plus the split-K L2 operand floor "
             f"(simulator.compute.l2_operand_s), with the split-K reduction fixed cost refitted, "
             + ", ".join(f"{p} = {v:.6g}" for p, v in values.items())
             + ", fitted by validation/gemm36_fit.py on the development GEMM records through seed 35'\n")

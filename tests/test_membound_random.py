@@ -301,3 +301,31 @@ def test_seed_43_as_registered_every_kind_within_8_percent(gpu):
         assert got[kind] == pytest.approx(quoted, abs=5e-4), kind
     assert max(got.values()) <= 0.08
     assert scored(gpu, 43, drop_interference=True) == scored(gpu, 43)
+
+
+# ---- seed 44 (session 23, registered by the committed model after the adoption, 4711a01) ------------------
+AS_REGISTERED_44 = {   # pooled and per-kind MAPE of every timed case against its registered prediction
+    "h200": {"all": 0.0584, "copy": 0.0830, "add": 0.0383, "gelu": 0.0341, "silu_mul": 0.0198, "softmax": 0.0882,
+             "layernorm": 0.0916, "rmsnorm": 0.0541},
+    "h100": {"all": 0.0505, "copy": 0.0677, "add": 0.0244, "gelu": 0.0261, "silu_mul": 0.0249, "softmax": 0.0972,
+             "layernorm": 0.0716, "rmsnorm": 0.0416},
+}
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+def test_seed_44_as_registered(gpu):
+    """The fifth draw, registered by the committed model once membound42 was adopted, on newly lent
+    machines: pooled within 8% on both GPUs (H200 5.8%, H100 5.05%), but not every kind: H200
+    layernorm 9.2%, softmax 8.8%, copy 8.3%; H100 softmax 9.7% (seed 43 had every kind within 8%)."""
+    assert "seed 44" in (LOGS / "prereg_membound44_h200.txt").read_text()
+    got, _ = scored(gpu, 44)
+    for kind, quoted in AS_REGISTERED_44[gpu].items():
+        assert got[kind] == pytest.approx(quoted, abs=5e-4), kind
+    assert got["all"] <= 0.08
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+@pytest.mark.xfail(strict=True, reason="issue #12: memory-bound ops <= 8% per kind on seed 44 (registered by the "
+                                       "committed model): H200 layernorm 9.2%, softmax 8.8%, copy 8.3%; H100 softmax 9.7%")
+def test_seed_44_every_kind_within_the_target(gpu):
+    assert max(scored(gpu, 44)[0].values()) <= 0.08

@@ -295,8 +295,9 @@ def test_published_runs_more():
     # -> 11.94% with the recipes' recompute modules costed (session 20)
     # -> 12.14% with Blackwell Ultra's doubled SFU exponential rate (session 23)
     # -> 12.02% with TE's per-expert MXFP8 quantize kernels (session 23) -> 11.91% with current scaling's amax pass
-    # -> 11.93% with session 23's membound42 / gemm32 profiles too
-    assert sum(abs(c.error) for c in before) / len(before) <= 0.1194   # narrow-load misaligned GEMMs: 0.12458 -> 0.12454
+    # -> 11.93% with session 23's membound42 / gemm32 profiles too -> 11.96% with its split-K L2 operand floor (gemm36;
+    # llm-foundry 11.32 -> 11.39%)
+    assert sum(abs(c.error) for c in before) / len(before) <= 0.1197   # narrow-load misaligned GEMMs: 0.12458 -> 0.12454
     # with the 24 Nemotron 3 rows (hybrid Mamba-2 blocks; 58.7%, every one predicted too fast): 17.9%;
     # with MTP (Super: two repeated depths, bf16) 16.4%; with issue #12's GEMM structure 16.1%; with
     # Super NVFP4's bf16 layers and modules read and the footnoted regression row skipped 15.6%;
@@ -307,8 +308,8 @@ def test_published_runs_more():
     # -> 13.40% with the Megatron-Bridge recipes' recompute modules costed (session 20)
     # -> 13.62% with Blackwell Ultra's doubled SFU exponential rate (session 23)
     # -> 13.36% with TE's per-expert MXFP8 quantize kernels (session 23) -> 13.26% with current scaling's amax pass
-    # -> 13.29% with session 23's membound42 / gemm32 profiles too
-    assert sum(abs(c.error) for c in done) / len(done) <= 0.1330   # 13.44 -> 13.47% with session 16's norm model
+    # -> 13.29% with session 23's membound42 / gemm32 profiles too -> 13.32% with the split-K L2 operand floor (gemm36)
+    assert sum(abs(c.error) for c in done) / len(done) <= 0.1332   # 13.44 -> 13.47% with session 16's norm model
     allowed = ("zero_stage: Megatron-Bridge's Nemotron 3 Ultra", "framework: MaxText", "precision: pytorch: fp8",
                "measured: Megatron-Bridge docs/performance-summary-archive.md")
     assert all(s.reason.startswith(allowed) for s in skipped), {s.reason for s in skipped}
@@ -418,13 +419,14 @@ def test_published_coverage_and_figures_ratchet():
     # -> (on 14.04%: 14.26% with Blackwell Ultra's doubled SFU exponential rate, B300/GB300 attention faster,
     # compute.DeviceModel.exp_per_s; 14.05% with TE's per-expert MXFP8 quantize kernels, lowering.fp8_quantize_launches;
     # 13.97% with the FP8 rows' current-scaling recipe read from their Megatron-Bridge configs and its amax pass)
-    # -> 13.38% all together
-    assert sum(abs(c.error) for c in done) / len(done) <= 0.1338   # 14.11 -> 14.14% with session 16's norm model
+    # -> 13.38% all together -> 13.40% with session 23's split-K L2 operand floor (gemm36; llm-foundry 11.32 -> 11.39%)
+    assert sum(abs(c.error) for c in done) / len(done) <= 0.1340   # 14.11 -> 14.14% with session 16's norm model
     # -> 13.01% with session 16's norm kernel model (12.98% before) -> 12.97% with the recipes' recompute modules
     # -> 12.42% with the 2021 ZeRO-3 gather's per-rank copy-out costed -> 12.21% with NeMo's Nemotron-8B/22B
     # read from the catalog (256k vocabulary) -> 12.25% with session 23's membound42 / gemm32 profiles -> 12.29%
     # with the Blackwell Ultra exponential rate, per-expert MXFP8 quantize kernels and current scaling's amax pass
-    assert len(before) == 259 and sum(abs(c.error) for c in before) / len(before) <= 0.1229
+    # -> 12.31% with the split-K L2 operand floor (gemm36)
+    assert len(before) == 259 and sum(abs(c.error) for c in before) / len(before) <= 0.1231
     src = per_source(before)
     for name, ratchet in PUBLISHED_SOURCE_RATCHETS.items():
         assert src[name]["mape"] <= ratchet + 5e-4, name

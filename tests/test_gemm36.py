@@ -32,16 +32,17 @@ def _dev(profile: str, **kw) -> DeviceModel:
     return DeviceModel(hardware_for(mf).accelerator, replace(load_calibration(profile), **kw))
 
 
-def test_off_by_default_and_in_the_committed_profiles():
+def test_off_by_default_and_on_in_the_committed_profiles():
+    """Off by default (0: no floor, bit for bit what the model gave before); on in the committed H200 / H100
+    profiles since session 23 adopted the candidate (fresh draws 36 / 37: 11.0 -> 8.25%, 9.7 -> 8.6%)."""
     assert getattr(Calibration(), PARAM) == 0.0
     for profile in ("h200-sxm", "h100-sxm"):
-        assert getattr(load_calibration(profile), PARAM) == 0.0
-        dev = _dev(profile)
-        assert l2_operand_s(dev, 132, 64, 64, 43304, "bf16") == 0.0
-        # bit for bit: the committed profile and the same profile with the floor explicitly 0
+        assert getattr(load_calibration(profile), PARAM) > 0.004
         zero = _dev(profile, **{PARAM: 0.0})
+        assert l2_operand_s(zero, 132, 64, 64, 43304, "bf16") == 0.0
+        # bit for bit: the floor at 0 and the committed split-K fixed cost give the tiling's waves alone
         for m, n, k, dt in SHAPES:
-            assert gemm_time(dev, m, n, k, dt) == gemm_time(zero, m, n, k, dt)
+            assert gemm_time(_dev(profile), m, n, k, dt) >= gemm_time(zero, m, n, k, dt)
 
 
 def test_floor_is_operand_bytes_over_the_rate():
@@ -56,7 +57,7 @@ def test_floor_is_operand_bytes_over_the_rate():
 
 
 def test_floor_applies_to_split_k_tilings_only():
-    off, on = _dev("h200-sxm"), _dev("h200-sxm", **{PARAM: 0.0074})
+    off, on = _dev("h200-sxm", **{PARAM: 0.0}), _dev("h200-sxm", **{PARAM: 0.0074})
     m, n, k = 208, 376, 43304
     # no split: the tiling's time is unchanged however low the L2 rate
     assert gemm_tiling_s(on, m, n, k, "bf16", 64, 64, 1, None) == gemm_tiling_s(off, m, n, k, "bf16", 64, 64, 1, None)
@@ -71,7 +72,7 @@ def test_floor_applies_to_split_k_tilings_only():
 
 
 def test_small_mn_large_k_slower_fat_gemms_unchanged():
-    off, on = _dev("h200-sxm"), _dev("h200-sxm", **{PARAM: 0.0074})
+    off, on = _dev("h200-sxm", **{PARAM: 0.0}), _dev("h200-sxm", **{PARAM: 0.0074})
     assert gemm_time(on, 208, 376, 43304, "bf16") > 1.2 * gemm_time(off, 208, 376, 43304, "bf16")
     # a fat GEMM never splits: identical
     assert gemm_plan(off, 8192, 8192, 8192, "bf16")[3] == 1
@@ -82,22 +83,29 @@ def test_small_mn_large_k_slower_fat_gemms_unchanged():
 
 
 @pytest.mark.parametrize("gpu", ["h200", "h100"])
-def test_candidate_loads_and_differs_only_in_the_fitted_parameters(gpu):
+def test_candidate_loads_and_is_the_committed_profile(gpu):
+    """The candidate differed from the profile of its time only in the fitted parameters; adopted in
+    session 23, the committed profile is the candidate."""
+    from validation.gemm36_fit import BEFORE
     path = CAND / f"{gpu}-sxm-gemm36.yaml"
     assert path.read_text().startswith("candidate: 'gemm36")
     cand, base = load_calibration(str(path)), load_calibration(f"{gpu}-sxm")
     assert 0.004 < getattr(cand, PARAM) < 0.008          # 4-8 TB/s of L2 into the SMs on a 989 TFLOP/s part
-    assert 1e-6 < cand.gemm_split_k_fixed_s < base.gemm_split_k_fixed_s
-    assert replace(cand, **{PARAM: 0.0}, gemm_split_k_fixed_s=base.gemm_split_k_fixed_s, name=base.name) == base
+    assert 1e-6 < cand.gemm_split_k_fixed_s < BEFORE[f"{gpu}-sxm"]["gemm_split_k_fixed_s"]
+    assert replace(cand, name=base.name) == base
 
 
 @pytest.mark.parametrize("gpu", ["h200", "h100"])
 def test_candidate_values_reproduce_from_the_fit(gpu):
-    """validation/gemm36_fit.py, run again, gives the candidate file byte for byte (values and provenance)."""
-    from validation.gemm36_fit import PARAMETERS, candidate_text, fit
+    """validation/gemm36_fit.py, run again from the values it replaced (gemm36_fit.BEFORE), gives the
+    candidate's and the committed profile's values and the pooled figures its fit block records."""
+    import yaml
+    from validation.gemm36_fit import PARAMETERS, fit
     values, mape, mape0 = fit(f"{gpu}-sxm")
     cand = load_calibration(str(CAND / f"{gpu}-sxm-gemm36.yaml"))
     for p in PARAMETERS:
         assert values[p] == pytest.approx(getattr(cand, p), rel=1e-6), p
     assert mape < mape0 - 0.004                          # H200 8.47 -> 7.19%, H100 8.90 -> 8.42% pooled
-    assert candidate_text(f"{gpu}-sxm", values, mape, mape0) == (CAND / f"{gpu}-sxm-gemm36.yaml").read_text()
+    doc = yaml.safe_load((CAND / f"{gpu}-sxm-gemm36.yaml").read_text())
+    block = next(v for k, v in doc["fits"].items() if k.startswith("gemm36"))
+    assert (round(mape, 4), round(mape0, 4)) == (block["pooled_mape"], block["pooled_mape_committed"])

@@ -41,7 +41,7 @@ DRAWS = {  # seed: (profile, measured file, registered predictions)
 }
 # the draws session 23's adoption of the gemm32 candidate made fit data (its restricted fits of the unaligned
 # rate and fixed costs ran on H200 seeds 24-30 and H100 seeds 21-31; fit blocks of the committed profiles)
-FITTED_SINCE_23 = {26, 27, 28, 29, 30, 31}
+FITTED_SINCE_23 = {26, 27, 28, 29, 30, 31, 32, 33, 34, 35}   # 32-35: the gemm36 fit (validation/gemm36_fit.py)
 # MAPE per regime as registered (the same figures the model gives today: nothing changed since)
 REGISTERED = {
     26: {"all": 0.1011, "small_mn_large_k": 0.1037, "fp8_small": 0.0686, "misaligned": 0.1925, "large": 0.1032,
@@ -82,22 +82,23 @@ REGISTERED_GEMM36 = {
     37: {"all": 0.0858, "small_mn_large_k": 0.0924, "fp8_small": 0.0345, "misaligned": 0.1108, "large": 0.1225,
          "other": 0.0817},
 }
-# today's model (gemm32 adopted, session 23) on each draw: every draw's pooled figure is as registered or better
-# except seed 31 (H100, fit data since): 10.52 -> 10.56%, its small-mn large-k 11.5 -> 12.3%; misaligned is worse on
-# seeds 27 (9.2 -> 9.6%) and 28 (10.3 -> 10.9%), better on the other six (19.3 -> 13.6% on seed 26)
+# today's model (gemm32 and gemm36 adopted, session 23) on each draw, every one fit data but 36 and 37 (seeds 32-35
+# since the gemm36 fit): every draw's pooled figure better than registered (seed 34 6.6%, fit data; 36 / 37 8.3% /
+# 8.6%, never fitted: their candidate registrations); misaligned worse than registered on seeds 27 and 28 (9.2 -> 9.65%,
+# 10.3 -> 10.4%)
 TODAY_23 = {
-    26: {"all": 0.0939, "small_mn_large_k": 0.1021, "fp8_small": 0.0689, "misaligned": 0.1357, "large": 0.1031, "other": 0.0706},
-    27: {"all": 0.0850, "small_mn_large_k": 0.0941, "fp8_small": 0.0334, "misaligned": 0.0961, "large": 0.1388, "other": 0.0724},
-    28: {"all": 0.0901, "small_mn_large_k": 0.1194, "fp8_small": 0.0380, "misaligned": 0.1088, "large": 0.1062, "other": 0.0551},
-    29: {"all": 0.0905, "small_mn_large_k": 0.1033, "fp8_small": 0.0491, "misaligned": 0.1299, "large": 0.1197, "other": 0.0714},
-    30: {"all": 0.0816, "small_mn_large_k": 0.1019, "fp8_small": 0.0405, "misaligned": 0.0682, "large": 0.1010, "other": 0.0672},
-    31: {"all": 0.1056, "small_mn_large_k": 0.1230, "fp8_small": 0.0558, "misaligned": 0.1587, "large": 0.1144, "other": 0.0734},
-    32: {"all": 0.1044, "small_mn_large_k": 0.1390, "fp8_small": 0.0617, "misaligned": 0.1160, "large": 0.1069, "other": 0.0673},
-    33: {"all": 0.0963, "small_mn_large_k": 0.1148, "fp8_small": 0.0575, "misaligned": 0.1215, "large": 0.1477, "other": 0.0549},
-    34: {"all": 0.0914, "small_mn_large_k": 0.1233, "fp8_small": 0.0542, "misaligned": 0.0830, "large": 0.0555, "other": 0.0751},
-    35: {"all": 0.0950, "small_mn_large_k": 0.1094, "fp8_small": 0.0535, "misaligned": 0.1122, "large": 0.1278, "other": 0.0672},
-    36: {"all": 0.1097, "small_mn_large_k": 0.1551, "fp8_small": 0.0495, "misaligned": 0.1079, "large": 0.1222, "other": 0.0700},
-    37: {"all": 0.0974, "small_mn_large_k": 0.1196, "fp8_small": 0.0345, "misaligned": 0.1188, "large": 0.1225, "other": 0.0822},
+    26: {"all": 0.0783, "small_mn_large_k": 0.0654, "fp8_small": 0.0689, "misaligned": 0.1222, "large": 0.1031, "other": 0.0725},
+    27: {"all": 0.0834, "small_mn_large_k": 0.0927, "fp8_small": 0.0334, "misaligned": 0.0965, "large": 0.1388, "other": 0.0679},
+    28: {"all": 0.0750, "small_mn_large_k": 0.0814, "fp8_small": 0.0380, "misaligned": 0.1043, "large": 0.1062, "other": 0.0551},
+    29: {"all": 0.0849, "small_mn_large_k": 0.0894, "fp8_small": 0.0491, "misaligned": 0.1206, "large": 0.1197, "other": 0.0726},
+    30: {"all": 0.0753, "small_mn_large_k": 0.0849, "fp8_small": 0.0405, "misaligned": 0.0714, "large": 0.1010, "other": 0.0660},
+    31: {"all": 0.0961, "small_mn_large_k": 0.0998, "fp8_small": 0.0558, "misaligned": 0.1564, "large": 0.1144, "other": 0.0721},
+    32: {"all": 0.0913, "small_mn_large_k": 0.1071, "fp8_small": 0.0617, "misaligned": 0.1088, "large": 0.1069, "other": 0.0674},
+    33: {"all": 0.0865, "small_mn_large_k": 0.0931, "fp8_small": 0.0575, "misaligned": 0.1133, "large": 0.1477, "other": 0.0549},
+    34: {"all": 0.0658, "small_mn_large_k": 0.0671, "fp8_small": 0.0544, "misaligned": 0.0708, "large": 0.0555, "other": 0.0752},
+    35: {"all": 0.0854, "small_mn_large_k": 0.0874, "fp8_small": 0.0535, "misaligned": 0.1053, "large": 0.1279, "other": 0.0657},
+    36: {"all": 0.0826, "small_mn_large_k": 0.0881, "fp8_small": 0.0498, "misaligned": 0.0963, "large": 0.1222, "other": 0.0707},
+    37: {"all": 0.0858, "small_mn_large_k": 0.0925, "fp8_small": 0.0345, "misaligned": 0.1107, "large": 0.1225, "other": 0.0818},
 }
 # the gemm32 candidate registered beside seeds 32 / 33 (validation/candidates/*-sxm-gemm32.yaml)
 REGISTERED_GEMM32 = {
@@ -116,7 +117,7 @@ H200_BEFORE_REFIT = dict(gemm_launch_s=7.066626659680828e-06, gemm_unaligned_fix
 @pytest.mark.parametrize("seed", sorted(DRAWS))
 def test_draw_is_new_and_fitted_only_since_session_23(seed):
     """Each draw was measured after its registration on a newly lent machine; none was fit data then.
-    Seeds 26-31 are since session 23 (the gemm32 fit); 32-35 never were."""
+    Seeds 26-31 are since session 23's gemm32 fit, 32-35 since its gemm36 fit; 36 and 37 never were."""
     profile, path, _ = DRAWS[seed]
     mf = load_measurements(path)
     assert mf.info["seed"] == [seed] and mf.info["passes"] == 2 and mf.info["date"] >= "2026-11-23"
@@ -163,8 +164,10 @@ def test_h200_refit_beats_the_profile_it_replaced():
     assert REGISTERED[26]["all"] < before["all"][1] - 0.04
 
 
-@pytest.mark.parametrize("seed", sorted(DRAWS))
-@pytest.mark.xfail(strict=True, reason="issue #12 target 7% on random shapes, as pre-registered: H200 seed 26 10.1% "
+@pytest.mark.parametrize("seed", sorted(set(DRAWS) - FITTED_SINCE_23))
+@pytest.mark.xfail(strict=True, reason="issue #12 target 7% on random shapes, as pre-registered (today only the draws no fit "
+                                       "has used, 36 and 37, count: 8.3% / 8.6% under today's model, their gemm36 "
+                                       "registrations): H200 seed 26 10.1% "
                                        "(misaligned 19.3%), seed 28 9.0% (small-mn large-k 12.2%; the load-cap "
                                        "candidate 8.0%, not adopted: it costs the in-step and expert GEMMs); H100 "
                                        "seed 27 8.6% (large 13.9%), seed 29 9.5% (misaligned 18.3%); seed 30 (H200) "
@@ -173,8 +176,8 @@ def test_h200_refit_beats_the_profile_it_replaced():
                                        "9.1%, seed 35 (H100) 9.5% as registered by it (small-mn large-k 12.3% / 10.9%); seed 36 (H200) "
                                        "11.0%, seed 37 (H100) 9.7% (the gemm36 candidate beside them 8.25% / 8.6%)")
 def test_fresh_draw_target(seed):
-    _, path, _ = DRAWS[seed]
-    assert mape_by_regime(random_set_pairs(path, seed=seed))["all"][1] <= 0.07
+    _, path, log = DRAWS[seed]
+    assert mape_by_regime(registered_pairs(LOGS / log.name.replace(".txt", "_cand.txt"), path))["all"][1] <= 0.07
 
 
 # the H200 values the gemm32 fit replaced (session 17's refit on seed 24)
@@ -195,10 +198,13 @@ def test_h200_fixed_costs_are_what_calibrate_fits_on_seeds_24_to_30():
     names = ["h200_kernels.json", "h200_gemm_random.json"] + [f"repeat/h200_gemm_random{s}.json" for s in (25, 26, 28, 30)]
     files = [(mf, hardware_for(mf)) for mf in (load_measurements(meas / n) for n in names)]
     cal = load_calibration("h200-sxm")
-    got = calibrate(files, "h200-sxm", start=replace(cal, **H200_BEFORE_GEMM32), only=tuple(H200_BEFORE_GEMM32),
+    start = replace(cal, **H200_BEFORE_GEMM32, gemm_l2_operand_bytes_per_flop=0.0)      # as before gemm36
+    got = calibrate(files, "h200-sxm", start=start, only=tuple(H200_BEFORE_GEMM32),
                     fit_seeds=(24, 25, 26, 28, 30)).calibration
+    gemm32 = dict(gemm_unaligned_fraction=cal.gemm_unaligned_fraction, gemm_unaligned_fixed_s=cal.gemm_unaligned_fixed_s,
+                  gemm_split_k_fixed_s=3.4829379434666116e-06)        # the split-K fixed cost gemm36 refitted since
     for name in H200_BEFORE_GEMM32:
-        assert getattr(got, name) == pytest.approx(getattr(cal, name), rel=0.01, abs=1e-9), name
+        assert getattr(got, name) == pytest.approx(gemm32[name], rel=0.01, abs=1e-9), name
         assert getattr(got, name) != pytest.approx(H200_BEFORE_GEMM32[name], rel=0.05), name
 
 

@@ -62,8 +62,8 @@ def test_reduce_kernel_costs_about_32_ns_per_split(gpu, per_split):
 def test_committed_profiles_are_the_gemm32_candidates(gpu):
     cal, cand = load_calibration(f"{gpu}-sxm"), load_calibration(str(CANDIDATES[gpu]))
     assert cal.gemm_unaligned_max_vector == cal.gemm_unaligned_split_waves == 2.0
-    assert all(getattr(cal, p) == getattr(cand, p) for p in NEW + ("gemm_unaligned_fraction", "gemm_unaligned_fixed_s",
-                                                                 "gemm_split_k_fixed_s"))
+    # gemm_split_k_fixed_s was refitted again with the split-K L2 operand floor (gemm36, also adopted in session 23)
+    assert all(getattr(cal, p) == getattr(cand, p) for p in NEW + ("gemm_unaligned_fraction", "gemm_unaligned_fixed_s"))
 
 
 def test_mechanisms():

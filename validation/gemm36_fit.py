@@ -12,6 +12,7 @@ records) and every random draw through seed 35 (H200 seeds 24-26, 28, 30, 32, 34
 
     python -m validation.gemm36_fit            prints both GPUs' fitted values and pooled MAPE
     python -m validation.gemm36_fit --write    also writes validation/candidates/<profile>-gemm36.yaml
+                                               (not once a profile has adopted it, as both have since session 23)
 """
 from __future__ import annotations
 
@@ -143,8 +144,12 @@ def main(argv=None) -> int:
     for profile in DEV:
         v, m, m0 = fit(profile)
         print(f"{profile}: " + ", ".join(f"{p} = {x:.6g}" for p, x in v.items())
-              + f"  pooled MAPE {100 * m:.2f}% (committed {100 * m0:.2f}%)")
+              + f"  pooled MAPE {100 * m:.2f}% (at the start values, gemm36_fit.BEFORE: {100 * m0:.2f}%)")
         if "--write" in argv:
+            committed = (ROOT / "hardware_specs" / "profiles" / f"{profile}.yaml").read_text()
+            if "\n  gemm36[" in committed:      # adopted in session 23: the committed profile is the candidate
+                print(f"{profile}: gemm36 is adopted (its fit block is in the committed profile); candidate not rewritten")
+                continue
             (CANDIDATES / f"{profile}-gemm36.yaml").write_text(candidate_text(profile, v, m, m0))
     return 0
 

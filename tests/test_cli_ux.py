@@ -34,6 +34,7 @@ def test_choice_lists_match_the_plan_checks():
     from simulator.frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS
     assert common.FRAMEWORKS == FRAMEWORKS and common.DEFAULT_FRAMEWORK == DEFAULT_FRAMEWORK
     assert common.PRECISIONS == plan.PRECISIONS
+    assert common.FP8_RECIPES == plan.FP8_RECIPES
 
 
 MEGATRON = ["--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",

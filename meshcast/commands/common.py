@@ -22,6 +22,7 @@ FRAMEWORKS = ("deepspeed", "deepspeed-0.3", "megatron-core", "megatron-core-loca
 DEFAULT_FRAMEWORK = "megatron-core"
 EXPORT_FORMATS = ("megatron", "torchtitan", "deepspeed")   # simulator.frameworks.launch.FORMATS (tested)
 PRECISIONS = ("bf16", "fp16", "fp8", "nvfp4")
+FP8_RECIPES = ("delayed", "tensorwise", "mxfp8", "blockwise")   # simulator.plan.FP8_RECIPES (Megatron-Core's names)
 ATTENTION = ("flash", "cudnn", "fa3", "efficient", "unfused", "math", "unfused_torch")   # simulator.plan.ATTENTION_BACKENDS
 
 MEGATRON_ALIASES = {  # meshcast flag -> Megatron-LM spellings accepted as the same option
@@ -54,6 +55,9 @@ PLAN_OPTIONS = (  # (flag, plan field, type, choices, help)
     ("--recompute-layers", "recompute_layers", int, None, "fully recompute only this many layers per stage"),
     ("--schedule", "schedule", str, SCHEDULES, "pipeline schedule (default: interleaved when vp > 1, else 1f1b)"),
     ("--precision", "precision", str, PRECISIONS, "GEMM precision (default bf16)"),
+    ("--fp8-recipe", "fp8_recipe", str, FP8_RECIPES,
+     "Transformer Engine FP8 recipe under --precision fp8 (default: Megatron-Core's, delayed; tensorwise = current "
+     "scaling); costed: its quantize kernels (docs/cost_model.md)"),
     ("--framework", "framework", str, FRAMEWORKS,
      "framework that runs the plan; decides the plan space, memory semantics and kernels (default megatron-core)"),
     ("--attention", "attention", str, ATTENTION, "attention kernel (default: the framework's first, e.g. cudnn for megatron-core)"),

@@ -95,6 +95,10 @@ class Calibration:
                                  behind another inside one pair of CUDA events (eager ``F.silu(x) *
                                  y``'s product kernel: simulator.compute.torch_silu_mul_time); read
                                  only where ``memory_op_fraction["silu"]`` is fitted
+      memory_op_fixed_s[family]  fixed seconds of one memory-bound op of a family that does not
+                                 run a TensorIterator kernel, in place of memory_kernel_fixed_s:
+                                 ``copy`` = a contiguous same-dtype copy_ PyTorch issues as one
+                                 cudaMemcpyAsync (simulator.compute.memcpy_time); empty: as before
       gemm_launch_s              fixed seconds of one library GEMM call with no work, as CUDA
                                  events see it (launch, kernel prologue and epilogue); GEMMs take
                                  it instead of kernel_launch_s (was kernel_launch_s + gemm_setup_s)
@@ -183,7 +187,9 @@ class Calibration:
                                  bandwidth, the row size from which its second read of a row
                                  comes from HBM (``reread_from_bytes``, over ``reread_span_bytes``),
                                  each kind's effective load latency (``<kind>_load_latency_s``) and
-                                 time per wave of blocks (``<kind>_row_s``); empty: the norms are
+                                 time per wave of blocks (``<kind>_row_s``); ``whole_waves`` 1:
+                                 Little's law per wave, the tail wave at its own blocks in flight
+                                 (0 / absent: fractional waves at the full grid's); empty: the norms are
                                  bytes at memory_op_fraction (fitted with ``--only norm_forward``)
       memory_op_fraction[op]     achieved fraction of HBM bandwidth of one memory-bound kernel
                                  family (layernorm, softmax, ...); default hbm_fraction
@@ -229,6 +235,7 @@ class Calibration:
     softmax_warp_cycles: dict = field(default_factory=dict)
     memory_kernel_fixed_s: float = 0.0
     memory_kernel_chained_s: float = 0.0
+    memory_op_fixed_s: dict = field(default_factory=dict)
     norm_forward: dict = field(default_factory=dict)
     host_op_s: float = 0.0
     fsdp_unit_host_s: float = 0.0
@@ -284,7 +291,7 @@ HOST_PARAMETERS = ("host_op_s", "fsdp_unit_host_s", "ddp_tensor_host_s", "optimi
 DICT_PARAMETERS = ("gemm_peak_fraction", "attention_kernel_fraction", "attention_kernel_overlap",
                    "attention_kernel_overhead", "attention_kernel_score_ops", "memory_op_fraction", "collective_fraction", "collective_alpha_fraction",
                    "collective_shard_steps", "sustained_clock_fraction", "ssd_fraction", "ssd_host_s",
-                   "step_power", "softmax_elements_per_cycle", "norm_forward", "softmax_warp_cycles")
+                   "step_power", "softmax_elements_per_cycle", "norm_forward", "softmax_warp_cycles", "memory_op_fixed_s")
 
 
 FRACTIONS = ("gemm_unaligned_fraction", "gemm_clock_bound_fraction", "hbm_fraction", "attention_fwd_fraction", "attention_bwd_fraction",
@@ -326,9 +333,11 @@ def _profile_schema() -> type:
                 ssd_host_s=(Optional[dict[str, nonneg]], None),
                 softmax_elements_per_cycle=(Optional[dict[Literal["reg", "reg_wide", "smem"], positive]], None),
                 norm_forward=(Optional[dict[Literal["fraction", "reread_from_bytes", "reread_span_bytes", "rmsnorm_row_s",
-                                                    "layernorm_row_s", "rmsnorm_load_latency_s", "layernorm_load_latency_s"],
+                                                    "layernorm_row_s", "rmsnorm_load_latency_s", "layernorm_load_latency_s",
+                                                    "whole_waves"],
                                             nonneg]], None),
                 softmax_warp_cycles=(Optional[dict[Literal["kernel", "row", "element", "element_wide"], nonneg]], None),
+                memory_op_fixed_s=(Optional[dict[Literal["copy"], nonneg]], None),
                 links=(Optional[dict[str, link]], None))
     return pydantic.create_model("ProfileParameters", __config__=cfg, **spec)
 

@@ -1033,6 +1033,23 @@ def memory_time(dev: DeviceModel, nbytes: float, launches: int = 1, op: str | No
     return nbytes / (dev.accelerator.hbm_bandwidth_Bps * frac) + launches * memory_fixed_s(dev.cal)
 
 
+def memcpy_time(dev: DeviceModel, nbytes: float) -> float:
+    """Seconds of PyTorch's ``dst.copy_(src)`` of a contiguous tensor of the same dtype on one GPU
+    (``nbytes`` read + written): aten/src/ATen/native/cuda/Copy.cu copy_device_to_device finds it
+    ``memcpy_eligible`` (same dtype, conj and neg bits, contiguous after coalescing) and issues one
+    cudaMemcpyAsync device-to-device instead of a TensorIterator kernel (the casts and strided
+    copies keep :func:`memory_time` with ``op="copy"``). The bytes move at the ``copy`` fraction;
+    the fixed cost is ``memory_op_fixed_s["copy"]`` where the profile fits it (the driver's copy
+    kernel: no TensorIterator offset calculator or dtype dispatch, its own launch path), else
+    :func:`memory_fixed_s` as before (issue #12 session 24: the smallest copies of the random draws
+    take 4.3-4.6 / 4.7-4.9 us on H200 / H100, below the 5.15 / 5.14 us fixed cost of the
+    elementwise kernels)."""
+    if nbytes <= 0:
+        return 0.0
+    fixed = dev.cal.memory_op_fixed_s.get("copy", memory_fixed_s(dev.cal))
+    return memory_time(dev, nbytes, launches=0, op="copy") + fixed
+
+
 # PyTorch's LayerNorm and RMSNorm forward over the last dimension (aten/src/ATen/native/cuda/
 # layer_norm_kernel.cu, vectorized_layer_norm_kernel; since torch 2.8 F.rms_norm on CUDA runs
 # _fused_rms_norm, the same kernel with a sum of squares in place of Welford's update): one block of
@@ -1048,7 +1065,7 @@ NORM_COMBINE_ORDER = 2.0
 # Starting values of a fit, and the values of a key a profile leaves out
 NORM_FORWARD_START = {"fraction": 0.85, "reread_from_bytes": 8192.0, "reread_span_bytes": 8192.0,
                       "rmsnorm_load_latency_s": 0.3e-6, "layernorm_load_latency_s": 0.3e-6,
-                      "rmsnorm_row_s": 0.0, "layernorm_row_s": 1.0e-6}
+                      "rmsnorm_row_s": 0.0, "layernorm_row_s": 1.0e-6, "whole_waves": 0.0}
 
 
 def norm_reread_fraction(nf: dict, row_bytes: float) -> float:
@@ -1077,10 +1094,25 @@ def norm_forward_time(dev: DeviceModel, op: str, rows: int, row: int, dtype: str
     slots = a.sm_count * NORM_BLOCKS_PER_SM
     in_flight = min(rows, slots) * NORM_BLOCK_THREADS * NORM_VECTOR_ELEMENTS * size
     k = NORM_COMBINE_ORDER
-    seconds_per_byte = ((1.0 / (a.hbm_bandwidth_Bps * nf["fraction"])) ** k
-                        + (nf[f"{op}_load_latency_s"] / in_flight) ** k) ** (1.0 / k)
+
+    def seconds_per_byte(flight: float) -> float:
+        return ((1.0 / (a.hbm_bandwidth_Bps * nf["fraction"])) ** k
+                + (nf[f"{op}_load_latency_s"] / flight) ** k) ** (1.0 / k)
+
+    wave_s = nf[f"{op}_row_s"]
+    if nf["whole_waves"] and rows > slots:
+        # Little's law per wave of resident blocks (issue #12 session 24): the grid of ``rows``
+        # blocks runs as floor(rows / slots) full waves and one tail of the remaining blocks; the
+        # tail keeps only its own blocks' loads in flight (a latency-bound block takes as long
+        # however few run beside it) and pays a whole wave's ``<op>_row_s``
+        full, tail = divmod(rows, slots)
+        per_row = traffic / rows
+        body = full * slots * per_row * seconds_per_byte(in_flight)
+        if tail:
+            body += tail * per_row * seconds_per_byte(tail * NORM_BLOCK_THREADS * NORM_VECTOR_ELEMENTS * size)
+        return body + (full + (1 if tail else 0)) * wave_s + memory_fixed_s(dev.cal)
     waves = max(1.0, rows / slots)
-    return traffic * seconds_per_byte + waves * nf[f"{op}_row_s"] + memory_fixed_s(dev.cal)
+    return traffic * seconds_per_byte(in_flight) + waves * wave_s + memory_fixed_s(dev.cal)
 
 
 # PyTorch's softmax forward over the last dimension (aten/src/ATen/native/cuda/SoftMax.cu,

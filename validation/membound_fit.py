@@ -62,10 +62,10 @@ NEW_START = {"memory_kernel_fixed_s": 4.7e-6, "memory_kernel_chained_s": 2.5e-6,
              "softmax_warp_cycles": {"kernel": 5000.0, "row": 100.0, "element": 0.35, "element_wide": 0.5}}
 
 
-def fit_samples(gpu: str, root: Path = Path("validation/measurements")) -> list:
-    """(record, hardware) of every memory-bound burst record of the fit files of ``gpu``."""
+def fit_samples(gpu: str, root: Path = Path("validation/measurements"), files=FIT_FILES) -> list:
+    """(record, hardware) of every memory-bound burst record of ``files`` (the fit files) of ``gpu``."""
     out = []
-    for name in FIT_FILES:
+    for name in files:
         mf = load_measurements(root / f"{gpu}_{name}.json")
         hw = hardware_for(mf)
         out += [(r, hw) for r in mf.records

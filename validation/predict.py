@@ -10,7 +10,7 @@ from models.schema import ModelSpec, MoEConfig
 from simulator.calibration import Calibration
 from simulator.comm import COLLECTIVES, collective_time, fabric_from_hardware
 from simulator.compute import (ELEMENTWISE_PASSES, attention_time, cast_to_fp32_time, causal_fraction, elementwise_time,
-                               fp32_clone_time, gemm_time, grouped_gemm_time, masked_fill_time, memory_time, mixed_add_time,
+                               fp32_clone_time, gemm_time, grouped_gemm_time, masked_fill_time, memcpy_time, mixed_add_time,
                                softmax_backward_kernel_time, torch_silu_mul_time)
 from simulator.engine import device_model, simulate
 from simulator.power import step_clock_fraction, work_class
@@ -91,7 +91,7 @@ def kernel_time(rec: dict, hw: Hardware, cal: Calibration) -> float:
     dev = kernel_device(rec, hw, cal)
     kind = rec["kind"]
     if kind == "copy":
-        return memory_time(dev, float(rec["bytes_moved"]), op="copy")
+        return memcpy_time(dev, float(rec["bytes_moved"]))
     if kind == "gemm":
         return gemm_time(dev, rec["m"], rec["n"], rec["k"], record_dtype(rec))
     if kind in SSD_KINDS:

@@ -1,0 +1,105 @@
+"""Candidate membound46 (issue #12 session 24, validation/membound46_fit.py): two mechanisms, each off
+in the committed profiles, and the candidate profiles that turn them on.
+
+* ``memory_op_fixed_s["copy"]``: a contiguous same-dtype ``copy_`` is one cudaMemcpyAsync device-to-device
+  (aten/src/ATen/native/cuda/Copy.cu, copy_device_to_device, ``memcpy_eligible``), costed by
+  simulator.compute.memcpy_time with its own fixed cost in place of the TensorIterator kernels'
+  ``memory_kernel_fixed_s``; casts and other copies through memory_time(op="copy") keep the latter.
+* ``norm_forward["whole_waves"]`` = 1: the norm forward's grid of one block per row runs as whole waves of
+  resident blocks and a tail; the tail's Little's-law rate is that of its own blocks in flight
+  (simulator.compute.norm_forward_time).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from simulator.calibration import load_calibration
+from simulator.compute import (NORM_BLOCKS_PER_SM, DeviceModel, memcpy_time, memory_fixed_s, memory_time,
+                               norm_forward_time)
+from validation.hardware import hardware_for
+from validation.records import load_measurements
+
+ROOT = Path(__file__).resolve().parent.parent
+GPUS = ("h200", "h100")
+
+
+def _device(gpu: str, cal) -> DeviceModel:
+    mf = load_measurements(ROOT / "validation" / "measurements" / f"{gpu}_kernels.json")
+    return DeviceModel(hardware_for(mf).accelerator, cal)
+
+
+def _candidate(gpu: str):
+    return load_calibration(str(ROOT / "validation" / "candidates" / f"{gpu}-sxm-membound46.yaml"))
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+def test_committed_profiles_leave_both_mechanisms_off(gpu):
+    cal = load_calibration(f"{gpu}-sxm")
+    assert cal.memory_op_fixed_s == {} and not cal.norm_forward.get("whole_waves")
+    dev = _device(gpu, cal)
+    for nbytes in (2.0**19, 3e6, 1e9):   # a copy record is costed exactly as before: memory_time(op="copy")
+        assert memcpy_time(dev, nbytes) == memory_time(dev, nbytes, op="copy")
+    off = _device(gpu, replace(cal, norm_forward={**cal.norm_forward, "whole_waves": 0.0}))
+    for rows, row in ((300, 536), (2500, 24000), (50000, 4096)):
+        assert norm_forward_time(off, "layernorm", rows, row, "bf16") == norm_forward_time(dev, "layernorm", rows, row, "bf16")
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+def test_memcpy_fixed_cost_replaces_the_kernel_fixed_cost_for_copies_only(gpu):
+    cal = load_calibration(f"{gpu}-sxm")
+    dev = _device(gpu, replace(cal, memory_op_fixed_s={"copy": 4.0e-6}))
+    base = _device(gpu, cal)
+    n = 1e6
+    assert memcpy_time(dev, n) - memory_time(base, n, op="copy") == pytest.approx(4.0e-6 - memory_fixed_s(cal), abs=1e-15)
+    assert memory_time(dev, n, op="copy") == memory_time(base, n, op="copy")   # casts: a TensorIterator kernel
+    assert memcpy_time(dev, 0.0) == 0.0
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+def test_whole_waves_changes_only_a_partial_tail_wave(gpu):
+    cal = load_calibration(f"{gpu}-sxm")
+    off, on = _device(gpu, cal), _device(gpu, replace(cal, norm_forward={**cal.norm_forward, "whole_waves": 1.0}))
+    slots = off.accelerator.sm_count * NORM_BLOCKS_PER_SM
+    t = lambda dev, rows, row: norm_forward_time(dev, "layernorm", rows, row, "bf16")
+    for row in (1024, 8192, 24576):
+        assert t(on, slots // 3, row) == t(off, slots // 3, row)                       # one wave or less
+        assert t(on, 3 * slots, row) == pytest.approx(t(off, 3 * slots, row), rel=1e-12)  # whole waves
+        # one wave and a small tail: the tail costs nearly a whole latency-bound wave, not its share
+        assert t(on, slots + slots // 8, row) > t(off, slots + slots // 8, row)
+        assert t(on, slots + slots // 8, row) < 2 * t(off, slots, row)
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+def test_candidate_loads_and_turns_both_on(gpu):
+    import yaml
+    path = ROOT / "validation" / "candidates" / f"{gpu}-sxm-membound46.yaml"
+    data = yaml.safe_load(path.read_text())
+    assert data["candidate"].startswith("membound46")
+    fit = next(v for k, v in data["fits"].items() if "membound46" in k)
+    assert fit["converged"] and all(f"validation/measurements/{gpu}_membound_random{s}.json" in fit["fitted_on"]
+                                    for s in (40, 41, 42, 43, 44, 45))
+    assert not any("membound_random46" in f for f in data["fitted_on"])   # the judging draw
+    cand, committed = _candidate(gpu), load_calibration(f"{gpu}-sxm")
+    assert cand.norm_forward["whole_waves"] == 1.0
+    assert 3e-6 < cand.memory_op_fixed_s["copy"] < memory_fixed_s(committed)
+    # only the memcpy fixed cost and the norm forward's per-wave times and load latencies were fitted
+    same = {k: v for k, v in committed.norm_forward.items() if not k.endswith(("_row_s", "_load_latency_s"))}
+    assert {k: cand.norm_forward[k] for k in same} == same
+    assert replace(cand, name=committed.name, memory_op_fixed_s={},
+                   norm_forward=committed.norm_forward) == committed
+
+
+def test_candidate_is_better_on_its_development_draws_h200():
+    """Fit data (draws 42-45): copy and layernorm closer on every draw; no kind worse by over 0.1 point."""
+    from simulator.calibration import calibration_for
+    from validation import membound46_fit as m
+    from validation.membound_fit import kind_errors
+    cand = _candidate("h200")
+    for s in m.DRAWS:
+        samples = m.fit_samples("h200", files=(f"membound_random{s}",))
+        before, after = kind_errors(samples, calibration_for(samples[0][1].accelerator)[0]), kind_errors(samples, cand)
+        assert after["copy"][1] < before["copy"][1] and after["layernorm"][1] < before["layernorm"][1]
+        assert all(after[k][1] <= before[k][1] + 1e-3 for k in before)

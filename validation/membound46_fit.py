@@ -1,0 +1,137 @@
+"""Fit the memory-bound candidate membound46 (issue #12 session 24) and write it as a candidate profile.
+
+    python -m validation.membound46_fit --gpu h200 --out validation/candidates/h200-sxm-membound46.yaml
+    python -m validation.membound46_fit --gpu h100 --out validation/candidates/h100-sxm-membound46.yaml
+    python -m validation.membound46_fit --gpu h200            # fit and report only
+
+Two mechanisms on top of the committed profile (membound42, adopted in session 23), each gated on a
+parameter the committed profiles do not carry (so those predict exactly as before):
+
+* ``memory_op_fixed_s["copy"]``: a contiguous same-dtype ``copy_`` is one cudaMemcpyAsync
+  device-to-device (aten/src/ATen/native/cuda/Copy.cu, copy_device_to_device, ``memcpy_eligible``),
+  not a TensorIterator kernel; it gets its own fixed cost (simulator.compute.memcpy_time) in place of
+  ``memory_kernel_fixed_s``. Casts and strided copies keep the TensorIterator fixed cost.
+* ``norm_forward["whole_waves"]`` = 1: PyTorch's vectorized LayerNorm / RMSNorm forward launches one
+  128-thread block per row (layer_norm_kernel.cu, launch_vectorized_layer_norm_kernel: grid = M
+  rows); past one wave of resident blocks (SMs x 16) the grid runs as whole waves and a tail, and the
+  tail keeps only its own blocks' loads in flight, so by Little's law it takes about as long as a
+  full wave of latency-bound blocks (simulator.compute.norm_forward_time). The switch is a model
+  structure, not fitted; the fit refits the norm parameters (load latencies, per-wave time) under it.
+
+Fitted (:data:`NARROW`: the memcpy fixed cost and the norm forward's ``<kind>_row_s`` and
+``<kind>_load_latency_s``, which held the tail wave's time before) by validation.fit.fit (soft-L1 least
+squares on log(predicted / measured)) on every memory-bound burst record of the files membound_fit.py
+uses plus the registered draws 42-45 (development data since session 24; draw 46 is to judge it).
+Every other parameter keeps the committed profile's value. ``--params all`` refits every
+memory-bound parameter of validation/membound_fit.py as well (not the candidate).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+from dataclasses import replace
+from pathlib import Path
+
+from simulator.calibration import PROFILE_DIR, calibration_for
+from validation import membound_fit as mb
+from validation.fit import Param, fit
+
+FIT_FILES = mb.FIT_FILES + tuple(f"membound_random{s}" for s in (42, 43, 44, 45))
+DRAWS = (42, 43, 44, 45)
+PARAMS = mb.PARAMS + [Param("memory_op_fixed_s.copy", 1e-6, 30e-6)]
+COPY_START = 4.5e-6   # the smallest copies of the draws (4.3-4.9 us)
+
+
+def fit_samples(gpu: str, root: Path = Path("validation/measurements"), files=FIT_FILES) -> list:
+    """(record, hardware) of every memory-bound burst record of ``files`` of ``gpu``."""
+    return mb.fit_samples(gpu, root, files)
+
+
+def candidate_start(cal, whole_waves: bool = True):
+    """``cal`` with the new parameters at their starting values."""
+    nf = {**cal.norm_forward, "whole_waves": 1.0} if whole_waves else dict(cal.norm_forward)
+    return replace(cal, memory_op_fixed_s={**cal.memory_op_fixed_s, "copy": COPY_START}, norm_forward=nf)
+
+
+# the parameters the mechanisms touch: the memcpy's fixed cost, and the norm forward's per-wave time and load
+# latencies (refitted under whole waves: the tail wave's time was folded into them); the norm's bandwidth
+# fraction and reread, the TensorIterator kernels' fixed cost, the elementwise rates and the softmax terms keep
+# the committed values (refitting the norm's fraction and reread as well, or every memory-bound parameter,
+# fits the draws a little closer and moves the steps' fp32 LayerNorms further from their measurements:
+# session 24's report)
+NARROW = [p for p in PARAMS if p.path.startswith("memory_op_fixed_s.")
+          or p.path.startswith("norm_forward.") and p.path.endswith(("_row_s", "_load_latency_s"))]
+VARIANTS = {"narrow": NARROW, "all": PARAMS,
+            "norm": [p for p in PARAMS if p.path.startswith(("memory_op_fixed_s.", "norm_forward."))]}
+
+
+def run(gpu: str, whole_waves: bool = True, params=None):
+    """The fit of ``gpu``: (FitResult, samples); ``params`` defaults to :data:`NARROW`."""
+    samples = fit_samples(gpu)
+    start = candidate_start(calibration_for(samples[0][1].accelerator)[0], whole_waves)
+    return fit(samples, params or NARROW, start, name=f"{mb.PROFILES[gpu]}-membound46"), samples
+
+
+def draw_errors(gpu: str, cal) -> dict:
+    """{seed: {kind: (count, MAPE)}} of draws 42-45 under ``cal``."""
+    return {s: mb.kind_errors(fit_samples(gpu, files=(f"membound_random{s}",)), cal) for s in DRAWS}
+
+
+def write_profile(gpu: str, res, samples, out: Path) -> None:
+    """The committed profile of ``gpu`` with the fitted values, the whole-wave switch and a ``fits`` entry."""
+    import yaml
+    data = yaml.safe_load((PROFILE_DIR / f"{mb.PROFILES[gpu]}.yaml").read_text())
+    p = data["parameters"]
+    for param, v in zip(res.params, res.values):
+        parts = param.path.split(".")
+        if len(parts) == 2:
+            p.setdefault(parts[0], {})[parts[1]] = float(v)
+        else:
+            p[param.path] = float(v)
+    p["norm_forward"]["whole_waves"] = float(res.calibration.norm_forward.get("whole_waves", 0.0))
+    files = [f"validation/measurements/{gpu}_{n}.json" for n in FIT_FILES]
+    data["fitted_on"] = list(dict.fromkeys(list(data.get("fitted_on") or []) + files))
+    data["fits"][f"compute[membound46: {' '.join(x.path for x in res.params)}]"] = {
+        "fitted_on": files,
+        "method": "validation/membound46_fit.py (issue #12 session 24): the memcpy fixed cost of a contiguous "
+                  "same-dtype copy_ (memory_op_fixed_s.copy) and whole waves of the norm forward's blocks "
+                  "(norm_forward.whole_waves = 1, not fitted), fitted with the norm forward's per-wave times and load "
+                  "latencies (refitted under whole waves), soft-L1 least squares on log(predicted/measured) over every "
+                  "memory-bound burst record of these files (the membound_random draws 40-45 as development data; "
+                  f"no record held out; draw 46 to judge); every other parameter kept at profile {mb.PROFILES[gpu]}'s value",
+        "records": res.n_records, "residual_rms_log": round(res.residual_rms, 4), "converged": res.success,
+        "fitted": [x.path for x in res.params], "kept_from_start": [x.path for x in res.unconstrained],
+        "fitted_error": {k: {"count": n, "mape": round(e, 4)} for k, (n, e) in mb.kind_errors(samples, res.calibration).items()},
+    }
+    data["candidate"] = (f"membound46 (issue #12 session 24, {datetime.date.today().isoformat()}): registered beside "
+                         f"{mb.PROFILES[gpu]} for the seed-46 memory-bound draw; not adopted unless it wins there")
+    out.write_text(yaml.safe_dump(data, sort_keys=False, width=110))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--gpu", choices=sorted(mb.PROFILES), required=True)
+    ap.add_argument("--out", type=Path, help="write the candidate profile here")
+    ap.add_argument("--fractional-waves", action="store_true", help="fit without the whole-wave norm model")
+    ap.add_argument("--params", choices=sorted(VARIANTS), default="narrow",
+                    help="which parameters to fit (all: every memory-bound parameter, PARAMS)")
+    a = ap.parse_args(argv)
+    res, samples = run(a.gpu, whole_waves=not a.fractional_waves, params=VARIANTS[a.params])
+    committed = calibration_for(samples[0][1].accelerator)[0]
+    before, after = mb.kind_errors(samples, committed), mb.kind_errors(samples, res.calibration)
+    print(f"{a.gpu}: {res.n_records} records, residual rms log {res.residual_rms:.4f}, converged {res.success}")
+    for param, v in zip(res.params, res.values):
+        print(f"  {param.path:42s} {v:.6g}")
+    for kind in after:
+        print(f"  {kind:9s} n={after[kind][0]:3d}  MAPE {100 * before[kind][1]:5.1f}% -> {100 * after[kind][1]:5.1f}%")
+    db, da = draw_errors(a.gpu, committed), draw_errors(a.gpu, res.calibration)
+    for s in DRAWS:
+        print(f"  draw {s}: " + "  ".join(f"{k} {100 * db[s][k][1]:.1f}->{100 * da[s][k][1]:.1f}" for k in da[s]))
+    if a.out:
+        write_profile(a.gpu, res, samples, a.out)
+        print(f"wrote {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

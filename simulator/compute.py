@@ -1041,7 +1041,7 @@ def memcpy_time(dev: DeviceModel, nbytes: float) -> float:
     copies keep :func:`memory_time` with ``op="copy"``). The bytes move at the ``copy`` fraction;
     the fixed cost is ``memory_op_fixed_s["copy"]`` where the profile fits it (the driver's copy
     kernel: no TensorIterator offset calculator or dtype dispatch, its own launch path), else
-    :func:`memory_fixed_s` as before (issue #12 session 24: the smallest copies of the random draws
+    :func:`memory_fixed_s` as before (issue #12 session 23: the smallest copies of the random draws
     take 4.3-4.6 / 4.7-4.9 us on H200 / H100, below the 5.15 / 5.14 us fixed cost of the
     elementwise kernels)."""
     if nbytes <= 0:
@@ -1101,7 +1101,7 @@ def norm_forward_time(dev: DeviceModel, op: str, rows: int, row: int, dtype: str
 
     wave_s = nf[f"{op}_row_s"]
     if nf["whole_waves"] and rows > slots:
-        # Little's law per wave of resident blocks (issue #12 session 24): the grid of ``rows``
+        # Little's law per wave of resident blocks (issue #12 session 23): the grid of ``rows``
         # blocks runs as floor(rows / slots) full waves and one tail of the remaining blocks; the
         # tail keeps only its own blocks' loads in flight (a latency-bound block takes as long
         # however few run beside it) and pays a whole wave's ``<op>_row_s``

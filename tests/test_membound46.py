@@ -1,4 +1,4 @@
-"""Candidate membound46 (issue #12 session 24, validation/membound46_fit.py): two mechanisms, each off
+"""Candidate membound46 (issue #12 session 23, validation/membound46_fit.py): two mechanisms, each off
 in the committed profiles, and the candidate profiles that turn them on.
 
 * ``memory_op_fixed_s["copy"]``: a contiguous same-dtype ``copy_`` is one cudaMemcpyAsync device-to-device

@@ -1,4 +1,4 @@
-"""Fit the memory-bound candidate membound46 (issue #12 session 24) and write it as a candidate profile.
+"""Fit the memory-bound candidate membound46 (issue #12 session 23) and write it as a candidate profile.
 
     python -m validation.membound46_fit --gpu h200 --out validation/candidates/h200-sxm-membound46.yaml
     python -m validation.membound46_fit --gpu h100 --out validation/candidates/h100-sxm-membound46.yaml
@@ -21,7 +21,7 @@ parameter the committed profiles do not carry (so those predict exactly as befor
 Fitted (:data:`NARROW`: the memcpy fixed cost and the norm forward's ``<kind>_row_s`` and
 ``<kind>_load_latency_s``, which held the tail wave's time before) by validation.fit.fit (soft-L1 least
 squares on log(predicted / measured)) on every memory-bound burst record of the files membound_fit.py
-uses plus the registered draws 42-45 (development data since session 24; draw 46 is to judge it).
+uses plus the registered draws 42-45 (development data since session 23; draw 46 is to judge it).
 Every other parameter keeps the committed profile's value. ``--params all`` refits every
 memory-bound parameter of validation/membound_fit.py as well (not the candidate).
 """
@@ -58,7 +58,7 @@ def candidate_start(cal, whole_waves: bool = True):
 # fraction and reread, the TensorIterator kernels' fixed cost, the elementwise rates and the softmax terms keep
 # the committed values (refitting the norm's fraction and reread as well, or every memory-bound parameter,
 # fits the draws a little closer and moves the steps' fp32 LayerNorms further from their measurements:
-# session 24's report)
+# session 23's report)
 NARROW = [p for p in PARAMS if p.path.startswith("memory_op_fixed_s.")
           or p.path.startswith("norm_forward.") and p.path.endswith(("_row_s", "_load_latency_s"))]
 VARIANTS = {"narrow": NARROW, "all": PARAMS,
@@ -93,7 +93,7 @@ def write_profile(gpu: str, res, samples, out: Path) -> None:
     data["fitted_on"] = list(dict.fromkeys(list(data.get("fitted_on") or []) + files))
     data["fits"][f"compute[membound46: {' '.join(x.path for x in res.params)}]"] = {
         "fitted_on": files,
-        "method": "validation/membound46_fit.py (issue #12 session 24): the memcpy fixed cost of a contiguous "
+        "method": "validation/membound46_fit.py (issue #12 session 23): the memcpy fixed cost of a contiguous "
                   "same-dtype copy_ (memory_op_fixed_s.copy) and whole waves of the norm forward's blocks "
                   "(norm_forward.whole_waves = 1, not fitted), fitted with the norm forward's per-wave times and load "
                   "latencies (refitted under whole waves), soft-L1 least squares on log(predicted/measured) over every "
@@ -103,7 +103,7 @@ def write_profile(gpu: str, res, samples, out: Path) -> None:
         "fitted": [x.path for x in res.params], "kept_from_start": [x.path for x in res.unconstrained],
         "fitted_error": {k: {"count": n, "mape": round(e, 4)} for k, (n, e) in mb.kind_errors(samples, res.calibration).items()},
     }
-    data["candidate"] = (f"membound46 (issue #12 session 24, {datetime.date.today().isoformat()}): registered beside "
+    data["candidate"] = (f"membound46 (issue #12 session 23, {datetime.date.today().isoformat()}): registered beside "
                          f"{mb.PROFILES[gpu]} for the seed-46 memory-bound draw; not adopted unless it wins there")
     out.write_text(yaml.safe_dump(data, sort_keys=False, width=110))
 

@@ -262,8 +262,9 @@ def test_seed_42_h100_without_interference():
     assert committed["softmax"] > 0.14
 
 
-# ---- seeds 43-45 (session 23): 43 registered by profile adopt23 (membound42 and gemm32 adopted), 44 by the
-# committed model of 4711a01, 45 by a0864ba; all on newly lent machines, none fitted
+# ---- seeds 43-46 (session 23): 43 registered by profile adopt23 (membound42 and gemm32 adopted), 44 by the
+# committed model of 4711a01, 45 by a0864ba, 46 by d2c033c (with candidate membound46 beside it); all on newly
+# lent machines, none fitted
 AS_REGISTERED_SINCE_ADOPTION = {   # seed: gpu: pooled and per-kind MAPE of every timed case against its registration
     43: {"h200": {"all": 0.0395, "copy": 0.0373, "add": 0.0332, "gelu": 0.0199, "silu_mul": 0.0151, "softmax": 0.0548,
                   "layernorm": 0.0565, "rmsnorm": 0.0596},
@@ -277,10 +278,17 @@ AS_REGISTERED_SINCE_ADOPTION = {   # seed: gpu: pooled and per-kind MAPE of ever
                   "layernorm": 0.0919, "rmsnorm": 0.0676},
          "h100": {"all": 0.0524, "copy": 0.0662, "add": 0.0331, "gelu": 0.0223, "silu_mul": 0.0309, "softmax": 0.0696,
                   "layernorm": 0.0826, "rmsnorm": 0.0620}},
+    46: {"h200": {"all": 0.0466, "copy": 0.0450, "add": 0.0305, "gelu": 0.0289, "silu_mul": 0.0162, "softmax": 0.0728,
+                  "layernorm": 0.0699, "rmsnorm": 0.0628},
+         "h100": {"all": 0.0608, "copy": 0.0465, "add": 0.0273, "gelu": 0.0594, "silu_mul": 0.0809, "softmax": 0.0908,
+                  "layernorm": 0.0713, "rmsnorm": 0.0491}},
 }
 # the kinds over the issue's 8% per draw and GPU (the target holds on seed 43 only)
 OVER_8_PERCENT = {(43, "h200"): set(), (43, "h100"): set(), (44, "h200"): {"layernorm", "softmax", "copy"},
-                  (44, "h100"): {"softmax"}, (45, "h200"): {"layernorm", "copy"}, (45, "h100"): {"layernorm"}}
+                  (44, "h100"): {"softmax"}, (45, "h200"): {"layernorm", "copy"}, (45, "h100"): {"layernorm"},
+                  (46, "h200"): set(), (46, "h100"): {"silu_mul", "softmax"}}
+# draws whose records include calls that spread over 3x (validation.gemm_regimes.interference_suspect)
+INTERFERENCE = {(44, "h200"), (44, "h100"), (46, "h100")}
 
 
 @pytest.mark.parametrize("gpu", GPUS)
@@ -310,7 +318,8 @@ def test_draws_since_the_adoption_as_registered(seed, gpu):
     """Seed 43: H200 3.95%, H100 4.03% pooled, every kind within the issue's 8% (worst H200 rmsnorm 6.0%,
     H100 softmax 6.3%). Seed 44: H200 5.8%, H100 5.05% pooled; H200 layernorm 9.2%, softmax 8.8%, copy
     8.3%, H100 softmax 9.7% over 8%. Seed 45: H200 5.7%, H100 5.2%; H200 layernorm 9.2% and copy 8.6%, H100
-    layernorm 8.3% over. Pooled within 8% on every draw; no record's calls spread over 3x on 43 and 45."""
+    layernorm 8.3% over. Seed 46: H200 4.7%, every kind within 8% (softmax 7.3% the worst); H100 6.1%,
+    silu_mul 8.1% and softmax 9.1% over. Pooled within 8% on every draw."""
     if seed == 44:
         assert "seed 44" in (LOGS / "prereg_membound44_h200.txt").read_text()
     got, _ = scored(gpu, seed)
@@ -318,13 +327,39 @@ def test_draws_since_the_adoption_as_registered(seed, gpu):
         assert got[kind] == pytest.approx(quoted, abs=5e-4), kind
     assert got["all"] <= 0.08
     assert {k for k, v in got.items() if v > 0.08} == OVER_8_PERCENT[(seed, gpu)]
-    if seed != 44:
+    if (seed, gpu) not in INTERFERENCE:
         assert scored(gpu, seed, drop_interference=True) == scored(gpu, seed)
 
 
 @pytest.mark.parametrize("seed,gpu", sorted(k for k, v in OVER_8_PERCENT.items() if v))
 @pytest.mark.xfail(strict=True, reason="issue #12: memory-bound ops <= 8% per kind, registered draws since the "
                                        "membound42 adoption: seed 44 H200 layernorm 9.2%, softmax 8.8%, copy 8.3%, "
-                                       "H100 softmax 9.7%; seed 45 H200 layernorm 9.2%, copy 8.6%, H100 layernorm 8.3%")
+                                       "H100 softmax 9.7%; seed 45 H200 layernorm 9.2%, copy 8.6%, H100 layernorm 8.3%; "
+                                       "seed 46 H100 silu_mul 8.1%, softmax 9.1%")
 def test_draws_since_the_adoption_every_kind_within_the_target(seed, gpu):
     assert max(scored(gpu, seed)[0].values()) <= 0.08
+
+
+# the membound46 candidate (copies' own cudaMemcpyAsync fixed cost, norms in whole waves; validation/membound46_fit.py
+# on draws 40-45) registered beside seed 46
+AS_REGISTERED_46_CAND = {
+    "h200": {"all": 0.0402, "copy": 0.0272, "add": 0.0305, "gelu": 0.0289, "silu_mul": 0.0162, "softmax": 0.0728,
+             "layernorm": 0.0612, "rmsnorm": 0.0445},
+    "h100": {"all": 0.0551, "copy": 0.0370, "add": 0.0273, "gelu": 0.0594, "silu_mul": 0.0809, "softmax": 0.0908,
+             "layernorm": 0.0530, "rmsnorm": 0.0374},
+}
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+def test_membound46_candidate_as_registered_on_seed_46(gpu):
+    """Registered beside the committed model before seed 46 ran: H200 4.66 -> 4.02% pooled (copy 4.5 -> 2.7%,
+    layernorm 7.0 -> 6.1%, rmsnorm 6.3 -> 4.45%), H100 6.08 -> 5.51% (copy 4.65 -> 3.7%, layernorm 7.1 -> 5.3%,
+    rmsnorm 4.9 -> 3.7%); the kinds it does not touch are unchanged. Not adopted yet (session 23 ran out of
+    time: adopting moves the one-GPU step figure 5.73 -> 5.75% and the norm suites' pins)."""
+    cand, _ = scored(gpu, 46, "_cand")
+    today, _ = scored(gpu, 46)
+    for kind, quoted in AS_REGISTERED_46_CAND[gpu].items():
+        assert cand[kind] == pytest.approx(quoted, abs=5e-4), kind
+    changed = {"copy", "layernorm", "rmsnorm", "all"}
+    assert all(cand[k] < today[k] - 0.005 for k in changed)
+    assert all(cand[k] == pytest.approx(today[k]) for k in today if k not in changed)

@@ -28,11 +28,10 @@ memory-bound parameter of validation/membound_fit.py as well (not the candidate)
 from __future__ import annotations
 
 import argparse
-import datetime
 from dataclasses import replace
 from pathlib import Path
 
-from simulator.calibration import PROFILE_DIR, calibration_for
+from simulator.calibration import calibration_for
 from validation import membound_fit as mb
 from validation.fit import Param, fit
 
@@ -79,33 +78,15 @@ def draw_errors(gpu: str, cal) -> dict:
 
 def write_profile(gpu: str, res, samples, out: Path) -> None:
     """The committed profile of ``gpu`` with the fitted values, the whole-wave switch and a ``fits`` entry."""
-    import yaml
-    data = yaml.safe_load((PROFILE_DIR / f"{mb.PROFILES[gpu]}.yaml").read_text())
-    p = data["parameters"]
-    for param, v in zip(res.params, res.values):
-        parts = param.path.split(".")
-        if len(parts) == 2:
-            p.setdefault(parts[0], {})[parts[1]] = float(v)
-        else:
-            p[param.path] = float(v)
-    p["norm_forward"]["whole_waves"] = float(res.calibration.norm_forward.get("whole_waves", 0.0))
     files = [f"validation/measurements/{gpu}_{n}.json" for n in FIT_FILES]
-    data["fitted_on"] = list(dict.fromkeys(list(data.get("fitted_on") or []) + files))
-    data["fits"][f"compute[membound46: {' '.join(x.path for x in res.params)}]"] = {
-        "fitted_on": files,
-        "method": "validation/membound46_fit.py (issue #12 session 23): the memcpy fixed cost of a contiguous "
-                  "same-dtype copy_ (memory_op_fixed_s.copy) and whole waves of the norm forward's blocks "
-                  "(norm_forward.whole_waves = 1, not fitted), fitted with the norm forward's per-wave times and load "
-                  "latencies (refitted under whole waves), soft-L1 least squares on log(predicted/measured) over every "
-                  "memory-bound burst record of these files (the membound_random draws 40-45 as development data; "
-                  f"no record held out; draw 46 to judge); every other parameter kept at profile {mb.PROFILES[gpu]}'s value",
-        "records": res.n_records, "residual_rms_log": round(res.residual_rms, 4), "converged": res.success,
-        "fitted": [x.path for x in res.params], "kept_from_start": [x.path for x in res.unconstrained],
-        "fitted_error": {k: {"count": n, "mape": round(e, 4)} for k, (n, e) in mb.kind_errors(samples, res.calibration).items()},
-    }
-    data["candidate"] = (f"membound46 (issue #12 session 23, {datetime.date.today().isoformat()}): registered beside "
-                         f"{mb.PROFILES[gpu]} for the seed-46 memory-bound draw; not adopted unless it wins there")
-    out.write_text(yaml.safe_dump(data, sort_keys=False, width=110))
+    method = ("validation/membound46_fit.py (issue #12 session 23): the memcpy fixed cost of a contiguous "
+              "same-dtype copy_ (memory_op_fixed_s.copy) and whole waves of the norm forward's blocks "
+              "(norm_forward.whole_waves = 1, not fitted), fitted with the norm forward's per-wave times and load "
+              "latencies (refitted under whole waves), soft-L1 least squares on log(predicted/measured) over every "
+              "memory-bound burst record of these files (the membound_random draws 40-45 as development data; "
+              f"no record held out; draw 46 to judge); every other parameter kept at profile {mb.PROFILES[gpu]}'s value")
+    whole = {"norm_forward.whole_waves": float(res.calibration.norm_forward.get("whole_waves", 0.0))}
+    mb.write_candidate(gpu, res, samples, out, "membound46", method, files, session=23, seed=46, fixed=whole)
 
 
 def main(argv=None) -> int:
@@ -118,12 +99,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     res, samples = run(a.gpu, whole_waves=not a.fractional_waves, params=VARIANTS[a.params])
     committed = calibration_for(samples[0][1].accelerator)[0]
-    before, after = mb.kind_errors(samples, committed), mb.kind_errors(samples, res.calibration)
-    print(f"{a.gpu}: {res.n_records} records, residual rms log {res.residual_rms:.4f}, converged {res.success}")
-    for param, v in zip(res.params, res.values):
-        print(f"  {param.path:42s} {v:.6g}")
-    for kind in after:
-        print(f"  {kind:9s} n={after[kind][0]:3d}  MAPE {100 * before[kind][1]:5.1f}% -> {100 * after[kind][1]:5.1f}%")
+    mb.print_fit(a.gpu, res, samples)
     db, da = draw_errors(a.gpu, committed), draw_errors(a.gpu, res.calibration)
     for s in DRAWS:
         print(f"  draw {s}: " + "  ".join(f"{k} {100 * db[s][k][1]:.1f}->{100 * da[s][k][1]:.1f}" for k in da[s]))

@@ -102,34 +102,55 @@ def run(gpu: str):
     return fit(samples, PARAMS, start, name=f"{PROFILES[gpu]}-membound42"), samples, start
 
 
-def write_profile(gpu: str, res, samples, out: Path) -> None:
-    """The committed profile of ``gpu`` with the fitted values and a ``fits`` entry, to ``out``."""
+def write_candidate(gpu: str, res, samples, out: Path, name: str, method: str, files: list[str], session: int,
+                    seed: int, fixed: dict | None = None) -> None:
+    """Write to ``out`` the committed profile of ``gpu`` with the fitted values of ``res`` (and the
+    unfitted ``fixed`` values, e.g. a mechanism's switch, as {"group.key": value}), ``files`` added to
+    its fitted_on, a ``fits`` entry ``compute[<name>: <parameters>]`` with ``method`` and the per-kind
+    fitted errors over ``samples``, and a ``candidate:`` line: candidate ``name`` of issue #12 session
+    ``session``, registered beside the committed profile for memory-bound draw ``seed``."""
     import yaml
     data = yaml.safe_load((PROFILE_DIR / f"{PROFILES[gpu]}.yaml").read_text())
     p = data["parameters"]
-    for param, v in zip(res.params, res.values):
-        parts = param.path.split(".")
+    for path, v in [(x.path, float(v)) for x, v in zip(res.params, res.values)] + list((fixed or {}).items()):
+        parts = path.split(".")
         if len(parts) == 2:
-            p.setdefault(parts[0], {})[parts[1]] = float(v)
+            p.setdefault(parts[0], {})[parts[1]] = v
         else:
-            p[param.path] = float(v)
-    files = [f"validation/measurements/{gpu}_{n}.json" for n in FIT_FILES]
+            p[path] = v
     data["fitted_on"] = list(dict.fromkeys(list(data.get("fitted_on") or []) + files))
-    data["fits"][f"compute[membound42: {' '.join(x.path for x in res.params)}]"] = {
-        "fitted_on": files,
-        "method": "validation/membound_fit.py (issue #12 session 22): memory_kernel_fixed_s, the eager silu_mul as "
-                  "two kernels (memory_op_fraction.silu) and the warp softmax in SM cycles (softmax_warp_cycles), "
-                  "fitted jointly with the memory-bound rates fitted before with kernel_launch_s, soft-L1 least "
-                  "squares on log(predicted/measured) over every memory-bound burst record of these files (the "
-                  "membound_random draws 40 and 41 as development data; no record held out); every other "
-                  f"parameter kept at profile {PROFILES[gpu]}'s value",
+    data["fits"][f"compute[{name}: {' '.join(x.path for x in res.params)}]"] = {
+        "fitted_on": files, "method": method,
         "records": res.n_records, "residual_rms_log": round(res.residual_rms, 4), "converged": res.success,
         "fitted": [x.path for x in res.params], "kept_from_start": [x.path for x in res.unconstrained],
         "fitted_error": {k: {"count": n, "mape": round(e, 4)} for k, (n, e) in kind_errors(samples, res.calibration).items()},
     }
-    data["candidate"] = (f"membound42 (issue #12 session 22, {datetime.date.today().isoformat()}): registered beside "
-                         f"{PROFILES[gpu]} for the seed-42 memory-bound draw; not adopted unless it wins there")
+    data["candidate"] = (f"{name} (issue #12 session {session}, {datetime.date.today().isoformat()}): registered beside "
+                         f"{PROFILES[gpu]} for the seed-{seed} memory-bound draw; not adopted unless it wins there")
     out.write_text(yaml.safe_dump(data, sort_keys=False, width=110))
+
+
+def write_profile(gpu: str, res, samples, out: Path) -> None:
+    """The committed profile of ``gpu`` with the fitted values and a ``fits`` entry, to ``out``."""
+    files = [f"validation/measurements/{gpu}_{n}.json" for n in FIT_FILES]
+    method = ("validation/membound_fit.py (issue #12 session 22): memory_kernel_fixed_s, the eager silu_mul as "
+              "two kernels (memory_op_fraction.silu) and the warp softmax in SM cycles (softmax_warp_cycles), "
+              "fitted jointly with the memory-bound rates fitted before with kernel_launch_s, soft-L1 least "
+              "squares on log(predicted/measured) over every memory-bound burst record of these files (the "
+              "membound_random draws 40 and 41 as development data; no record held out); every other "
+              f"parameter kept at profile {PROFILES[gpu]}'s value")
+    write_candidate(gpu, res, samples, out, "membound42", method, files, session=22, seed=42)
+
+
+def print_fit(gpu: str, res, samples) -> None:
+    """Print a fit's records, residual, fitted values and per-kind MAPE, committed profile -> fit."""
+    before = kind_errors(samples, calibration_for(samples[0][1].accelerator)[0])
+    after = kind_errors(samples, res.calibration)
+    print(f"{gpu}: {res.n_records} records, residual rms log {res.residual_rms:.4f}, converged {res.success}")
+    for param, v in zip(res.params, res.values):
+        print(f"  {param.path:42s} {v:.6g}")
+    for kind in after:
+        print(f"  {kind:9s} n={after[kind][0]:3d}  MAPE {100 * before[kind][1]:5.1f}% -> {100 * after[kind][1]:5.1f}%")
 
 
 def main(argv=None) -> int:
@@ -138,13 +159,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, help="write the candidate profile here")
     a = ap.parse_args(argv)
     res, samples, start = run(a.gpu)
-    before = kind_errors(samples, calibration_for(samples[0][1].accelerator)[0])
-    after = kind_errors(samples, res.calibration)
-    print(f"{a.gpu}: {res.n_records} records, residual rms log {res.residual_rms:.4f}, converged {res.success}")
-    for param, v in zip(res.params, res.values):
-        print(f"  {param.path:42s} {v:.6g}")
-    for kind in after:
-        print(f"  {kind:9s} n={after[kind][0]:3d}  MAPE {100 * before[kind][1]:5.1f}% -> {100 * after[kind][1]:5.1f}%")
+    print_fit(a.gpu, res, samples)
     if a.out:
         write_profile(a.gpu, res, samples, a.out)
         print(f"wrote {a.out}")

@@ -152,6 +152,12 @@ def scored(gpu: str, seed: int = 40, suffix: str = "", drop_interference: bool =
     return out, block
 
 
+def assert_as_quoted(got: dict[str, float], quoted: dict[str, float]) -> None:
+    """Every kind's MAPE of a scored draw (and the pooled 'all') equals the figure quoted for it."""
+    for kind, figure in quoted.items():
+        assert got[kind] == pytest.approx(figure, abs=5e-4), kind
+
+
 @pytest.mark.parametrize("gpu", GPUS)
 def test_runs_as_registered(gpu):
     """168 cases per GPU, every one timed and registered. H200: 8.8% pooled (copy 15.9%: copies under
@@ -161,8 +167,7 @@ def test_runs_as_registered(gpu):
     ratchets at the registered figures."""
     got, _ = scored(gpu)
     assert set(got) == set(AS_REGISTERED[gpu])
-    for kind, quoted in AS_REGISTERED[gpu].items():
-        assert got[kind] == pytest.approx(quoted, abs=5e-4), kind
+    assert_as_quoted(got, AS_REGISTERED[gpu])
 
 
 def test_h100_run_without_interference():
@@ -195,8 +200,7 @@ def test_seed_41_as_registered(gpu):
     """The second draw, on other machines: H200 8.2% pooled (softmax 13.0%, copy 13.2%), H100 6.9%
     (softmax 15.6%), as registered by the committed model of the time."""
     got, _ = scored(gpu, 41)
-    for kind, quoted in AS_REGISTERED_41[gpu].items():
-        assert got[kind] == pytest.approx(quoted, abs=5e-4), kind
+    assert_as_quoted(got, AS_REGISTERED_41[gpu])
 
 
 @pytest.mark.parametrize("gpu", GPUS)
@@ -323,8 +327,7 @@ def test_draws_since_the_adoption_as_registered(seed, gpu):
     if seed == 44:
         assert "seed 44" in (LOGS / "prereg_membound44_h200.txt").read_text()
     got, _ = scored(gpu, seed)
-    for kind, quoted in AS_REGISTERED_SINCE_ADOPTION[seed][gpu].items():
-        assert got[kind] == pytest.approx(quoted, abs=5e-4), kind
+    assert_as_quoted(got, AS_REGISTERED_SINCE_ADOPTION[seed][gpu])
     assert got["all"] <= 0.08
     assert {k for k, v in got.items() if v > 0.08} == OVER_8_PERCENT[(seed, gpu)]
     if (seed, gpu) not in INTERFERENCE:
@@ -358,8 +361,7 @@ def test_membound46_candidate_as_registered_on_seed_46(gpu):
     time: adopting moves the one-GPU step figure 5.73 -> 5.75% and the norm suites' pins)."""
     cand, _ = scored(gpu, 46, "_cand")
     today, _ = scored(gpu, 46)
-    for kind, quoted in AS_REGISTERED_46_CAND[gpu].items():
-        assert cand[kind] == pytest.approx(quoted, abs=5e-4), kind
+    assert_as_quoted(cand, AS_REGISTERED_46_CAND[gpu])
     changed = {"copy", "layernorm", "rmsnorm", "all"}
     assert all(cand[k] < today[k] - 0.005 for k in changed)
     assert all(cand[k] == pytest.approx(today[k]) for k in today if k not in changed)

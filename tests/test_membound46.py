@@ -1,5 +1,6 @@
 """Candidate membound46 (issue #12 session 23, validation/membound46_fit.py): two mechanisms, each off
-in the committed profiles, and the candidate profiles that turn them on.
+in the profiles of session 23 and on in the candidate profiles, adopted into the committed profiles in
+session 24 after the draw registered beside the committed model (seed 46).
 
 * ``memory_op_fixed_s["copy"]``: a contiguous same-dtype ``copy_`` is one cudaMemcpyAsync device-to-device
   (aten/src/ATen/native/cuda/Copy.cu, copy_device_to_device, ``memcpy_eligible``), costed by
@@ -36,15 +37,26 @@ def _candidate(gpu: str):
 
 
 @pytest.mark.parametrize("gpu", GPUS)
-def test_committed_profiles_leave_both_mechanisms_off(gpu):
-    cal = load_calibration(f"{gpu}-sxm")
-    assert cal.memory_op_fixed_s == {} and not cal.norm_forward.get("whole_waves")
+def test_without_the_parameters_both_mechanisms_are_off(gpu):
+    """The profile of session 23 (membound46_fit.profile_before): a copy record costs exactly
+    memory_time(op="copy"), and a norm forward without ``whole_waves`` its fractional-wave time."""
+    from validation.membound46_fit import profile_before
+    cal = profile_before(gpu, load_calibration(f"{gpu}-sxm"))
+    assert cal.memory_op_fixed_s == {} and "whole_waves" not in cal.norm_forward
     dev = _device(gpu, cal)
-    for nbytes in (2.0**19, 3e6, 1e9):   # a copy record is costed exactly as before: memory_time(op="copy")
+    for nbytes in (2.0**19, 3e6, 1e9):
         assert memcpy_time(dev, nbytes) == memory_time(dev, nbytes, op="copy")
     off = _device(gpu, replace(cal, norm_forward={**cal.norm_forward, "whole_waves": 0.0}))
     for rows, row in ((300, 536), (2500, 24000), (50000, 4096)):
         assert norm_forward_time(off, "layernorm", rows, row, "bf16") == norm_forward_time(dev, "layernorm", rows, row, "bf16")
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+def test_committed_profiles_are_the_candidate(gpu):
+    """Adopted in session 24: the committed profile predicts as the candidate does."""
+    committed, cand = load_calibration(f"{gpu}-sxm"), _candidate(gpu)
+    assert replace(cand, name=committed.name) == committed
+    assert committed.norm_forward["whole_waves"] == 1.0 and committed.memory_op_fixed_s["copy"] > 0
 
 
 @pytest.mark.parametrize("gpu", GPUS)
@@ -61,7 +73,7 @@ def test_memcpy_fixed_cost_replaces_the_kernel_fixed_cost_for_copies_only(gpu):
 @pytest.mark.parametrize("gpu", GPUS)
 def test_whole_waves_changes_only_a_partial_tail_wave(gpu):
     cal = load_calibration(f"{gpu}-sxm")
-    off, on = _device(gpu, cal), _device(gpu, replace(cal, norm_forward={**cal.norm_forward, "whole_waves": 1.0}))
+    off, on = (_device(gpu, replace(cal, norm_forward={**cal.norm_forward, "whole_waves": w})) for w in (0.0, 1.0))
     slots = off.accelerator.sm_count * NORM_BLOCKS_PER_SM
     t = lambda dev, rows, row: norm_forward_time(dev, "layernorm", rows, row, "bf16")
     for row in (1024, 8192, 24576):
@@ -82,14 +94,15 @@ def test_candidate_loads_and_turns_both_on(gpu):
     assert fit["converged"] and all(f"validation/measurements/{gpu}_membound_random{s}.json" in fit["fitted_on"]
                                     for s in (40, 41, 42, 43, 44, 45))
     assert not any("membound_random46" in f for f in data["fitted_on"])   # the judging draw
-    cand, committed = _candidate(gpu), load_calibration(f"{gpu}-sxm")
+    from validation.membound46_fit import profile_before
+    cand, committed = _candidate(gpu), profile_before(gpu, load_calibration(f"{gpu}-sxm"))
     assert cand.norm_forward["whole_waves"] == 1.0
     assert 3e-6 < cand.memory_op_fixed_s["copy"] < memory_fixed_s(committed)
     # only the memcpy fixed cost and the norm forward's per-wave times and load latencies were fitted
     same = {k: v for k, v in committed.norm_forward.items() if not k.endswith(("_row_s", "_load_latency_s"))}
     assert {k: cand.norm_forward[k] for k in same} == same
     assert replace(cand, name=committed.name, memory_op_fixed_s={},
-                   norm_forward=committed.norm_forward) == committed
+                   norm_forward=committed.norm_forward) == committed      # the profile of session 23 otherwise
 
 
 def test_candidate_is_better_on_its_development_draws_h200():
@@ -100,6 +113,7 @@ def test_candidate_is_better_on_its_development_draws_h200():
     cand = _candidate("h200")
     for s in m.DRAWS:
         samples = m.fit_samples("h200", files=(f"membound_random{s}",))
-        before, after = kind_errors(samples, calibration_for(samples[0][1].accelerator)[0]), kind_errors(samples, cand)
+        before = kind_errors(samples, m.profile_before("h200", calibration_for(samples[0][1].accelerator)[0]))
+        after = kind_errors(samples, cand)
         assert after["copy"][1] < before["copy"][1] and after["layernorm"][1] < before["layernorm"][1]
         assert all(after[k][1] <= before[k][1] + 1e-3 for k in before)

@@ -4,8 +4,9 @@
     python -m validation.membound46_fit --gpu h100 --out validation/candidates/h100-sxm-membound46.yaml
     python -m validation.membound46_fit --gpu h200            # fit and report only
 
-Two mechanisms on top of the committed profile (membound42, adopted in session 23), each gated on a
-parameter the committed profiles do not carry (so those predict exactly as before):
+Two mechanisms on top of the profile of session 23 (membound42 adopted), each gated on a parameter
+that profile did not carry (adopted into the committed profiles in session 24; the fit starts from the
+values it replaced, :data:`BEFORE`):
 
 * ``memory_op_fixed_s["copy"]``: a contiguous same-dtype ``copy_`` is one cudaMemcpyAsync
   device-to-device (aten/src/ATen/native/cuda/Copy.cu, copy_device_to_device, ``memcpy_eligible``),
@@ -46,6 +47,22 @@ def fit_samples(gpu: str, root: Path = Path("validation/measurements"), files=FI
     return mb.fit_samples(gpu, root, files)
 
 
+# the values the fit replaced: the profiles of session 23 (before membound46 was adopted in session 24),
+# which had no memcpy fixed cost and no whole-wave norm model; the fit starts from them and draw_errors
+# compares with them
+BEFORE = {"h200": {"rmsnorm_row_s": 6.826629183040318e-07, "layernorm_row_s": 2.6769684323305578e-06,
+                   "rmsnorm_load_latency_s": 2.651025200972658e-07, "layernorm_load_latency_s": 3.174312503591773e-07},
+          "h100": {"rmsnorm_row_s": 4.682331675633353e-07, "layernorm_row_s": 1.9540967268045494e-06,
+                   "rmsnorm_load_latency_s": 2.602612644671283e-07, "layernorm_load_latency_s": 3.083560723036416e-07}}
+
+
+def profile_before(gpu: str, cal):
+    """``cal`` (the committed profile of ``gpu``) as it was before membound46 was adopted: no memcpy fixed
+    cost, fractional waves, the norm forward's per-wave times and load latencies of :data:`BEFORE`."""
+    nf = {k: v for k, v in cal.norm_forward.items() if k != "whole_waves"}
+    return replace(cal, memory_op_fixed_s={}, norm_forward={**nf, **BEFORE[gpu]})
+
+
 def candidate_start(cal, whole_waves: bool = True):
     """``cal`` with the new parameters at their starting values."""
     nf = {**cal.norm_forward, "whole_waves": 1.0} if whole_waves else dict(cal.norm_forward)
@@ -67,7 +84,7 @@ VARIANTS = {"narrow": NARROW, "all": PARAMS,
 def run(gpu: str, whole_waves: bool = True, params=None):
     """The fit of ``gpu``: (FitResult, samples); ``params`` defaults to :data:`NARROW`."""
     samples = fit_samples(gpu)
-    start = candidate_start(calibration_for(samples[0][1].accelerator)[0], whole_waves)
+    start = candidate_start(profile_before(gpu, calibration_for(samples[0][1].accelerator)[0]), whole_waves)
     return fit(samples, params or NARROW, start, name=f"{mb.PROFILES[gpu]}-membound46"), samples
 
 
@@ -98,7 +115,7 @@ def main(argv=None) -> int:
                     help="which parameters to fit (all: every memory-bound parameter, PARAMS)")
     a = ap.parse_args(argv)
     res, samples = run(a.gpu, whole_waves=not a.fractional_waves, params=VARIANTS[a.params])
-    committed = calibration_for(samples[0][1].accelerator)[0]
+    committed = profile_before(a.gpu, calibration_for(samples[0][1].accelerator)[0])
     mb.print_fit(a.gpu, res, samples)
     db, da = draw_errors(a.gpu, committed), draw_errors(a.gpu, res.calibration)
     for s in DRAWS:

@@ -165,7 +165,10 @@ class Calibration:
       softmax_elements_per_cycle[kernel]  elements per SM per clock cycle (at the boost clock)
                                  of PyTorch's block-per-row softmax forward kernels (``reg``,
                                  ``reg_wide``, ``smem``: simulator.compute.torch_softmax_kernel), which are
-                                 bound by the SMs, not by HBM; defaults: the H100/H200 fits
+                                 bound by the SMs, not by HBM; defaults: the H100/H200 fits;
+                                 ``scalar`` (absent: off; session 24, candidate membound47): the
+                                 global-memory kernel's scalar epilogue elements (row % (ILP x
+                                 threads), simulator.compute.softmax_scalar_tail)
       softmax_wave_cycles        fixed SM cycles per wave of PyTorch's block-per-row softmax kernels
                                  beyond registers (``smem``, ``plain``): block set-up, the first
                                  load's latency and two block-wide reductions before a row's
@@ -176,7 +179,9 @@ class Calibration:
                                  (simulator.compute.softmax_warp_time): ``kernel`` once per kernel,
                                  ``row`` per row, ``element`` per element of rows of <= 1024
                                  elements, ``element_wide`` of longer ones (64 registers of row per
-                                 thread), spread over the SMs; empty: the warp kernel is bytes at
+                                 thread), spread over the SMs; ``latency`` (absent: 0; session 24,
+                                 candidate membound47) cycles per element of the row once: one
+                                 warp's own pass over its row; empty: the warp kernel is bytes at
                                  memory_op_fraction["softmax"] (before session 22)
       softmax_masked_cost        the row work of PyTorch's fp32 softmax forward per score a mask
                                  set to -10000 (Megatron's attention_mask_func), relative to an
@@ -331,12 +336,12 @@ def _profile_schema() -> type:
                 step_power=(Optional[dict[str, nonneg]], None),
                 ssd_fraction=(Optional[dict[str, fraction]], None),
                 ssd_host_s=(Optional[dict[str, nonneg]], None),
-                softmax_elements_per_cycle=(Optional[dict[Literal["reg", "reg_wide", "smem"], positive]], None),
+                softmax_elements_per_cycle=(Optional[dict[Literal["reg", "reg_wide", "smem", "scalar"], positive]], None),
                 norm_forward=(Optional[dict[Literal["fraction", "reread_from_bytes", "reread_span_bytes", "rmsnorm_row_s",
                                                     "layernorm_row_s", "rmsnorm_load_latency_s", "layernorm_load_latency_s",
                                                     "whole_waves"],
                                             nonneg]], None),
-                softmax_warp_cycles=(Optional[dict[Literal["kernel", "row", "element", "element_wide"], nonneg]], None),
+                softmax_warp_cycles=(Optional[dict[Literal["kernel", "row", "element", "element_wide", "latency"], nonneg]], None),
                 memory_op_fixed_s=(Optional[dict[Literal["copy"], nonneg]], None),
                 links=(Optional[dict[str, link]], None))
     return pydantic.create_model("ProfileParameters", __config__=cfg, **spec)

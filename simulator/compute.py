@@ -1201,7 +1201,7 @@ def softmax_forward_time(dev: DeviceModel, rows: int, row: int, dtype: str, mask
         threads = softmax_block_threads(row)
         elements = float(rows) * -(-row // threads) * threads
     elif dev.cal.softmax_wave_cycles:       # a profile fitted with waves (session 21)
-        return max(softmax_block_waves_time(dev, kernel, rows, row, factor) + memory_fixed_s(dev.cal), stream)
+        return max(softmax_block_waves_time(dev, kernel, rows, row, factor, dtype) + memory_fixed_s(dev.cal), stream)
     work = elements / softmax_element_rate(dev, kernel) * factor + memory_fixed_s(dev.cal)
     return max(work, stream)
 
@@ -1227,11 +1227,26 @@ def softmax_warp_time(dev: DeviceModel, rows: int, row: int, factor: float = 1.0
     the load latency: register-limited occupancy, inferred from the rates, not read from the
     binary). Fitted per GPU by validation/membound_fit.py on bf16 rows, and used for bf16 rows only:
     fp32 rows (Megatron-Core's local attention scores, masked) keep the bytes form their masked cost
-    was fitted with, bound by streaming their 8 bytes per element."""
+    was fitted with, bound by streaming their 8 bytes per element.
+
+    ``latency`` (SM cycles per element of the row; issue #12 session 24, candidate membound47, absent:
+    0) adds ``latency`` x ``row`` cycles once: the time one warp takes over its own row, which no
+    number of SMs shortens (the last warps to start still pass over their whole row: load it
+    element by element, WARP_ITERATIONS = next_pow2(row) / 32 values per lane, reduce, divide and
+    store it). The grid's first rows and last rows pay it, not every row, so it stands in for the
+    constant ``kernel`` term (which the membound47 fit takes to ~0): the few-row grids of the random
+    draws take ~4.5-5 ns per element of the row whatever their count (H100 and H200 alike: 258 x
+    1424 6.4 us, 604 x 1760 8.8 us, 1024 x 2048 10.5 us above the fixed cost on H100), where the
+    constant form left rows of >1024 elements 15-25% short and rows of ~500-650 elements 10-23% long
+    (membound_random40-46). The cycles per element are a fit (~6.9 on both GPUs), not read from
+    the binary."""
     c = dev.cal.softmax_warp_cycles
     a = dev.accelerator
     per_element = c["element_wide"] if row >= WARP_SOFTMAX_WIDE_FROM else c["element"]
     cycles = c["kernel"] + float(rows) / a.sm_count * (c["row"] + row * per_element) * factor
+    # issue #12 session 24 (candidate membound47): one warp's own pass over its row, ``latency`` SM cycles
+    # per element of the row, paid once on top of the SMs' throughput (absent: 0, the committed model)
+    cycles += c.get("latency", 0.0) * row * factor
     return cycles / a.boost_clock_hz
 
 
@@ -1251,7 +1266,8 @@ def torch_silu_mul_time(dev: DeviceModel, tokens: int, hidden: int, dtype: str =
             + dev.cal.memory_kernel_chained_s)
 
 
-def softmax_block_waves_time(dev: DeviceModel, kernel: str, rows: int, row: int, factor: float = 1.0) -> float:
+def softmax_block_waves_time(dev: DeviceModel, kernel: str, rows: int, row: int, factor: float = 1.0,
+                             dtype: str = "bf16") -> float:
     """Seconds of PyTorch's shared-memory or global-memory softmax forward (one block of
     softmax_block_threads(row) threads per row, 2048 // threads blocks resident per SM) over
     ``rows`` rows: whole waves of SMs x blocks rows, each ``softmax_wave_cycles`` fixed cycles (block
@@ -1259,13 +1275,37 @@ def softmax_block_waves_time(dev: DeviceModel, kernel: str, rows: int, row: int,
     SM at ``softmax_elements_per_cycle``, at the boost clock; ``factor`` scales the element work
     (masked scores). Used where the profile fitted ``softmax_wave_cycles`` (a profile without it
     keeps the element rate its ``smem`` rate was fitted with). With no fixed cycles and whole waves
-    it is the element rate alone."""
+    it is the element rate alone. Where the profile has ``softmax_elements_per_cycle["scalar"]``
+    (issue #12 session 24, candidate membound47) the global-memory kernel (``plain``) runs the
+    scalar epilogue of its row (:func:`softmax_scalar_tail` of ``dtype``) at that rate and the rest at
+    the ``smem`` rate: rows of 24.6-32K bf16 elements with 600-7500 such elements ran 10-27% slower
+    than the shared-memory rate gives on H100 / H200 (membound_random42-46), rows of 24576 and 32768
+    (none) within a few percent (row_kernels)."""
     a = dev.accelerator
     per_sm = max(1, 2048 // softmax_block_threads(row))
     waves = -(-rows // (a.sm_count * per_sm))
-    per_cycle = dev.cal.softmax_elements_per_cycle[SOFTMAX_ELEMENT_RATE_KEY.get(kernel, kernel)]
-    cycles = dev.cal.softmax_wave_cycles + per_sm * row * factor / per_cycle
+    rates = dev.cal.softmax_elements_per_cycle
+    per_cycle = rates[SOFTMAX_ELEMENT_RATE_KEY.get(kernel, kernel)]
+    if kernel == "plain" and "scalar" in rates:
+        # issue #12 session 24 (candidate membound47): cunn_SoftMaxForward's scalar epilogue
+        tail = softmax_scalar_tail(row, DTYPE_BYTES[dtype], softmax_block_threads(row))
+        work = (row - tail) / per_cycle + tail / rates["scalar"]
+    else:
+        work = row / per_cycle
+    cycles = dev.cal.softmax_wave_cycles + per_sm * work * factor
     return waves * cycles / a.boost_clock_hz
+
+
+def softmax_scalar_tail(row: int, size: int, threads: int) -> int:
+    """Elements of a row that PyTorch's global-memory softmax forward (cunn_SoftMaxForward, SoftMax.cu)
+    reads and writes one scalar at a time: its ilpReduce and WriteFpropResultsVectorized loops step
+    over the row ILP = 16 / ``size`` elements per thread (one 16-byte vector) and ``threads`` threads
+    at a time, and leave ``last = row % (ILP x threads)`` elements to a scalar epilogue loop (rows
+    aligned to 16 bytes, as a contiguous row of a multiple of ILP elements is). In each of the
+    kernel's three passes over the row (max, sum of exponentials, write) those elements take one load
+    instruction each instead of one per ILP; a row of a multiple of ILP x threads elements has none."""
+    ilp = max(1, 16 // size)
+    return row % (ilp * threads)
 
 
 def elementwise_time(dev: DeviceModel, op: str, tokens: int, hidden: int, dtype: str = "bf16",

@@ -1,0 +1,114 @@
+"""Candidate membound47 (issue #12 session 24, validation/membound47_fit.py): two softmax mechanisms, each
+off in the committed profiles, and the candidate profiles that turn them on.
+
+* ``softmax_warp_cycles["latency"]``: softmax_warp_forward pays one warp's pass over its row, SM cycles
+  per element of the row, once (simulator.compute.softmax_warp_time).
+* ``softmax_elements_per_cycle["scalar"]``: cunn_SoftMaxForward's scalar epilogue, row % (ILP x threads)
+  elements per row (simulator.compute.softmax_scalar_tail), at its own rate.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from simulator.calibration import load_calibration
+from simulator.compute import (DeviceModel, softmax_block_threads, softmax_forward_time, softmax_scalar_tail,
+                               softmax_warp_time, torch_softmax_kernel)
+from validation.hardware import hardware_for
+from validation.records import load_measurements
+
+ROOT = Path(__file__).resolve().parent.parent
+GPUS = ("h200", "h100")
+
+
+def _device(gpu: str, cal) -> DeviceModel:
+    mf = load_measurements(ROOT / "validation" / "measurements" / f"{gpu}_kernels.json")
+    return DeviceModel(hardware_for(mf).accelerator, cal)
+
+
+def _candidate(gpu: str):
+    return load_calibration(str(ROOT / "validation" / "candidates" / f"{gpu}-sxm-membound47.yaml"))
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+def test_committed_profiles_leave_both_mechanisms_off(gpu):
+    cal = load_calibration(f"{gpu}-sxm")
+    assert "latency" not in cal.softmax_warp_cycles and "scalar" not in cal.softmax_elements_per_cycle
+    dev = _device(gpu, cal)
+    zero = _device(gpu, replace(cal, softmax_warp_cycles={**cal.softmax_warp_cycles, "latency": 0.0}))
+    for rows, row in ((300, 1760), (5000, 600), (40000, 2048)):
+        assert softmax_warp_time(zero, rows, row) == softmax_warp_time(dev, rows, row)
+    # without a scalar rate the global-memory kernel runs every element at the shared-memory rate, as a
+    # scalar rate equal to it does
+    same = _device(gpu, replace(cal, softmax_elements_per_cycle={**cal.softmax_elements_per_cycle,
+                                                                 "scalar": cal.softmax_elements_per_cycle["smem"]}))
+    for rows, row in ((2094, 30824), (496, 31632), (4096, 32768)):
+        assert softmax_forward_time(same, rows, row, "bf16") == pytest.approx(softmax_forward_time(dev, rows, row, "bf16"), rel=1e-12)
+
+
+def test_path_selection_matches_pytorch_host_softmax():
+    """SoftMax.cu host_softmax (CUDA: use_fast_softmax false): rows of <= 2048 elements and 8 KiB take the
+    warp kernel, then the register kernel while ceil(row / block) < 10, then the shared-memory kernel while
+    the row fits 48 KiB less the reduction buffer and divides into 16-byte vectors, else cunn_SoftMaxForward."""
+    assert torch_softmax_kernel(2048, "bf16") == "warp" and torch_softmax_kernel(2049, "bf16").startswith("reg")
+    assert torch_softmax_kernel(2048, "fp32") == "warp" and torch_softmax_kernel(1536, "fp32") == "warp"
+    assert torch_softmax_kernel(9216, "bf16") == "reg_wide" and torch_softmax_kernel(9224, "bf16") == "smem"
+    assert softmax_block_threads(30000) == 1024 and softmax_block_threads(3000) == 1024
+    # max_elements_per_smem = (49152 - 1024 / 32 * 4) / 2 = 24512 bf16 elements
+    assert torch_softmax_kernel(24504, "bf16") == "smem" and torch_softmax_kernel(24512, "bf16") == "plain"
+    assert torch_softmax_kernel(20004, "bf16") == "plain"          # not a multiple of ILP = 8
+    assert torch_softmax_kernel(12288, "fp32") == "plain"          # 48 KiB of fp32
+
+
+def test_scalar_tail_is_the_ilp_reduce_epilogue():
+    """ilpReduce / WriteFpropResultsVectorized: last = size % (ILP x blockDim) elements one at a time."""
+    assert softmax_scalar_tail(32768, 2, 1024) == 0 and softmax_scalar_tail(24576, 2, 1024) == 0
+    assert softmax_scalar_tail(32072, 2, 1024) == 32072 - 3 * 8192
+    assert softmax_scalar_tail(12288, 4, 1024) == 0 and softmax_scalar_tail(14000, 4, 1024) == 14000 - 3 * 4096
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+def test_latency_adds_cycles_per_element_of_the_row_once(gpu):
+    cal = load_calibration(f"{gpu}-sxm")
+    base = _device(gpu, cal)
+    on = _device(gpu, replace(cal, softmax_warp_cycles={**cal.softmax_warp_cycles, "latency": 7.0}))
+    clock = base.accelerator.boost_clock_hz
+    for rows in (100, 10000):
+        for row in (600, 1760):
+            assert softmax_warp_time(on, rows, row) - softmax_warp_time(base, rows, row) == pytest.approx(7.0 * row / clock)
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+def test_scalar_rate_slows_only_rows_with_a_tail(gpu):
+    cal = load_calibration(f"{gpu}-sxm")
+    base = _device(gpu, cal)
+    on = _device(gpu, replace(cal, softmax_elements_per_cycle={**cal.softmax_elements_per_cycle, "scalar": 0.5}))
+    assert softmax_forward_time(on, 4096, 32768, "bf16") == softmax_forward_time(base, 4096, 32768, "bf16")
+    assert softmax_forward_time(on, 2042, 32072, "bf16") > 1.1 * softmax_forward_time(base, 2042, 32072, "bf16")
+    assert softmax_forward_time(on, 2000, 16384, "bf16") == softmax_forward_time(base, 2000, 16384, "bf16")  # smem
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+def test_candidate_file_reproduces_its_fit(gpu):
+    import yaml
+    from validation import membound47_fit as m
+    from validation.membound_fit import kind_errors
+    path = ROOT / "validation" / "candidates" / f"{gpu}-sxm-membound47.yaml"
+    data = yaml.safe_load(path.read_text())
+    assert data["candidate"].startswith("membound47") and "seed-48" in data["candidate"]
+    fit = next(v for k, v in data["fits"].items() if "membound47" in k)
+    assert fit["converged"] and all(f"validation/measurements/{gpu}_membound_random{s}.json" in fit["fitted_on"]
+                                    for s in m.DRAWS)
+    assert not any("membound_random48" in f for f in data["fitted_on"])   # the judging draw
+    cand, committed = _candidate(gpu), load_calibration(f"{gpu}-sxm")
+    assert 5.0 < cand.softmax_warp_cycles["latency"] < 9.0
+    assert 0.3 < cand.softmax_elements_per_cycle["scalar"] < cand.softmax_elements_per_cycle["smem"]
+    # only the warp kernel's cycles and the scalar rate differ from the committed profile
+    assert replace(cand, name=committed.name, softmax_warp_cycles=committed.softmax_warp_cycles,
+                   softmax_elements_per_cycle=committed.softmax_elements_per_cycle) == committed
+    assert {k: v for k, v in cand.softmax_elements_per_cycle.items() if k != "scalar"} == committed.softmax_elements_per_cycle
+    errors = kind_errors(m.fit_samples(gpu), cand)
+    for kind, entry in fit["fitted_error"].items():
+        assert errors[kind][0] == entry["count"] and errors[kind][1] == pytest.approx(entry["mape"], abs=1e-4)

@@ -23,7 +23,7 @@ as before):
 Fitted (:data:`NARROW`: the warp kernel's cycles with the new latency, and the scalar rate) by
 validation.fit.fit (soft-L1 least squares on log(predicted / measured)) on every memory-bound burst
 record of the files membound_fit.py uses plus the registered draws 42-46 (46 was judged in session 24
-and is fit data now; seed 48 is to judge this candidate). Every other parameter keeps the committed
+and is fit data now; seed 47 is to judge this candidate). Every other parameter keeps the committed
 profile's value.
 """
 from __future__ import annotations
@@ -79,9 +79,9 @@ def write_profile(gpu: str, res, samples, out: Path) -> None:
               "fitted with the warp kernel's other cycles, and the scalar epilogue of cunn_SoftMaxForward "
               "(softmax_elements_per_cycle.scalar, row % (ILP x threads) elements), soft-L1 least squares on "
               "log(predicted/measured) over every memory-bound burst record of these files (the membound_random "
-              "draws 40-46 as development data; no record held out; draw 48 to judge); every other parameter kept "
+              "draws 40-46 as development data; no record held out; draw 47 to judge); every other parameter kept "
               f"at profile {mb.PROFILES[gpu]}'s value")
-    mb.write_candidate(gpu, res, samples, out, "membound47", method, files, session=24, seed=48)
+    mb.write_candidate(gpu, res, samples, out, "membound47", method, files, session=24, seed=47)
 
 
 def main(argv=None) -> int:

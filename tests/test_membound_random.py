@@ -272,9 +272,9 @@ def test_seed_42_h100_without_interference():
     assert committed["softmax"] > 0.14
 
 
-# ---- seeds 43-46 (session 23): 43 registered by profile adopt23 (membound42 and gemm32 adopted), 44 by the
-# committed model of 4711a01, 45 by a0864ba, 46 by d2c033c (with candidate membound46 beside it); all on newly
-# lent machines, none fitted
+# ---- seeds 43-47: 43 registered by profile adopt23 (membound42 and gemm32 adopted), 44 by the committed model of
+# 4711a01, 45 by a0864ba, 46 by d2c033c (with candidate membound46 beside it; session 23), 47 by 02a236d (session 24,
+# membound46 adopted, candidate membound47 beside it); all on newly lent machines; 43-45 fit data since session 24
 AS_REGISTERED_SINCE_ADOPTION = {   # seed: gpu: pooled and per-kind MAPE of every timed case against its registration
     43: {"h200": {"all": 0.0395, "copy": 0.0373, "add": 0.0332, "gelu": 0.0199, "silu_mul": 0.0151, "softmax": 0.0548,
                   "layernorm": 0.0565, "rmsnorm": 0.0596},
@@ -292,13 +292,17 @@ AS_REGISTERED_SINCE_ADOPTION = {   # seed: gpu: pooled and per-kind MAPE of ever
                   "layernorm": 0.0699, "rmsnorm": 0.0628},
          "h100": {"all": 0.0608, "copy": 0.0465, "add": 0.0273, "gelu": 0.0594, "silu_mul": 0.0809, "softmax": 0.0908,
                   "layernorm": 0.0713, "rmsnorm": 0.0491}},
+    47: {"h200": {"all": 0.0404, "copy": 0.0333, "add": 0.0272, "gelu": 0.0397, "silu_mul": 0.0213, "softmax": 0.0642,
+                  "layernorm": 0.0584, "rmsnorm": 0.0388},
+         "h100": {"all": 0.0392, "copy": 0.0422, "add": 0.0197, "gelu": 0.0296, "silu_mul": 0.0294, "softmax": 0.0668,
+                  "layernorm": 0.0473, "rmsnorm": 0.0393}},
 }
 # the kinds over the issue's 8% per draw and GPU (the target holds on seed 43 only)
 OVER_8_PERCENT = {(43, "h200"): set(), (43, "h100"): set(), (44, "h200"): {"layernorm", "softmax", "copy"},
                   (44, "h100"): {"softmax"}, (45, "h200"): {"layernorm", "copy"}, (45, "h100"): {"layernorm"},
-                  (46, "h200"): set(), (46, "h100"): {"silu_mul", "softmax"}}
+                  (46, "h200"): set(), (46, "h100"): {"silu_mul", "softmax"}, (47, "h200"): set(), (47, "h100"): set()}
 # draws whose records include calls that spread over 3x (validation.gemm_regimes.interference_suspect)
-INTERFERENCE = {(44, "h200"), (44, "h100"), (46, "h100")}
+INTERFERENCE = {(44, "h200"), (44, "h100"), (46, "h100"), (47, "h100")}
 
 
 @pytest.mark.parametrize("gpu", GPUS)
@@ -330,7 +334,8 @@ def test_draws_since_the_adoption_as_registered(seed, gpu):
     H100 softmax 6.3%). Seed 44: H200 5.8%, H100 5.05% pooled; H200 layernorm 9.2%, softmax 8.8%, copy
     8.3%, H100 softmax 9.7% over 8%. Seed 45: H200 5.7%, H100 5.2%; H200 layernorm 9.2% and copy 8.6%, H100
     layernorm 8.3% over. Seed 46: H200 4.7%, every kind within 8% (softmax 7.3% the worst); H100 6.1%,
-    silu_mul 8.1% and softmax 9.1% over. Pooled within 8% on every draw."""
+    silu_mul 8.1% and softmax 9.1% over. Seed 47 (session 24, membound46 adopted): H200 4.04%, H100 3.92% pooled,
+    every kind within 8% on both (worst: softmax 6.4% / 6.7%). Pooled within 8% on every draw."""
     if seed == 44:
         assert "seed 44" in (LOGS / "prereg_membound44_h200.txt").read_text()
     got, _ = scored(gpu, seed)
@@ -376,3 +381,22 @@ def test_membound46_candidate_as_registered_on_seed_46(gpu):
     like = str(ROOT / "validation" / "measurements" / f"{gpu}_kernels.json")
     reg = registered(gpu, 46, "_cand")
     assert all(reg[label] == pytest.approx(t, abs=0.006e-6) for label, t in kernel_rows("membound_random", like, 46))
+
+
+# the membound47 candidate (one warp's pass over its row in the warp softmax, the global-memory softmax's scalar
+# epilogue; validation/membound47_fit.py on draws 40-46) registered beside seed 47
+AS_REGISTERED_47_CAND = {
+    "h200": {**AS_REGISTERED_SINCE_ADOPTION[47]["h200"], "all": 0.0399, "softmax": 0.0607},
+    "h100": {**AS_REGISTERED_SINCE_ADOPTION[47]["h100"], "all": 0.0386, "softmax": 0.0629},
+}
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+def test_membound47_candidate_as_registered_on_seed_47(gpu):
+    """Registered beside the committed model before seed 47 ran: softmax H200 6.42 -> 6.07%, H100 6.68 -> 6.29%
+    (pooled 4.04 -> 3.99%, 3.92 -> 3.86%); it touches softmax only, every other kind as the committed model."""
+    cand, _ = scored(gpu, 47, "_cand")
+    today, _ = scored(gpu, 47)
+    assert_as_quoted(cand, AS_REGISTERED_47_CAND[gpu])
+    assert cand["softmax"] < today["softmax"] - 0.003
+    assert all(cand[k] == pytest.approx(today[k]) for k in today if k not in ("softmax", "all"))

@@ -98,6 +98,17 @@ def _gemm(ctx: Context, name: str, m: int, n: int, k: int, phase: str, batch: in
 FP8_QUANTIZE_BYTES = 3.0                 # read bf16, write fp8 and the amax reduction
 CURRENT_SCALING_AMAX_BYTES = 2.0         # the amax kernel's read of the bf16 input
 CURRENT_SCALING_KERNELS = 3              # amax, scale from amax, quantize
+# Transformer Engine's MXFP8 quantization (MXFP8Quantizer::create_tensor and ::quantize,
+# transformer_engine/pytorch/csrc/quantizer.cpp, commit d0067d0): one E8M0 scale byte per MXFP8_BLOCK
+# consecutive elements along the GEMM's reduction dimension, so the row-wise copy (fprop, dgrad) and the
+# column-wise copy (wgrad) are separate data: a quantization for both uses (linear.py / grouped_linear.py
+# set columnwise usage on the forward input when backward needs it and on the output gradient for wgrad)
+# writes both copies with their scales in one nvte_quantize_v2 kernel, no amax pass: read bf16 (2), write
+# 2 x (1 + 1/32) bytes per element. Tensor-scaled FP8 on Blackwell writes the row-wise copy only
+# (Float8Quantizer / Float8CurrentScalingQuantizer::create_tensor: with_transpose = columnwise_usage &&
+# !nvte_is_non_tn_fp8_gemm_supported(), true from sm_100: transformer_engine/common/transformer_engine.cpp).
+MXFP8_BLOCK = 32
+MXFP8_QUANTIZE_BYTES = 2.0 + 2 * (DTYPE_BYTES["fp8"] + 1.0 / MXFP8_BLOCK)
 
 
 def fp8_quantize_time(ctx: Context, elements: float, experts: int = 1, quantize: bool = True) -> float:
@@ -105,13 +116,41 @@ def fp8_quantize_time(ctx: Context, elements: float, experts: int = 1, quantize:
     experts: FP8_QUANTIZE_BYTES per element in :func:`fp8_quantize_launches` kernels; under the
     current-scaling recipe (plan ``fp8_recipe`` tensorwise) each quantization (``quantize``: forward and
     data-gradient inputs) first reads its input for the amax and derives the scale, in kernels of their
-    own (CURRENT_SCALING_AMAX_BYTES, CURRENT_SCALING_KERNELS per split)."""
+    own (CURRENT_SCALING_AMAX_BYTES, CURRENT_SCALING_KERNELS per split); under ``mxfp8`` each writes
+    its row-wise and column-wise copies (:func:`fp8_quantize_bytes_per_element`). On a device whose fp8
+    GEMMs take any layout (:func:`non_tn_fp8_gemm`: Blackwell) the weight-gradient GEMM (``quantize``
+    False) costs no pass: both its operands were quantized for it already."""
+    if not quantize and non_tn_fp8_gemm(ctx.dev):
+        return 0.0
     launches = fp8_quantize_launches(ctx, experts, quantize)
-    nbytes = FP8_QUANTIZE_BYTES * elements
+    nbytes = fp8_quantize_bytes_per_element(ctx.plan.fp8_recipe, quantize) * elements
     if quantize and ctx.plan.fp8_recipe == "tensorwise":
         nbytes += CURRENT_SCALING_AMAX_BYTES * elements
         launches *= CURRENT_SCALING_KERNELS
     return memory_time(ctx.dev, nbytes, launches=launches)
+
+
+# GPU families on which cuBLAS runs fp8 GEMMs in every operand layout, so Transformer Engine makes no
+# transposed fp8 copy for the weight-gradient GEMM (nvte_is_non_tn_fp8_gemm_supported: compute
+# capability 10.x-11.x or >= 13.0, transformer_engine/common/transformer_engine.cpp; the catalog's
+# Blackwell parts are sm_100 / sm_103).
+NON_TN_FP8_FAMILIES = ("nvidia-blackwell",)
+
+
+def non_tn_fp8_gemm(dev: DeviceModel) -> bool:
+    """Whether the device's fp8 weight-gradient GEMM takes the copies the forward and data-gradient
+    quantizations already wrote (no quantize pass of its own): true on NON_TN_FP8_FAMILIES. Elsewhere
+    (Hopper) the wgrad GEMM keeps its own pass over its input, as costed before (the TN-only fp8 GEMM
+    needs transposed copies: TE's cast-transpose)."""
+    return dev.accelerator.family in NON_TN_FP8_FAMILIES
+
+
+def fp8_quantize_bytes_per_element(recipe: str | None, quantize: bool = True) -> float:
+    """HBM bytes per bf16 input element of one fp8 GEMM operand's quantization: MXFP8_QUANTIZE_BYTES
+    under the ``mxfp8`` recipe where the GEMM quantizes (``quantize``: the forward input and the output
+    gradient, each for its row-wise and column-wise uses), else FP8_QUANTIZE_BYTES (one row-wise copy;
+    the weight-gradient GEMM, ``quantize`` False, keeps the recipe-independent figure it always had)."""
+    return MXFP8_QUANTIZE_BYTES if quantize and recipe == "mxfp8" else FP8_QUANTIZE_BYTES
 
 
 def fp8_quantize_launches(ctx: Context, experts: int, quantize: bool = True) -> int:

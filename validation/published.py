@@ -327,7 +327,8 @@ PRECISION_WORDS = (("nvfp4", "nvfp4"), ("mxfp8", "fp8"), ("fp8-mx", "fp8"), ("fp
 def row_precision(row: dict, fills: list[str]) -> str:
     """The plan precision of a row's ``dtype``: BF16/FP16/FP8 as printed ("16-bit" as bf16: the same
     peak); MXFP8 costed as FP8 (the same
-    tensor-core peak; its block scaling is not modelled); NVFP4 as the nvfp4 plan precision
+    tensor-core peak; TE's quantize pass writes its row-wise and column-wise copies with their E8M0 scales:
+    lowering.MXFP8_QUANTIZE_BYTES); NVFP4 as the nvfp4 plan precision
     (Megatron-Bridge's bf16_with_nvfp4_mixed: every transformer layer's linear GEMMs in NVFP4)."""
     text = (row.get("dtype") or "").lower()
     if not text:
@@ -345,7 +346,8 @@ def row_precision(row: dict, fills: list[str]) -> str:
                              "parameter gather not modelled (bf16 bytes)")
             if word in ("mxfp8", "fp8-mx"):
                 fills.append("MXFP8 costed as FP8 (same tensor-core peak) with fp8_recipe mxfp8 (per-expert "
-                             "quantize kernels of TE's GroupedLinear); the E8M0 block scales' bytes not modelled")
+                             "quantize kernels of TE's GroupedLinear), each quantization writing the row-wise and the column-wise "
+                             "copy with their E8M0 scales; the scales' bytes in the GEMM's own reads not modelled")
             if word == "16-bit":
                 fills.append("16-bit mixed precision costed as bf16 (fp16 and bf16 share the tensor-core peak)")
             return precision

@@ -80,6 +80,13 @@ class Calibration:
                                  dense bf16 peak: a split-K tiling's compute time is at least
                                  Σ_tile-splits (tm + tn)·k·bytes / (this x bf16 peak) (issue #12 session
                                  23, candidate gemm36); 0: no such floor
+      gemm_unaligned_store_serial  share of the output store of cuBLAS's non-TMA fallback GEMM kernels
+                                 (CUTLASS SM75 align1 / SM80 align2, no split-K) that does not overlap
+                                 their main loop: + this x the tiles' padded C bytes / HBM bandwidth
+                                 (issue #12 session 24, candidate gemm40); 0: none (fully overlapped)
+      gemm_unaligned_reuse_exponent  those fallback kernels' loads of a tile of reuse r = 2·tm·tn/(tm+tn)
+                                 take (r_max / r) ** this longer than the per-element load law
+                                 (fewer, smaller warps per small CTA tile; candidate gemm40); 0: off
       gemm_sm_load_bytes_per_flop  bytes one SM loads GEMM operands at (L2 to shared memory) per
                                  FLOP of its datasheet dense bf16 peak: a tile's main loop takes at
                                  least (tm + tn)·k·bytes / (this x bf16 peak / SMs) seconds; 0: no cap
@@ -219,6 +226,8 @@ class Calibration:
     gemm_unaligned_split_waves: float = 0.0
     gemm_split_k_per_split_s: float = 0.0
     gemm_l2_operand_bytes_per_flop: float = 0.0
+    gemm_unaligned_store_serial: float = 0.0
+    gemm_unaligned_reuse_exponent: float = 0.0
     kernel_launch_s: float = 5.0e-6
     gemm_launch_s: float = 6.0e-6
     gemm_fp8_fixed_s: float = 0.0

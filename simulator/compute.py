@@ -254,6 +254,8 @@ def gemm_tiling_s(dev: DeviceModel, m: int, n: int, k: int, dtype: str, tm: int,
     the s partial outputs (:func:`split_k_reduction_s`)."""
     tiles = math.ceil(m / tm) * math.ceil(n / tn) * batch
     t = math.ceil(tiles * s / dev.accelerator.sm_count) * gemm_tile_s(dev, tm, tn, math.ceil(k / s), dtype, vector)
+    if vector is not None and s == 1:
+        t += unaligned_store_s(dev, tiles, tm, tn, dtype)
     if s > 1:
         t = max(t, l2_operand_s(dev, tiles * s, tm, tn, math.ceil(k / s), dtype))
         t += split_k_reduction_s(dev, m, n, s, batch)
@@ -276,6 +278,28 @@ def l2_operand_s(dev: DeviceModel, tile_splits: int, tm: int, tn: int, k: int, d
         return 0.0
     k_pad = math.ceil(k / GEMM_TILE_K) * GEMM_TILE_K
     return tile_splits * (tm + tn) * k_pad * DTYPE_BYTES[dtype] / rate
+
+
+def unaligned_store_s(dev: DeviceModel, tiles: int, tm: int, tn: int, dtype: str) -> float:
+    """Seconds by which storing C lengthens a non-TMA fallback GEMM kernel run without split-K:
+    ``gemm_unaligned_store_serial`` x the ``tiles`` tm×tn output tiles' bytes (the output dtype's:
+    bf16 for fp8 inputs) at the achieved HBM bandwidth; 0 when that parameter is 0 (the default).
+    Mechanism: cuBLAS's fallback kernels for a leading dimension not 16-byte aligned are CUTLASS
+    SM75 ``align1`` / SM80 ``align2`` multistage kernels (traced, validation/gemm_kernels.py): one
+    output tile per thread block, its epilogue storing C with ``align``-element stores after the
+    whole main loop, no warp-specialised producer and no TMA store to overlap the next tile's loads
+    with it (CUTLASS ``gemm::kernel::Gemm`` runs mainloop then epilogue in the same warps, where the
+    SM90 warp-specialised persistent kernels nvjet uses overlap the two). Every wave's tiles thus
+    load from L2 and compute together, then store together at HBM bandwidth: the stores add
+    tiles·tm·tn·bytes / HBM B/s. Source: H100 traces of large-m·n, small-k ``align2`` shapes, whose
+    kernels run 1.4-1.6x the main-loop model (11890×5356×188: 174 us traced, 111 us modelled, the
+    127 MB output at HBM bandwidth 58 us); issue #12 session 24, candidate gemm40. Split-K (s > 1)
+    is not charged here: its fp32 partials' write and read are in :func:`split_k_reduction_s`."""
+    serial = dev.cal.gemm_unaligned_store_serial
+    if serial <= 0:
+        return 0.0
+    b_out = DTYPE_BYTES["bf16" if dtype in QUANTIZED_GEMM_DTYPES else dtype]
+    return serial * tiles * tm * tn * b_out / dev.hbm_Bps
 
 
 def gemm_tile_s(dev: DeviceModel, tm: int, tn: int, k: int, dtype: str, vector: float | None = None) -> float:
@@ -373,12 +397,22 @@ def unaligned_load_s(dev: DeviceModel, tm: int, tn: int, k_pad: int, vector: flo
     136-153 TFLOP/s) and grows with the tile's reuse 2·tm·tn/(tm + tn) FLOP per element.
     ``gemm_unaligned_fraction`` sets the rate: the FLOP/s the largest tile reaches with one
     element per load, as a fraction of the datasheet dense bf16 peak (loads per second per SM =
-    fraction x bf16 peak per SM / (2·tm·tn/(tm + tn)) of the largest tile)."""
+    fraction x bf16 peak per SM / (2·tm·tn/(tm + tn)) of the largest tile). A tile of less reuse than
+    the largest (r = 2·tm·tn/(tm + tn) < r_max) takes (r_max / r) ** ``gemm_unaligned_reuse_exponent``
+    times longer again (0, the default: no such factor; candidate gemm40, issue #12 session 24): the
+    fallback kernels' smaller CTA tiles have fewer and smaller warp tiles (CUTLASS SM75 / SM80
+    ``64x64`` tiles: 4 warps of 32x32, against 8 warps of 64x64 in ``256x128``), so fewer narrow
+    loads in flight per SM to hide their latency and more shared-memory fragment reads per FLOP;
+    traced on H100 (validation/gemm_kernels.py), the SM75 ``64x64_nn_align1`` kernels run 1.5-1.9x
+    the per-element law (181x2771x352: 14.3 us traced, 7.5 us modelled) where ``256x128`` ones
+    run within ~10% of it. The exponent is fitted (validation/gemm40_fit.py)."""
     big_m, big_n = GEMM_TILES[0]
     flop_per_element = 2.0 * big_m * big_n / (big_m + big_n)
     loads_per_s = dev.cal.gemm_unaligned_fraction * dev.accelerator.peak_flops("bf16") / dev.accelerator.sm_count \
         / flop_per_element
-    return (tm + tn) * k_pad / (vector * loads_per_s)
+    # candidate gemm40: a smaller tile's loads run slower than its reuse alone gives (exponent 0: off)
+    small = (flop_per_element * (tm + tn) / (2.0 * tm * tn)) ** dev.cal.gemm_unaligned_reuse_exponent
+    return small * (tm + tn) * k_pad / (vector * loads_per_s)
 
 
 def gemm_aligned(m: int, n: int, k: int, dtype: str) -> bool:

@@ -42,14 +42,15 @@ PARAMETERS = tuple(BOUNDS)
 ROUNDS = 3         # coordinate-descent rounds, each a golden-section search per parameter in turn
 
 
-def dev_records(profile: str) -> list[tuple[dict, object]]:
+def dev_records(profile: str, files: dict | None = None) -> list[tuple[dict, object]]:
     """(record, hardware) of every development GEMM record of ``profile``'s GPU: the kernel suite's
-    ``gemm`` records as they are, each random draw's reduced to one record per shape."""
+    ``gemm`` records as they are, each random draw's reduced to one record per shape; ``files``:
+    {path: seeds or None} instead of ``DEV[profile]`` (validation/gemm40_fit.py's later draws)."""
     from validation.gemm_regimes import reproduced_times
     from validation.hardware import hardware_for
     from validation.records import load_measurements
     out = []
-    for path, seeds in DEV[profile].items():
+    for path, seeds in (DEV[profile] if files is None else files).items():
         mf = load_measurements(path)
         hw = hardware_for(mf)
         recs = [r for r in mf.records if r.get("kind") == "gemm"]

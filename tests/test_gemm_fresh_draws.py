@@ -40,6 +40,8 @@ DRAWS = {  # seed: (profile, measured file, registered predictions)
     37: ("h100-sxm", REPEAT / "h100_gemm_random37.json", LOGS / "prereg_gemm_random37_h100.txt"),
     38: ("h200-sxm", REPEAT / "h200_gemm_random38.json", LOGS / "prereg_gemm_random38_h200.txt"),
     39: ("h100-sxm", REPEAT / "h100_gemm_random39.json", LOGS / "prereg_gemm_random39_h100.txt"),
+    40: ("h200-sxm", REPEAT / "h200_gemm_random40.json", LOGS / "prereg_gemm_random40_h200.txt"),
+    41: ("h100-sxm", REPEAT / "h100_gemm_random41.json", LOGS / "prereg_gemm_random41_h100.txt"),
 }
 # the draws session 23's adoption of the gemm32 candidate made fit data (its restricted fits of the unaligned
 # rate and fixed costs ran on H200 seeds 24-30 and H100 seeds 21-31; fit blocks of the committed profiles)
@@ -81,6 +83,19 @@ REGISTERED = {
          "other": 0.0760},
     39: {"all": 0.0895, "small_mn_large_k": 0.1032, "fp8_small": 0.0873, "misaligned": 0.0992, "large": 0.0876,
          "other": 0.0693},
+    # session 24, registered by the committed model of 989d851 (GEMM model as for 38 / 39), candidate gemm40 beside
+    40: {"all": 0.0604, "small_mn_large_k": 0.0502, "fp8_small": 0.0284, "misaligned": 0.0720, "large": 0.0997,
+         "other": 0.0745},
+    41: {"all": 0.0849, "small_mn_large_k": 0.0850, "fp8_small": 0.0451, "misaligned": 0.1291, "large": 0.1287,
+         "other": 0.0683},
+}
+# the gemm40 candidate (the unaligned fallback kernels' serial C store and small-tile load factor;
+# validation/gemm40_fit.py on every draw through seed 39) registered beside seeds 40 / 41
+REGISTERED_GEMM40 = {
+    40: {"all": 0.0620, "small_mn_large_k": 0.0500, "fp8_small": 0.0284, "misaligned": 0.0867, "large": 0.0997,
+         "other": 0.0745},
+    41: {"all": 0.0833, "small_mn_large_k": 0.0854, "fp8_small": 0.0451, "misaligned": 0.1129, "large": 0.1287,
+         "other": 0.0683},
 }
 # the gemm36 candidate (split-K L2 operand floor) registered beside seeds 36 / 37
 REGISTERED_GEMM36 = {
@@ -108,6 +123,8 @@ TODAY_23 = {
     37: {"all": 0.0858, "small_mn_large_k": 0.0925, "fp8_small": 0.0345, "misaligned": 0.1107, "large": 0.1225, "other": 0.0818},
     38: {"all": 0.0753, "small_mn_large_k": 0.0751, "fp8_small": 0.0317, "misaligned": 0.0970, "large": 0.1074, "other": 0.0760},
     39: {"all": 0.0895, "small_mn_large_k": 0.1032, "fp8_small": 0.0873, "misaligned": 0.0992, "large": 0.0876, "other": 0.0693},
+    40: {"all": 0.0604, "small_mn_large_k": 0.0502, "fp8_small": 0.0286, "misaligned": 0.0720, "large": 0.0997, "other": 0.0745},
+    41: {"all": 0.0849, "small_mn_large_k": 0.0850, "fp8_small": 0.0450, "misaligned": 0.1290, "large": 0.1287, "other": 0.0682},
 }
 # the gemm32 candidate registered beside seeds 32 / 33 (validation/candidates/*-sxm-gemm32.yaml)
 REGISTERED_GEMM32 = {
@@ -173,7 +190,11 @@ def test_h200_refit_beats_the_profile_it_replaced():
     assert REGISTERED[26]["all"] < before["all"][1] - 0.04
 
 
-@pytest.mark.parametrize("seed", sorted(set(DRAWS) - FITTED_SINCE_23))
+# never-fitted draws on which the 7% target holds as registered
+TARGET_MET = {40}
+
+
+@pytest.mark.parametrize("seed", sorted(set(DRAWS) - FITTED_SINCE_23 - TARGET_MET))
 @pytest.mark.xfail(strict=True, reason="issue #12 target 7% on random shapes, as pre-registered (today only the draws no fit "
                                        "has used, 36 and 37, count: 8.3% / 8.6% under today's model, their gemm36 "
                                        "registrations): H200 seed 26 10.1% "
@@ -184,11 +205,20 @@ def test_h200_refit_beats_the_profile_it_replaced():
                                        "gemm32 candidate registered beside them 10.4% / 9.6%, adopted); seed 34 (H200) "
                                        "9.1%, seed 35 (H100) 9.5% as registered by it (small-mn large-k 12.3% / 10.9%); seed 36 (H200) "
                                        "11.0%, seed 37 (H100) 9.7% (the gemm36 candidate beside them 8.25% / 8.6%, adopted); seed 38 (H200) "
-                                       "7.5%, seed 39 (H100) 8.95% as registered by it")
+                                       "7.5%, seed 39 (H100) 8.95% as registered by it; seed 41 (H100) 8.5% (session 24)")
 def test_fresh_draw_target(seed):
     _, path, log = DRAWS[seed]
     adopted = LOGS / log.name.replace(".txt", "_cand.txt") if seed in (36, 37) else log     # gemm36's registration
     assert mape_by_regime(registered_pairs(adopted, path))["all"][1] <= 0.07
+
+
+@pytest.mark.parametrize("seed", sorted(TARGET_MET))
+def test_fresh_draw_target_met(seed):
+    """Seed 40 (H200, session 24, registered by the committed model before it ran on a newly lent machine):
+    6.04% pooled, within the issue's 7% (misaligned 7.2%, large 10.0%, other 7.45%). One draw of the three
+    H200 draws registered by the models since gemm36 (seed 36 8.25% by its candidate, 38 7.5%); on H100 none."""
+    _, path, log = DRAWS[seed]
+    assert mape_by_regime(registered_pairs(log, path))["all"][1] <= 0.07
 
 
 # the H200 values the gemm32 fit replaced (session 17's refit on seed 24)
@@ -258,6 +288,11 @@ NEXT = {  # log: (seed, --like file, --profile or None)
     # and seeds 38 (H200) / 39 (H100), registered by the committed model once gemm36 was adopted
     "prereg_gemm_random38_h200.txt": (38, "h200_gemm_random.json", None),
     "prereg_gemm_random39_h100.txt": (39, "h100_gemm_random3.json", None),
+    # Session 24: seeds 40 (H200) and 41 (H100), the committed model and beside each candidate gemm40
+    "prereg_gemm_random40_h200.txt": (40, "h200_gemm_random.json", None),
+    "prereg_gemm_random41_h100.txt": (41, "h100_gemm_random3.json", None),
+    "prereg_gemm_random40_h200_cand.txt": (40, "h200_gemm_random.json", "validation/candidates/h200-sxm-gemm40.yaml"),
+    "prereg_gemm_random41_h100_cand.txt": (41, "h100_gemm_random3.json", "validation/candidates/h100-sxm-gemm40.yaml"),
 }
 GEMM32_PAIRS = {32: ("prereg_gemm_random32_h200.txt", "prereg_gemm_random32_h200_cand.txt"),
                 33: ("prereg_gemm_random33_h100.txt", "prereg_gemm_random33_h100_cand.txt")}
@@ -372,3 +407,18 @@ def test_gemm36_candidate_as_registered(seed):
     assert {k: round(v[1], 4) for k, v in cand.items()} == pytest.approx(REGISTERED_GEMM36[seed], abs=1e-4)
     assert cand["all"][1] < today["all"][1] - 0.01 and cand["small_mn_large_k"][1] < today["small_mn_large_k"][1] - 0.025
     assert all(cand[k][1] <= today[k][1] + 0.001 for k in today)
+
+
+@pytest.mark.parametrize("seed", sorted(REGISTERED_GEMM40))
+def test_gemm40_candidate_as_registered(seed):
+    """The gemm40 candidate (cuBLAS's unaligned fallback kernels store C after their main loop, and their small
+    tiles load slower; validation/gemm40_fit.py on every draw through seed 39) against the committed model on the
+    fresh draws it was registered beside, newly lent machines: H100 seed 41 8.49 -> 8.33% (misaligned 12.9 ->
+    11.3%), but H200 seed 40 6.04 -> 6.20% (misaligned 7.2 -> 8.7%): worse on one GPU in the regime it was built
+    for, so not adopted; aligned regimes unchanged (small-mn large-k within 0.05 point)."""
+    _, path, log = DRAWS[seed]
+    cand = mape_by_regime(registered_pairs(LOGS / log.name.replace(".txt", "_cand.txt"), path))
+    today = mape_by_regime(registered_pairs(log, path))
+    assert {k: round(v[1], 4) for k, v in cand.items()} == pytest.approx(REGISTERED_GEMM40[seed], abs=1e-4)
+    assert (cand["misaligned"][1] < today["misaligned"][1]) == (seed == 41)
+    assert all(cand[k][1] == pytest.approx(today[k][1], abs=1e-9) for k in ("fp8_small", "large", "other"))

@@ -523,7 +523,9 @@ def _moe_ffn(ctx: Context) -> list[Op]:
     router = _gemm(ctx, "moe.router", T, e.num_experts, m.hidden, "fwd", dtype="bf16")
     local_experts = e.num_experts // p.ep
     width = e.latent_size or m.hidden      # LatentMoE: tokens travel and experts run at the latent size
-    a2a = moe_dispatch.routed_rows(ctx) * width * ACT_BYTES
+    # rows the device sends and its experts run: its own sequence-parallel shard's, times etp
+    # (moe_dispatch.dispatched_tokens: T where etp = tp, T/tp where etp = 1 < tp)
+    a2a = moe_dispatch.routed_rows(ctx, moe_dispatch.dispatched_tokens(ctx)) * width * ACT_BYTES
     rows, ffn = moe_dispatch.expert_tokens(ctx), e.expert_ffn_hidden // etp
     if get_framework(p.framework).kernels.expert_gemm == "sequential":
         experts = _sequential_experts(ctx, rows, ffn, local_experts, width)
@@ -537,8 +539,11 @@ def _moe_ffn(ctx: Context) -> list[Op]:
     s = moe_dispatch.settings(ctx)
     pre, post_dispatch, pre_combine, post_combine = moe_dispatch.dispatch_ops(ctx, width)
     ops = [router] + (moe_dispatch.router_ops(ctx, s) if s.dispatcher != "none" else [])
-    if e.latent_size:   # hidden -> latent before dispatch (replicated over tp, like the router)
-        ops.append(_gemm(ctx, "moe.latent_down", T, e.latent_size, m.hidden, "fwd"))
+    # LatentMoE's fc1/fc2_latent_proj are TELinear(parallel_mode="duplicated") on the MoE layer's
+    # input as it arrives, the rank's sequence-parallel shard (moe_layer.py, Megatron-LM d98e8a64)
+    L = moe_dispatch.local_tokens(ctx)
+    if e.latent_size:   # hidden -> latent before dispatch (weights replicated over tp, like the router)
+        ops.append(_gemm(ctx, "moe.latent_down", L, e.latent_size, m.hidden, "fwd"))
     ops += pre
     if p.ep > 1:
         ops.append(ctx.comm("moe.dispatch_all_to_all", "all_to_all", a2a, "ep", "fwd", hide))
@@ -547,7 +552,7 @@ def _moe_ffn(ctx: Context) -> list[Op]:
         ops.append(ctx.comm("moe.combine_all_to_all", "all_to_all", a2a, "ep", "fwd", hide))
     ops += post_combine
     if e.latent_size:   # latent -> hidden after the combine
-        ops.append(_gemm(ctx, "moe.latent_up", T, m.hidden, e.latent_size, "fwd"))
+        ops.append(_gemm(ctx, "moe.latent_up", L, m.hidden, e.latent_size, "fwd"))
     return ops + shared
 
 

@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass
 
 from models.params import embedding_params, kind_params, largest_layer_matrix, mtp_layer_kinds, norm_params
 from models.schema import ModelSpec
+from simulator import moe_dispatch
 from simulator.compute import FUSED_ATTENTION
 from simulator.frameworks import get_framework
 from simulator.identity_cache import IdentityCache
@@ -537,12 +538,14 @@ def _moe_activation_bytes(ctx: Context) -> float:
     m, p = ctx.model, ctx.plan
     e = m.moe
     T, h = ctx.tokens, m.hidden
-    routed = T * e.top_k * (e.capacity_factor or 1.0)
+    # rows the device's experts take: its sequence-parallel shard's times etp (moe_dispatch.dispatched_tokens)
+    routed = moe_dispatch.dispatched_tokens(ctx) * e.top_k * (e.capacity_factor or 1.0)
     f = e.expert_ffn_hidden // p.expert_tp
     width = e.latent_size or h                                              # LatentMoE: latent tokens
     act = 2 * T * h + 4 * T * e.num_experts                                 # router input, probs
     if e.latent_size:
-        act += 2 * T * h + 2 * T * width                                    # latent down input, up input
+        L = moe_dispatch.local_tokens(ctx)                                  # on the rank's shard
+        act += 2 * L * h + 2 * L * width                                    # latent down input, up input
     act += 2 * routed * width * 2                                           # dispatched in, expert out
     act += 2 * routed * f * (2 if m.gated_mlp else 1) + 2 * routed * f
     if e.shared_experts:

@@ -109,14 +109,38 @@ def local_tokens(ctx) -> int:
     return ctx.tokens // p.tp if p.tp > 1 and p.sp else ctx.tokens
 
 
+def dispatched_tokens(ctx) -> int:
+    """Tokens of one micro-batch whose routed rows one device's experts run and whose rows it sends
+    in the dispatch all-to-all (bytes per rank = routed_rows of these): the rank's own tokens times
+    the expert-tensor-parallel size etp. Megatron-Core's MoE layer routes its input as it arrives,
+    the rank's [S/tp, B] sequence-parallel shard (moe_layer.py MoELayer.forward; training with tp > 1
+    requires sequence parallelism there), and the token dispatchers gather the dispatched rows over
+    the *expert* tensor-parallel group only (token_dispatcher.py MoETokenDispatcher.__init__:
+    ``self.tp_group = pg_collection.expt_tp``; MoEAlltoAllTokenDispatcher.dispatch_postprocess's
+    gather_from_sequence_parallel_region when that group's size > 1; MoEFlexTokenDispatcher's
+    tp x ep group is expt_tp x ep), read at Megatron-LM d98e8a64. So under sequence parallelism
+    a device's experts take T/tp · etp tokens' rows: T where etp = tp (Megatron-Core's default;
+    the dispatch of T/tp tokens and the etp gather are costed as one all-to-all of T tokens' rows,
+    as before), T/tp where etp = 1 < tp (the Megatron-Bridge MoE recipes' expert_tensor_parallel_size
+    = 1 at tp = 2: each TP rank's experts run only its own shard's rows). Without sequence
+    parallelism (tp = 1) T. Units: tokens."""
+    p = ctx.plan
+    if not p.sp:
+        return ctx.tokens
+    return local_tokens(ctx) * p.expert_tp
+
+
 def expert_tokens(ctx) -> int:
-    """Rows each local expert's GEMMs run on: dropless and balanced, T·k·ep/E; with drop and pad,
-    capacity · ep (MoEAlltoAllTokenDispatcher.preprocess: num_tokens_per_local_expert =
-    capacity · tp_size · ep_size, the tp factor being one where experts are not tensor-split)."""
+    """Rows each local expert's GEMMs run on, over the tokens the device's experts take
+    (dispatched_tokens, D): dropless and balanced, D·k·ep/E; with drop and pad, capacity(D) · ep
+    (MoEAlltoAllTokenDispatcher.preprocess: num_tokens_per_local_expert = capacity · tp_size ·
+    ep_size, tp_size being the expert-tensor-parallel size etp, capacity that of the rank's
+    T/tp tokens: capacity(D) with D = T/tp · etp)."""
     e, p = ctx.model.moe, ctx.plan
+    D = dispatched_tokens(ctx)
     if e.capacity_factor is None:
-        return math.ceil(ctx.tokens * e.top_k * p.ep / e.num_experts)
-    return capacity(ctx.tokens, e.top_k, e.num_experts, e.capacity_factor) * p.ep
+        return math.ceil(D * e.top_k * p.ep / e.num_experts)
+    return capacity(D, e.top_k, e.num_experts, e.capacity_factor) * p.ep
 
 
 def _mem(ctx, name: str, phase: str, nbytes: float, launches: int) -> Op:
@@ -281,7 +305,7 @@ def sort_chunks_ops(ctx, s: DispatchSettings, width: int, name: str) -> list[Op]
     each way)."""
     if ctx.model.moe.num_experts // ctx.plan.ep <= 1:
         return []
-    R = routed_rows(ctx)
+    R = routed_rows(ctx, dispatched_tokens(ctx))
     moved = R * (4.0 * width + 8)
     if s.permute_fusion:
         return [_mem(ctx, name, "fwd", moved + 4.0 * R, 2), _mem(ctx, name, "bwd", moved, 1)]

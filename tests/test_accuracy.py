@@ -305,7 +305,8 @@ def test_published_runs_more():
     # -> 12.02% with TE's per-expert MXFP8 quantize kernels (session 23) -> 11.91% with current scaling's amax pass
     # -> 11.93% with session 23's membound42 / gemm32 profiles too -> 11.96% with its split-K L2 operand floor (gemm36;
     # llm-foundry 11.32 -> 11.39%) -> 12.12% with TE's fp8 quantization passes on Blackwell (session 24)
-    assert sum(abs(c.error) for c in before) / len(before) <= 0.1213   # narrow-load misaligned GEMMs: 0.12458 -> 0.12454
+    # -> 12.07% with the experts of tp = 2, etp = 1 plans on their own shard's rows (Qwen3 235B token-drop GB200)
+    assert sum(abs(c.error) for c in before) / len(before) <= 0.1207   # narrow-load misaligned GEMMs: 0.12458 -> 0.12454
     # with the 24 Nemotron 3 rows (hybrid Mamba-2 blocks; 58.7%, every one predicted too fast): 17.9%;
     # with MTP (Super: two repeated depths, bf16) 16.4%; with issue #12's GEMM structure 16.1%; with
     # Super NVFP4's bf16 layers and modules read and the footnoted regression row skipped 15.6%;
@@ -318,7 +319,9 @@ def test_published_runs_more():
     # -> 13.36% with TE's per-expert MXFP8 quantize kernels (session 23) -> 13.26% with current scaling's amax pass
     # -> 13.29% with session 23's membound42 / gemm32 profiles too -> 13.32% with the split-K L2 operand floor (gemm36)
     # -> 13.54% with TE's fp8 quantization passes on Blackwell (session 24: 12.96% with MXFP8's column-wise copy alone)
-    assert sum(abs(c.error) for c in done) / len(done) <= 0.1355   # 13.44 -> 13.47% with session 16's norm model
+    # -> 14.62% with the experts of tp = 2, etp = 1 plans on their own sequence-parallel shard's rows (session 24,
+    # moe_dispatch.dispatched_tokens: Nemotron 3 Super GB200 +9..+15 -> +46..+53%, its expert work had been costed twice)
+    assert sum(abs(c.error) for c in done) / len(done) <= 0.1462   # 13.44 -> 13.47% with session 16's norm model
     allowed = ("zero_stage: Megatron-Bridge's Nemotron 3 Ultra", "framework: MaxText", "precision: pytorch: fp8",
                "measured: Megatron-Bridge docs/performance-summary-archive.md")
     assert all(s.reason.startswith(allowed) for s in skipped), {s.reason for s in skipped}
@@ -348,8 +351,10 @@ def _published_both() -> tuple:
 # 19.2%) and NeMo's Nemotron-8B/22B read from the catalog (nemo 18.0 -> 13.4%); megatron-bridge 14.51% with the
 # Blackwell and FP8 mechanisms below
 PUBLISHED_SOURCE_RATCHETS = {"dgxc-benchmarking": 0.0879, "flashattention2": 0.13, "korthikanti2022": 0.025,
-                             "llm-foundry": 0.1147, "megatron-bridge": 0.1498, "megatron-llama": 0.1108,
+                             "llm-foundry": 0.1147, "megatron-bridge": 0.1482, "megatron-llama": 0.1108,
                              "narayanan2021": 0.1919, "nemo": 0.1339}
+# megatron-bridge (without Nemotron 3) 14.97 -> 14.82% with MoE experts at etp = 1 < tp on their own shard's rows
+# (session 24, moe_dispatch.dispatched_tokens: Qwen3 235B token-drop GB200 -22.5 -> +10.9%)
 # H100 cuDNN attention fitted on H100 kernels (session 12; before, H100 had no cuDNN parameters and costed it as
 # FlashAttention-2), transferred to Blackwell: dgxc-benchmarking 10.28 -> 8.72%, megatron-llama 14.66 -> 10.97%,
 # but nemo 13.33 -> 17.67% (its H100 rows now predicted fast, median +7.5%) and megatron-bridge 11.79 -> 14.53%
@@ -409,7 +414,10 @@ def test_published_coverage_and_figures_ratchet():
     # -> 25.15% with session 23's membound42 / gemm32 profiles (26.11% with them alone)
     # -> 25.91% with TE's fp8 quantization passes on Blackwell (session 24: MXFP8's column-wise copy, 25.12 ->
     # 23.52% alone; no wgrad quantize pass where fp8 GEMMs take any layout, which makes these rows faster)
-    assert len(nemotron3) == 24 and sum(abs(c.error) for c in nemotron3) / len(nemotron3) <= 0.2592
+    # -> 36.80% with the experts of a tp = 2, etp = 1 plan running their own sequence-parallel shard's rows (session
+    # 24, moe_dispatch.dispatched_tokens: Super GB200's expert GEMMs, activation and all-to-all were costed twice;
+    # its 7 rows +9..+15 -> +46..+53%, now as far off as its GB300 / B300 rows)
+    assert len(nemotron3) == 24 and sum(abs(c.error) for c in nemotron3) / len(nemotron3) <= 0.3681
     assert all(c.error > 0 for c in nemotron3)                                  # every one predicted too fast
     # 18.7% -> 17.4% (MTP) -> 17.2% (GEMM) -> 16.7% (Super NVFP4 read as run, regression row skipped)
     # -> 16.6% (each Megatron-Bridge row's recipe read: validation/bridge_recipes.py; narrow-load misaligned
@@ -436,13 +444,16 @@ def test_published_coverage_and_figures_ratchet():
     # -> 13.38% all together -> 13.40% with session 23's split-K L2 operand floor (gemm36; llm-foundry 11.32 -> 11.39%)
     # -> 13.58% with TE's fp8 quantization passes on Blackwell (session 24: 13.38 -> 13.10% with MXFP8's column-wise
     # copy alone; -> 13.58% with no weight-gradient quantize pass on Blackwell, a fact that makes rows too fast faster)
-    assert sum(abs(c.error) for c in done) / len(done) <= 0.1358   # 14.11 -> 14.14% with session 16's norm model
+    # -> 14.46% with MoE experts at etp = 1 < tp taking their own shard's rows (session 24, dispatched_tokens:
+    # Nemotron 3 Super GB200 +9..+15 -> +46..+53%, Qwen3 235B token-drop GB200 -22.5 -> +10.9%)
+    assert sum(abs(c.error) for c in done) / len(done) <= 0.1447   # 14.11 -> 14.14% with session 16's norm model
     # -> 13.01% with session 16's norm kernel model (12.98% before) -> 12.97% with the recipes' recompute modules
     # -> 12.42% with the 2021 ZeRO-3 gather's per-rank copy-out costed -> 12.21% with NeMo's Nemotron-8B/22B
     # read from the catalog (256k vocabulary) -> 12.25% with session 23's membound42 / gemm32 profiles -> 12.29%
     # with the Blackwell Ultra exponential rate, per-expert MXFP8 quantize kernels and current scaling's amax pass
     # -> 12.31% with the split-K L2 operand floor (gemm36) -> 12.44% with TE's fp8 quantization passes on Blackwell
-    assert len(before) == 259 and sum(abs(c.error) for c in before) / len(before) <= 0.1244
+    # -> 12.39% with MoE experts at etp = 1 < tp on their own shard's rows (Qwen3 235B token-drop GB200 -22.5 -> +10.9%)
+    assert len(before) == 259 and sum(abs(c.error) for c in before) / len(before) <= 0.1240
     src = per_source(before)
     for name, ratchet in PUBLISHED_SOURCE_RATCHETS.items():
         assert src[name]["mape"] <= ratchet + 5e-4, name
@@ -458,8 +469,9 @@ def test_published_coverage_and_figures_ratchet():
     # current scaling's amax pass on the FP8 rows (session 23): Blackwell 14.76 -> 14.46%
     # with session 23's membound42 / gemm32 profiles too: MoE 15.70%, Blackwell 14.51%
     # TE's fp8 quantization passes on Blackwell (session 24): MoE 15.69 -> 16.04%, Blackwell 14.49 -> 14.97%
-    assert regime["moe"]["count"] >= 51 and regime["moe"]["mape"] <= 0.1604
-    assert regime["blackwell"]["count"] >= 75 and regime["blackwell"]["mape"] <= 0.1498
+    # MoE experts at etp = 1 < tp on their own shard's rows (session 24): MoE 16.04 -> 15.81%, Blackwell 14.97 -> 14.82%
+    assert regime["moe"]["count"] >= 51 and regime["moe"]["mape"] <= 0.1581
+    assert regime["blackwell"]["count"] >= 75 and regime["blackwell"]["mape"] <= 0.1482
 
 
 def test_bridge_rows_read_their_recipe():
@@ -481,9 +493,9 @@ def test_published_uses_90_percent_of_rows():
     assert len(done) >= 0.9 * (len(done) + len(skipped))
 
 
-@pytest.mark.xfail(strict=True, reason="overall 13.6%, Narayanan 19.1% (DeepSpeed 2021 ZeRO-3 rows), Megatron-Bridge "
-                                       "17.6%, NeMo 13.4%, MoE 19.2%, Blackwell 17.6% (Nemotron 3 25.9%, GPT-OSS BF16 "
-                                       "too fast); without Nemotron 3: 12.4%, MoE 16.0%, Blackwell 15.0%")
+@pytest.mark.xfail(strict=True, reason="overall 14.5%, Narayanan 19.1% (DeepSpeed 2021 ZeRO-3 rows), Megatron-Bridge "
+                                       "20.1%, NeMo 13.4%, MoE 22.5%, Blackwell 20.1% (Nemotron 3 36.8%, GPT-OSS BF16 "
+                                       "too fast); without Nemotron 3: 12.4%, MoE 15.8%, Blackwell 14.8%")
 def test_published_targets_overall_source_moe_blackwell():
     from validation.published import per_regime, per_source
     done, _ = _published_both()
@@ -508,8 +520,10 @@ def test_published_blackwell_and_moe_all_rows_ratchet():
     # with session 23's membound42 / gemm32 profiles too: Blackwell 17.09%, MoE 18.73%
     # TE's fp8 quantization passes on Blackwell (session 24): MXFP8's column-wise copy alone Blackwell 17.07 -> 16.25%,
     # MoE 18.70 -> 17.77%; with no weight-gradient quantize pass on Blackwell (rows too fast made faster) 17.62%, 19.20%
-    assert regime["blackwell"]["count"] == 99 and regime["blackwell"]["mape"] <= 0.1763   # 17.38% since session 16's norms
-    assert regime["moe"]["count"] == 75 and regime["moe"]["mape"] <= 0.1920   # 19.17 -> 19.19%: session 16's norms
+    # MoE experts at etp = 1 < tp on their own sequence-parallel shard's rows (session 24, dispatched_tokens; Nemotron 3
+    # Super GB200's expert work had been costed twice): Blackwell 17.62 -> 20.15%, MoE 19.20 -> 22.53%
+    assert regime["blackwell"]["count"] == 99 and regime["blackwell"]["mape"] <= 0.2015   # 17.38% since session 16's norms
+    assert regime["moe"]["count"] == 75 and regime["moe"]["mape"] <= 0.2253   # 19.17 -> 19.19%: session 16's norms
 
 
 def test_published_layer_times_within_10_percent():

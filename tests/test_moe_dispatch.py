@@ -133,6 +133,41 @@ def test_routing_runs_on_the_sequence_parallel_shard():
     assert _ops(two, "moe.sort_chunks")[0].bytes == _ops(one, "moe.sort_chunks")[0].bytes
 
 
+def test_experts_at_etp_1_run_only_their_own_shards_rows():
+    """Megatron-Core gathers the dispatched rows over the *expert* tensor-parallel group only
+    (MoETokenDispatcher: tp_group = pg_collection.expt_tp): at tp = 2 with etp = 1 (the
+    Megatron-Bridge MoE recipes) each rank's experts take the rows of its own S/tp shard, so the
+    expert GEMMs and the all-to-all carry half of what they carry at etp = tp = 2, the same per token
+    as at tp = 1; at etp = tp the rows are the full micro-batch's, as before (session 24)."""
+    from simulator.moe_dispatch import dispatched_tokens, expert_tokens
+    T = 4096
+    one = _ctx(_model(), ep=4)
+    etp_tp = _ctx(_model(), tp=2, ep=4, sequence_parallel=True)
+    etp_1 = _ctx(_model(), tp=2, etp=1, ep=8, sequence_parallel=True)
+    assert dispatched_tokens(one) == T and dispatched_tokens(etp_tp) == T and dispatched_tokens(etp_1) == T // 2
+    assert expert_tokens(etp_1) == T // 2 * K * 8 // E          # (T/tp)·k·ep/E rows per local expert
+    a2a = lambda c: _ops(c, "moe.dispatch_all_to_all")[0].bytes
+    assert a2a(etp_1) == pytest.approx(a2a(one) / 2) and a2a(etp_tp) == a2a(one)
+    # expert FLOPs per token of the micro-batch: etp = 1 at tp = 2 equals tp = 1 (ep 8 vs 4: per-expert rows x local experts)
+    flops = lambda c: sum(op.flops for op in layer_ops(c, "moe", recompute=False)
+                          if op.kind == "gemm" and op.name.startswith("moe.experts") and op.phase == "fwd")
+    assert flops(etp_1) == pytest.approx(flops(one) / 2)
+    assert flops(etp_tp) == pytest.approx(flops(one) / 2)   # etp = tp: every row, half the ffn
+
+
+def test_latent_projections_run_on_the_sequence_parallel_shard():
+    """LatentMoE's fc1/fc2_latent_proj (TELinear, parallel_mode duplicated) take the MoE layer's
+    input as it arrives, the rank's S/tp shard."""
+    m = load_model("nemotron-3-super-120b-a12b")
+    m = m.model_copy(update={"num_layers": 4})
+    hw = load_hardware("dgx-h100", 8)
+    ctxs = [Context(m, resolve_plan(m, ParallelPlan(tp=tp, etp=1, ep=8, mbs=1, gbs=8, seq=4096,
+                                                    sequence_parallel=tp > 1), 8),
+                    device_model(hw.accelerator, DEFAULT_CALIBRATION), _fabric(hw, DEFAULT_CALIBRATION)) for tp in (1, 2)]
+    down = [next(op for op in layer_ops(c, "moe", recompute=False) if op.name == "moe.latent_down") for c in ctxs]
+    assert down[1].flops == pytest.approx(down[0].flops / 2)
+
+
 def test_te_expert_gemms_one_cublas_call_per_local_expert():
     """megatron-core (Transformer Engine's GroupedLinear -> multi_stream_cublas_gemm) costs the local
     experts' GEMM as the sum of one GEMM per expert; a framework with one grouped kernel (torchtitan:

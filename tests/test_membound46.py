@@ -18,22 +18,19 @@ from pathlib import Path
 import pytest
 
 from simulator.calibration import load_calibration
-from simulator.compute import (NORM_BLOCKS_PER_SM, DeviceModel, memcpy_time, memory_fixed_s, memory_time,
+from simulator.compute import (NORM_BLOCKS_PER_SM, memcpy_time, memory_fixed_s, memory_time,
                                norm_forward_time)
-from validation.hardware import hardware_for
-from validation.records import load_measurements
+from tests.kernel_profiles import candidate, kernel_device
 
 ROOT = Path(__file__).resolve().parent.parent
 GPUS = ("h200", "h100")
 
 
-def _device(gpu: str, cal) -> DeviceModel:
-    mf = load_measurements(ROOT / "validation" / "measurements" / f"{gpu}_kernels.json")
-    return DeviceModel(hardware_for(mf).accelerator, cal)
+_device = kernel_device
 
 
 def _candidate(gpu: str):
-    return load_calibration(str(ROOT / "validation" / "candidates" / f"{gpu}-sxm-membound46.yaml"))
+    return candidate(gpu, "membound46")
 
 
 @pytest.mark.parametrize("gpu", GPUS)

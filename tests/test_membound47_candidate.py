@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from simulator.calibration import load_calibration
-from simulator.compute import (DeviceModel, softmax_block_threads, softmax_forward_time, softmax_scalar_tail,
+from simulator.compute import (softmax_block_threads, softmax_forward_time, softmax_scalar_tail,
                                softmax_warp_time, torch_softmax_kernel)
+from tests.kernel_profiles import candidate, kernel_device
 from validation.hardware import hardware_for
 from validation.records import load_measurements
 
@@ -23,13 +24,11 @@ ROOT = Path(__file__).resolve().parent.parent
 GPUS = ("h200", "h100")
 
 
-def _device(gpu: str, cal) -> DeviceModel:
-    mf = load_measurements(ROOT / "validation" / "measurements" / f"{gpu}_kernels.json")
-    return DeviceModel(hardware_for(mf).accelerator, cal)
+_device = kernel_device
 
 
 def _candidate(gpu: str):
-    return load_calibration(str(ROOT / "validation" / "candidates" / f"{gpu}-sxm-membound47.yaml"))
+    return candidate(gpu, "membound47")
 
 
 @pytest.mark.parametrize("gpu", GPUS)

@@ -96,11 +96,17 @@ def fit(profile: str, start: dict | None = None) -> tuple[dict, float, float]:
     search per parameter over its :data:`BOUNDS`, on :func:`dev_records`."""
     from simulator.calibration import load_calibration
     base = replace(load_calibration(profile), **(BEFORE[profile] if start is None else start))
-    rows = dev_records(profile)
-    values = {p: getattr(base, p) for p in PARAMETERS}
-    for _ in range(ROUNDS):
-        for p in PARAMETERS:
-            values[p] = golden(lambda v: pooled_mape(rows, replace(base, **{**values, p: v})), *BOUNDS[p])
+    return coordinate_descent(base, dev_records(profile), BOUNDS, ROUNDS)
+
+
+def coordinate_descent(base, rows, bounds: dict, rounds: int) -> tuple[dict, float, float]:
+    """({parameter: fitted value}, pooled MAPE at them, pooled MAPE of ``base``): ``rounds`` rounds of a
+    golden-section search (:func:`golden`) per parameter of ``bounds`` in turn over its range, from
+    ``base``'s values, minimising :func:`pooled_mape` of ``rows``; every other parameter kept."""
+    values = {p: getattr(base, p) for p in bounds}
+    for _ in range(rounds):
+        for p in bounds:
+            values[p] = golden(lambda v: pooled_mape(rows, replace(base, **{**values, p: v})), *bounds[p])
     return values, pooled_mape(rows, replace(base, **values)), pooled_mape(rows, base)
 
 
@@ -110,32 +116,44 @@ CANDIDATES = ROOT / "validation" / "candidates"
 def candidate_text(profile: str, values: dict, mape: float, mape0: float) -> str:
     """The committed profile's YAML with a top-level ``candidate:`` line, a ``gemm36[...]`` block in
     ``fits`` (provenance) and each fitted parameter of ``values`` after ``gemm_split_k_per_split_s``."""
+    return fit_candidate_text(
+        profile, values, mape, mape0, name="gemm36", session=23, dev=DEV[profile], bounds=BOUNDS, new=NEW,
+        rounds=ROUNDS, anchor="gemm_split_k_per_split_s", start="floor off", last_seed=35,
+        mechanism="the split-K L2 operand floor (simulator.compute.l2_operand_s), with the split-K reduction fixed cost refitted")
+
+
+def fit_candidate_text(profile: str, values: dict, mape: float, mape0: float, *, name: str, session: int, dev: dict,
+                       bounds: dict, new: tuple, rounds: int, anchor: str, start: str, last_seed: int,
+                       mechanism: str) -> str:
+    """The committed ``profile``'s YAML as a GEMM candidate ``name`` fitted by validation/<name>_fit.py:
+    a top-level ``candidate:`` line naming ``mechanism`` and the fitted ``values``, a ``<name>[...]``
+    block in ``fits`` (the ``dev`` files and draws through ``last_seed``, the search's ``bounds`` and
+    ``rounds``, the pooled MAPE ``mape`` fitted and ``mape0`` committed), the ``new`` parameters added
+    after the ``anchor`` parameter and the refitted ones replaced in place."""
     text = (ROOT / "hardware_specs" / "profiles" / f"{profile}.yaml").read_text()
-    files = "".join(f"    - {p.relative_to(ROOT)}\n" for p in DEV[profile])
+    files = "".join(f"    - {p.relative_to(ROOT)}\n" for p in dev)
     draws = "".join(f"      {p.relative_to(ROOT)}:\n" + "".join(f"      - {s}\n" for s in seeds)
-                    for p, seeds in DEV[profile].items() if seeds)
-    names = "+".join(PARAMETERS)
-    block = (f"  gemm36[{names}]:\n    fitted_on:\n{files}    fitted_random_draws:\n{draws}"
-             f"    method: 'validation/gemm36_fit.py: {ROUNDS} rounds of golden-section search per parameter from the committed values (floor off), ranges\n"
-             f"      {', '.join(f'{p} {list(b)}' for p, b in BOUNDS.items())}, on the pooled\n"
-             f"      MAPE of every development GEMM record (kernel suite gemm records, random draws through seed 35 at their\n"
+                    for p, seeds in dev.items() if seeds)
+    block = (f"  {name}[{'+'.join(bounds)}]:\n    fitted_on:\n{files}    fitted_random_draws:\n{draws}"
+             f"    method: 'validation/{name}_fit.py: {rounds} rounds of golden-section search per parameter from the committed values ({start}), ranges\n"
+             f"      {', '.join(f'{p} {list(b)}' for p, b in bounds.items())}, on the pooled\n"
+             f"      MAPE of every development GEMM record (kernel suite gemm records, random draws through seed {last_seed} at their\n"
              f"      faster pass median); every other parameter kept at the committed {profile} value'\n"
-             f"    fitted:\n" + "".join(f"    - {p}\n" for p in PARAMETERS) + f"    pooled_mape: {mape:.4f}\n    pooled_mape_committed: {mape0:.4f}\n")
-    head = (f"candidate: 'gemm36 (issue #12 session 23): the committed {profile} profile plus the split-K L2 operand floor "
-            f"(simulator.compute.l2_operand_s), with the split-K reduction fixed cost refitted, "
+             f"    fitted:\n" + "".join(f"    - {p}\n" for p in bounds) + f"    pooled_mape: {mape:.4f}\n    pooled_mape_committed: {mape0:.4f}\n")
+    head = (f"candidate: '{name} (issue #12 session {session}): the committed {profile} profile plus {mechanism}, "
             + ", ".join(f"{p} = {v:.6g}" for p, v in values.items())
-            + ", fitted by validation/gemm36_fit.py on the development GEMM records through seed 35'\n")
-    assert text.count("\nfits:\n") == 1 and text.count("  gemm_split_k_per_split_s:") == 1
+            + f", fitted by validation/{name}_fit.py on the development GEMM records through seed {last_seed}'\n")
+    assert text.count("\nfits:\n") == 1 and text.count(f"  {anchor}:") == 1
     text = text.replace("\nfits:\n", "\nfits:\n" + block, 1)
     lines = text.splitlines(keepends=True)
-    i = next(j for j, line in enumerate(lines) if line.startswith("  gemm_split_k_per_split_s:"))
-    for p in reversed(NEW):
-        lines.insert(i + 1, f"  {p}: {values[p]!r}   # candidate gemm36: validation/gemm36_fit.py\n")
-    for p in PARAMETERS:
-        if p in NEW:
+    i = next(j for j, line in enumerate(lines) if line.startswith(f"  {anchor}:"))
+    for p in reversed(new):
+        lines.insert(i + 1, f"  {p}: {values[p]!r}   # candidate {name}: validation/{name}_fit.py\n")
+    for p in bounds:
+        if p in new:
             continue
         j = next(j for j, line in enumerate(lines) if line.startswith(f"  {p}:"))
-        lines[j] = f"  {p}: {values[p]!r}   # candidate gemm36 refit: validation/gemm36_fit.py\n"
+        lines[j] = f"  {p}: {values[p]!r}   # candidate {name} refit: validation/{name}_fit.py\n"
     return head + "".join(lines)
 
 

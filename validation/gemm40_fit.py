@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from validation.gemm36_fit import CANDIDATES, MEAS, REPEAT, ROOT, dev_records, golden, pooled_mape
+from validation.gemm36_fit import CANDIDATES, MEAS, REPEAT, coordinate_descent, dev_records, fit_candidate_text
 
 # development files and the draws taken from each (nothing past seed 39)
 DEV = {
@@ -58,13 +58,7 @@ def fit(profile: str) -> tuple[dict, float, float]:
     rounds of a golden-section search per parameter over its :data:`BOUNDS`, on the development
     records of :data:`DEV` (validation.gemm36_fit.dev_records)."""
     from simulator.calibration import load_calibration
-    base = load_calibration(profile)
-    rows = dev_records(profile, DEV[profile])
-    values = {p: getattr(base, p) for p in PARAMETERS}
-    for _ in range(ROUNDS):
-        for p in PARAMETERS:
-            values[p] = golden(lambda v: pooled_mape(rows, replace(base, **{**values, p: v})), *BOUNDS[p])
-    return values, pooled_mape(rows, replace(base, **values)), pooled_mape(rows, base)
+    return coordinate_descent(load_calibration(profile), dev_records(profile, DEV[profile]), BOUNDS, ROUNDS)
 
 
 def regime_mape(profile: str, cal) -> dict:
@@ -78,35 +72,12 @@ def regime_mape(profile: str, cal) -> dict:
 def candidate_text(profile: str, values: dict, mape: float, mape0: float) -> str:
     """The committed profile's YAML with a top-level ``candidate:`` line, a ``gemm40[...]`` block in
     ``fits`` (provenance), the new parameters after ``gemm_unaligned_max_vector`` and the refitted
-    ones in place."""
-    text = (ROOT / "hardware_specs" / "profiles" / f"{profile}.yaml").read_text()
-    files = "".join(f"    - {p.relative_to(ROOT)}\n" for p in DEV[profile])
-    draws = "".join(f"      {p.relative_to(ROOT)}:\n" + "".join(f"      - {s}\n" for s in seeds)
-                    for p, seeds in DEV[profile].items() if seeds)
-    names = "+".join(PARAMETERS)
-    block = (f"  gemm40[{names}]:\n    fitted_on:\n{files}    fitted_random_draws:\n{draws}"
-             f"    method: 'validation/gemm40_fit.py: {ROUNDS} rounds of golden-section search per parameter from the committed values (new ones 0: off), ranges\n"
-             f"      {', '.join(f'{p} {list(b)}' for p, b in BOUNDS.items())}, on the pooled\n"
-             f"      MAPE of every development GEMM record (kernel suite gemm records, random draws through seed 39 at their\n"
-             f"      faster pass median); every other parameter kept at the committed {profile} value'\n"
-             f"    fitted:\n" + "".join(f"    - {p}\n" for p in PARAMETERS) + f"    pooled_mape: {mape:.4f}\n    pooled_mape_committed: {mape0:.4f}\n")
-    head = (f"candidate: 'gemm40 (issue #12 session 24): the committed {profile} profile plus the fallback (unaligned) GEMM "
-            f"kernels'' serial C store (simulator.compute.unaligned_store_s) and small-tile load factor (unaligned_load_s), "
-            f"with their load rate and fixed cost refitted, "
-            + ", ".join(f"{p} = {v:.6g}" for p, v in values.items())
-            + ", fitted by validation/gemm40_fit.py on the development GEMM records through seed 39'\n")
-    assert text.count("\nfits:\n") == 1 and text.count("  gemm_unaligned_max_vector:") == 1
-    text = text.replace("\nfits:\n", "\nfits:\n" + block, 1)
-    lines = text.splitlines(keepends=True)
-    i = next(j for j, line in enumerate(lines) if line.startswith("  gemm_unaligned_max_vector:"))
-    for p in reversed(NEW):
-        lines.insert(i + 1, f"  {p}: {values[p]!r}   # candidate gemm40: validation/gemm40_fit.py\n")
-    for p in PARAMETERS:
-        if p in NEW:
-            continue
-        j = next(j for j, line in enumerate(lines) if line.startswith(f"  {p}:"))
-        lines[j] = f"  {p}: {values[p]!r}   # candidate gemm40 refit: validation/gemm40_fit.py\n"
-    return head + "".join(lines)
+    ones in place (validation.gemm36_fit.fit_candidate_text)."""
+    return fit_candidate_text(
+        profile, values, mape, mape0, name="gemm40", session=24, dev=DEV[profile], bounds=BOUNDS, new=NEW,
+        rounds=ROUNDS, anchor="gemm_unaligned_max_vector", start="new ones 0: off", last_seed=39,
+        mechanism="the fallback (unaligned) GEMM kernels'' serial C store (simulator.compute.unaligned_store_s) and "
+                  "small-tile load factor (unaligned_load_s), with their load rate and fixed cost refitted")
 
 
 def main(argv=None) -> int:

@@ -48,7 +48,7 @@ def fit_samples(gpu: str, root: Path = Path("validation/measurements"), files=FI
 
 
 # the values the fit replaced: the profiles of session 23 (before membound46 was adopted in session 24),
-# which had no memcpy fixed cost and no whole-wave norm model; the fit starts from them and draw_errors
+# which had no memcpy fixed cost and no whole-wave norm model; the fit starts from them and the report
 # compares with them
 BEFORE = {"h200": {"rmsnorm_row_s": 6.826629183040318e-07, "layernorm_row_s": 2.6769684323305578e-06,
                    "rmsnorm_load_latency_s": 2.651025200972658e-07, "layernorm_load_latency_s": 3.174312503591773e-07},
@@ -88,11 +88,6 @@ def run(gpu: str, whole_waves: bool = True, params=None):
     return fit(samples, params or NARROW, start, name=f"{mb.PROFILES[gpu]}-membound46"), samples
 
 
-def draw_errors(gpu: str, cal) -> dict:
-    """{seed: {kind: (count, MAPE)}} of draws 42-45 under ``cal``."""
-    return {s: mb.kind_errors(fit_samples(gpu, files=(f"membound_random{s}",)), cal) for s in DRAWS}
-
-
 def write_profile(gpu: str, res, samples, out: Path) -> None:
     """The committed profile of ``gpu`` with the fitted values, the whole-wave switch and a ``fits`` entry."""
     files = [f"validation/measurements/{gpu}_{n}.json" for n in FIT_FILES]
@@ -116,13 +111,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     res, samples = run(a.gpu, whole_waves=not a.fractional_waves, params=VARIANTS[a.params])
     committed = profile_before(a.gpu, calibration_for(samples[0][1].accelerator)[0])
-    mb.print_fit(a.gpu, res, samples)
-    db, da = draw_errors(a.gpu, committed), draw_errors(a.gpu, res.calibration)
-    for s in DRAWS:
-        print(f"  draw {s}: " + "  ".join(f"{k} {100 * db[s][k][1]:.1f}->{100 * da[s][k][1]:.1f}" for k in da[s]))
-    if a.out:
-        write_profile(a.gpu, res, samples, a.out)
-        print(f"wrote {a.out}")
+    mb.report_and_write(a.gpu, res, samples, committed, DRAWS, a.out, write_profile)
     return 0
 
 

@@ -66,11 +66,6 @@ def run(gpu: str, params=None):
     return fit(samples, params or NARROW, start, name=f"{mb.PROFILES[gpu]}-membound47"), samples
 
 
-def draw_errors(gpu: str, cal) -> dict:
-    """{seed: {kind: (count, MAPE)}} of draws 40-46 under ``cal``."""
-    return {s: mb.kind_errors(fit_samples(gpu, files=(f"membound_random{s}",)), cal) for s in DRAWS}
-
-
 def write_profile(gpu: str, res, samples, out: Path) -> None:
     """The committed profile of ``gpu`` with the fitted values and a ``fits`` entry, to ``out``."""
     files = [f"validation/measurements/{gpu}_{n}.json" for n in FIT_FILES]
@@ -93,13 +88,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     res, samples = run(a.gpu, params=VARIANTS[a.params])
     committed = calibration_for(samples[0][1].accelerator)[0]
-    mb.print_fit(a.gpu, res, samples)
-    db, da = draw_errors(a.gpu, committed), draw_errors(a.gpu, res.calibration)
-    for s in DRAWS:
-        print(f"  draw {s}: " + "  ".join(f"{k} {100 * db[s][k][1]:.1f}->{100 * da[s][k][1]:.1f}" for k in da[s]))
-    if a.out:
-        write_profile(a.gpu, res, samples, a.out)
-        print(f"wrote {a.out}")
+    mb.report_and_write(a.gpu, res, samples, committed, DRAWS, a.out, write_profile)
     return 0
 
 

@@ -153,6 +153,23 @@ def print_fit(gpu: str, res, samples) -> None:
         print(f"  {kind:9s} n={after[kind][0]:3d}  MAPE {100 * before[kind][1]:5.1f}% -> {100 * after[kind][1]:5.1f}%")
 
 
+def draw_errors(gpu: str, cal, draws) -> dict:
+    """{seed: {kind: (count, MAPE)}} of the memory-bound random ``draws`` of ``gpu`` under ``cal``."""
+    return {s: kind_errors(fit_samples(gpu, files=(f"membound_random{s}",)), cal) for s in draws}
+
+
+def report_and_write(gpu: str, res, samples, before, draws, out, write_profile) -> None:
+    """Print the fit (:func:`print_fit`) and each of ``draws``' per-kind MAPE under ``before`` and the fitted
+    calibration; with ``out``, write the candidate there through ``write_profile(gpu, res, samples, out)``."""
+    print_fit(gpu, res, samples)
+    db, da = draw_errors(gpu, before, draws), draw_errors(gpu, res.calibration, draws)
+    for s in draws:
+        print(f"  draw {s}: " + "  ".join(f"{k} {100 * db[s][k][1]:.1f}->{100 * da[s][k][1]:.1f}" for k in da[s]))
+    if out:
+        write_profile(gpu, res, samples, out)
+        print(f"wrote {out}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gpu", choices=sorted(PROFILES), required=True)

@@ -1,0 +1,23 @@
+"""Shared by the candidate-profile tests: a device model of the kernel suites' GPU under a calibration,
+and a candidate profile of validation/candidates/ by name."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from simulator.calibration import load_calibration
+from simulator.compute import DeviceModel
+from validation.hardware import hardware_for
+from validation.records import load_measurements
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def kernel_device(gpu: str, cal) -> DeviceModel:
+    """The device model of ``gpu``'s kernel suite (validation/measurements/<gpu>_kernels.json) under ``cal``."""
+    mf = load_measurements(ROOT / "validation" / "measurements" / f"{gpu}_kernels.json")
+    return DeviceModel(hardware_for(mf).accelerator, cal)
+
+
+def candidate(gpu: str, name: str):
+    """The calibration of candidate profile validation/candidates/<gpu>-sxm-<name>.yaml."""
+    return load_calibration(str(ROOT / "validation" / "candidates" / f"{gpu}-sxm-{name}.yaml"))

@@ -183,4 +183,7 @@ def _print_predictions(a) -> int:
 
 
 if __name__ == "__main__":
+    import signal
+    if hasattr(signal, "SIGPIPE"):       # `... | head`: stop quietly when the reader closes the pipe
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     raise SystemExit(main())

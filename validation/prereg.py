@@ -94,17 +94,20 @@ def rows(grid: str, like: str, world: int | None = None, attention_from: tuple =
     return out
 
 
-def kernel_rows(suite: str, like: str, seed: int | None = None, profile: str | None = None) -> list[tuple[str, float]]:
+def kernel_rows(suite: str, like: str, seed: int | None = None, profile: str | None = None,
+                random_n: int | None = None) -> list[tuple[str, float]]:
     """(case label, predicted seconds) for every case of the kernel suite ``suite`` on the
     hardware of the measurement file ``like``, through validation.predict.kernel_time; ``seed``:
     the draw of a seeded suite (its ``cases(seed=...)``); ``profile``: a calibration profile (name or
-    path) instead of the accelerator's own (a candidate registered beside the committed model)."""
+    path) instead of the accelerator's own (a candidate registered beside the committed model);
+    ``random_n``: the size of the suite's random draw (ssd_scan.py's --random-n)."""
     from simulator.calibration import load_calibration
     h = harness(suite)
     hw = hardware_for(load_measurements(like))
     cal = load_calibration(profile) if profile else calibration_for(hw.accelerator)[0]
     record = getattr(h, "record_of", lambda c: c)     # a suite whose cases are not yet its records
-    cases = h.cases() if seed is None else h.cases(seed=seed)
+    extra = {} if random_n is None else {"random_n": random_n}
+    cases = h.cases(**extra) if seed is None else h.cases(seed=seed, **extra)
     return [(h.label(c), kernel_time(record(c), hw, cal)) for c in cases]
 
 
@@ -137,6 +140,8 @@ def main(argv=None) -> int:
                                       "the accelerator's own (a candidate registered beside the committed model)")
     ap.add_argument("--seed", type=int, default=None,
                     help="--kernels only: the draw of a seeded suite (membound_random.py's --seed)")
+    ap.add_argument("--random-n", type=int, default=None,
+                    help="--kernels only: the size of the suite's random draw (ssd_scan.py's --random-n)")
     ap.add_argument("--attention-from", nargs="*", default=[],
                     help="earlier plan_step files of the machine type: the attention kernel each framework recorded "
                          "there (Megatron-Core: apex's fused softmax or its PyTorch fallback) is assumed again")
@@ -147,6 +152,8 @@ def main(argv=None) -> int:
         ap.error(f"--kernels: no suite {a.kernels!r} in validation/harness")
     if a.seed is not None and not (a.kernels and _seeded(a.kernels)):
         ap.error("--seed: only for a seeded kernel suite (--kernels membound_random)")
+    if a.random_n is not None and not (a.kernels and "random_n" in _case_parameters(a.kernels)):
+        ap.error("--random-n: only for a kernel suite with a sized random draw (--kernels ssd_scan)")
     try:
         return _print_predictions(a)
     except MeshcastError as exc:        # an unreadable --like file, an unknown GPU: one line, as the CLI says it
@@ -154,10 +161,15 @@ def main(argv=None) -> int:
         return 2
 
 
+def _case_parameters(suite: str) -> set[str]:
+    """The parameters of the kernel suite ``suite``'s ``cases``."""
+    import inspect
+    return set(inspect.signature(harness(suite).cases).parameters)
+
+
 def _seeded(suite: str) -> bool:
     """Whether the kernel suite ``suite`` draws its cases from a seed (its ``cases`` takes ``seed``)."""
-    import inspect
-    return "seed" in inspect.signature(harness(suite).cases).parameters
+    return "seed" in _case_parameters(suite)
 
 
 def _print_predictions(a) -> int:
@@ -167,7 +179,7 @@ def _print_predictions(a) -> int:
             print(f"{label:<64} {regime:<18} {t * 1e6:10.2f} us")
         return 0
     if a.kernels:
-        for label, t in kernel_rows(a.kernels, a.like, a.seed, a.profile):
+        for label, t in kernel_rows(a.kernels, a.like, a.seed, a.profile, a.random_n):
             print(f"{label:<48} {t * 1e6:10.2f} us")
         return 0
     bad = 0

@@ -104,10 +104,12 @@ def small_shapes() -> list[dict]:
             _case("random", 1, 200, 8, 1, seed=RANDOM_SEED)]
 
 
-def cases(small: bool = False, seed: int = RANDOM_SEED) -> list[dict]:
-    """Every (shape, direction): the sweep, then the random set, each shape forward then
+def cases(small: bool = False, seed: int = RANDOM_SEED, random_only: bool = False, random_n: int = RANDOM_N) -> list[dict]:
+    """Every (shape, direction): the sweep, then the random set of ``random_n`` shapes (the
+    random set alone with ``random_only``: a fresh held-out draw), each shape forward then
     forward+backward."""
-    shapes = small_shapes() if small else sweep_shapes() + random_shapes(seed=seed)
+    draw = random_shapes(random_n, seed)
+    shapes = small_shapes() if small else draw if random_only else sweep_shapes() + draw
     return [dict(s, direction=d) for s in shapes for d in DIRECTIONS]
 
 
@@ -205,10 +207,14 @@ def make_call(c, scan):
     return common.attention_pass(fwd, grad, inputs, bwd)
 
 
+def record_of(c) -> dict:
+    """The record fields of case ``c`` before it is timed (validation.prereg predicts these)."""
+    return dict(c, kind="ssd_scan", dtype="bfloat16", state_dtype="bfloat16", layout="contiguous")
+
+
 def run_case(c, scan, flush, rec):
     import common
-    base = {k: v for k, v in c.items()}
-    base.update(kind="ssd_scan", dtype="bfloat16", state_dtype="bfloat16", layout="contiguous")
+    base = record_of(c)
     try:
         fn, setup = make_call(c, scan)
         st = common.time_fn(fn, flush=flush, setup=setup)
@@ -261,8 +267,10 @@ def main():
     ap = suite_parser(__doc__, BUDGET_S, "three tiny shapes (code-path check)", "list the cases and the time estimate; no torch")
     ap.add_argument("--mamba-src", help="directory with the staged mamba_ssm tree (stage_mamba_ssd.sh)")
     ap.add_argument("--seed", type=int, default=RANDOM_SEED, help="seed of the random held-out draw")
+    ap.add_argument("--random-n", type=int, default=RANDOM_N, help="shapes in the random draw")
+    ap.add_argument("--random-only", action="store_true", help="time the random draw only, not the sweep")
     args = ap.parse_args()
-    cs = cases(args.small, args.seed)
+    cs = cases(args.small, args.seed, args.random_only, args.random_n)
     if args.dry_run:
         for c in cs:
             print(f"{label(c)}  est {estimate_case_s(c):6.3f} s")
@@ -281,7 +289,8 @@ def main():
     scan, commit = import_mamba(args.mamba_src)
     import triton
     import einops
-    info = common.device_info(suite="ssd_scan", random_seed=args.seed, mamba_commit=commit,
+    info = common.device_info(suite="ssd_scan", random_seed=args.seed, random_n=args.random_n,
+                              random_only=args.random_only, mamba_commit=commit,
                               triton=triton.__version__, einops=einops.__version__,
                               call="mamba_ssm.ops.triton.ssd_combined.mamba_chunk_scan_combined",
                               timing="common.time_fn: L2 flush before each call, 2 warm-ups, median of 5..50 calls",

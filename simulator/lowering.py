@@ -719,7 +719,7 @@ def _ssd_scan(ctx: Context, phase: str) -> Op:
     heads, groups = mamba_local_dims(ctx)
     bwd = phase == "bwd"
     cost = ssd_cost(ctx.tokens, heads, s.head_dim, groups, s.state_size, s.chunk_size, p.mbs, backward=bwd,
-                    gate=True)
+                    gate=True, sm_count=ctx.dev.accelerator.sm_count)
     return Op("mamba.ssd_scan", "ssm", phase, ssd_time(ctx.dev, cost, bwd), cost.flops, cost.bytes,
               shape=(p.mbs, heads, s.head_dim, groups, s.state_size, s.chunk_size))
 

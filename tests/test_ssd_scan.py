@@ -112,10 +112,12 @@ def test_record_maps_to_the_lowering_cost_model():
                direction="fwd", time_s=1e-3)
     fwd = ssd_cost(400, 16, 64, 2, 128, 128, sequences=2, gate=True)
     assert predict_record(rec, hw, DEFAULT).time_s == pytest.approx(ssd_time(dev, fwd))
-    # chunks per sequence: 2 sequences of 130 tokens are 4 chunks, one of 260 tokens 3
+    # chunks per sequence: 2 sequences of 130 tokens are 4 chunks, one of 260 tokens 3; one more
+    # chunk adds its states (fp32 written, read, bf16 written, read: 12 bytes per element), its
+    # fp32 CB block (written, read: 8 bytes) and its padded dt-length fp32 tensors (24 bytes per head-row)
     one = ssd_cost(260, 16, 64, 2, 128, 128, sequences=1)
     two = ssd_cost(260, 16, 64, 2, 128, 128, sequences=2)
-    assert two.bytes - one.bytes == pytest.approx(16.0 * 16 * 128 * 64)      # one more chunk's state passes
+    assert two.bytes - one.bytes == pytest.approx(12.0 * 16 * 128 * 64 + 8.0 * 2 * 128 * 128 + 24.0 * 128 * 16)
     bwd = ssd_cost(400, 16, 64, 2, 128, 128, sequences=2, backward=True, gate=True)
     both = predict_record(dict(rec, direction="fwd_bwd"), hw, DEFAULT).time_s
     assert both == pytest.approx(ssd_time(dev, fwd) + ssd_time(dev, bwd, backward=True))
@@ -128,11 +130,11 @@ def test_default_calibration_keeps_the_lowering_unchanged():
     """ssd_fraction 1, ssd_hbm_fraction 1, ssd_kernel_fixed_s 0: the pre-hook formula exactly."""
     from simulator.calibration import DEFAULT
     from simulator.engine import device_model
-    from simulator.ssm import SSD_BWD_LAUNCHES, ssd_cost, ssd_time
+    from simulator.ssm import ssd_cost, ssd_time
     dev = device_model(_hw().accelerator, DEFAULT)
     for bwd in (False, True):
         c = ssd_cost(8192, 128, 64, 8, 128, 128, backward=bwd)
-        old = max(c.flops / dev.peak("bf16"), c.bytes / dev.hbm_Bps) + (SSD_BWD_LAUNCHES if bwd else 5) * DEFAULT.kernel_launch_s
+        old = max(c.flops / dev.peak("bf16"), c.bytes / dev.hbm_Bps) + c.launches * DEFAULT.kernel_launch_s
         assert ssd_time(dev, c, bwd) == old
 
 
@@ -144,11 +146,13 @@ def test_calibration_parameters_slow_the_scan_and_load_from_a_profile():
     hw = _hw()
     rec = dict(kind="ssd_scan", batch=1, seq=4096, heads=128, head_dim=64, groups=8, state=128, chunk=128,
                direction="fwd_bwd", time_s=1e-3)
+    from simulator.ssm import ssd_cost
+    launches = sum(ssd_cost(4096, 128, 64, 8, 128, 128, backward=b).launches for b in (False, True))
     base = predict_record(rec, hw, DEFAULT).time_s
     slow = dataclasses.replace(DEFAULT, ssd_hbm_fraction=0.5, ssd_fraction={"fwd": 0.5, "bwd": 0.5})
-    assert predict_record(rec, hw, slow).time_s == pytest.approx(2 * base - 2 * 0 - 16 * DEFAULT.kernel_launch_s, rel=1e-9)
+    assert predict_record(rec, hw, slow).time_s == pytest.approx(2 * base - launches * DEFAULT.kernel_launch_s, rel=1e-9)
     fixed = dataclasses.replace(DEFAULT, ssd_kernel_fixed_s=1e-6)
-    assert predict_record(rec, hw, fixed).time_s == pytest.approx(base + 16e-6)
+    assert predict_record(rec, hw, fixed).time_s == pytest.approx(base + launches * 1e-6)
     cal = calibration_from_dict({"parameters": {"ssd_fraction": {"fwd": 0.4}, "ssd_hbm_fraction": 0.8}})
     assert cal.ssd_fraction == {"fwd": 0.4} and cal.ssd_hbm_fraction == 0.8
     with pytest.raises(SpecError):

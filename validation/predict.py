@@ -190,7 +190,7 @@ def ssd_record_time(rec: dict, dev) -> float:
     direction = rec.get("direction", "fwd")
     if direction not in ("fwd", "fwd_bwd"):
         raise Unsupported(f"unknown ssd_scan direction {direction!r}")
-    args = ssd_record_args(rec)
+    args = dict(ssd_record_args(rec), sm_count=dev.accelerator.sm_count)
     t = ssd_time(dev, ssd_cost(**args), backward=False, isolated=True)
     if direction == "fwd_bwd":
         t += ssd_time(dev, ssd_cost(**args, backward=True), backward=True, isolated=True)

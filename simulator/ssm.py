@@ -44,7 +44,7 @@ three times the forward's bytes (Nemotron 3 Super's mixer: 3.2x), where the earl
 (twice the forward plus one state pass) gave 2.5x and the H200 measurements' GPU-bound
 forward+backward calls ran 20-27% over it. The head splits (``nheads_per_program`` = min(heads
 per group, ⌈batch·chunks·heads / SMs⌉)) make dB, dC and dCBᵀ several fp32 copies on small grids.
-Launches: one per kernel and torch op listed (5 forward, 24 backward with z). The scan runs in
+Launches: one per kernel and torch op listed (5 forward, 28 backward with z). The scan runs in
 bf16 whatever the plan's GEMM precision (Transformer Engine's fp8 covers the linear layers only).
 
 Gate (``gate``): Megatron-Core's default training path (``use_mamba_mem_eff_path``,

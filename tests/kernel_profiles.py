@@ -21,3 +21,15 @@ def kernel_device(gpu: str, cal) -> DeviceModel:
 def candidate(gpu: str, name: str):
     """The calibration of candidate profile validation/candidates/<gpu>-sxm-<name>.yaml."""
     return load_calibration(str(ROOT / "validation" / "candidates" / f"{gpu}-sxm-{name}.yaml"))
+
+
+# The Mamba-2 SSD scan's parameters, refitted in session 25 under the kernel-by-kernel byte count (candidate
+# ssd42, adopted): no GEMM or memory-bound kernel of the earlier candidates uses them.
+SSD_PARAMETERS = ("ssd_fraction", "ssd_hbm_fraction", "ssd_kernel_fixed_s", "ssd_host_s")
+
+
+def with_ssd_of(cal, committed):
+    """``cal`` with the committed profile's SSD scan parameters (SSD_PARAMETERS): a candidate of an
+    earlier session compared with today's profile."""
+    from dataclasses import replace
+    return replace(cal, **{p: getattr(committed, p) for p in SSD_PARAMETERS})

@@ -417,7 +417,9 @@ def test_published_coverage_and_figures_ratchet():
     # -> 36.80% with the experts of a tp = 2, etp = 1 plan running their own sequence-parallel shard's rows (session
     # 24, moe_dispatch.dispatched_tokens: Super GB200's expert GEMMs, activation and all-to-all were costed twice;
     # its 7 rows +9..+15 -> +46..+53%, now as far off as its GB300 / B300 rows)
-    assert len(nemotron3) == 24 and sum(abs(c.error) for c in nemotron3) / len(nemotron3) <= 0.3681
+    # -> 32.95% with the SSD scan's backward bytes counted kernel by kernel (session 25: simulator.ssm.ssd_kernel_bytes,
+    # checked on a registered H200 draw; every row 3-5 points slower, still too fast)
+    assert len(nemotron3) == 24 and sum(abs(c.error) for c in nemotron3) / len(nemotron3) <= 0.3296
     assert all(c.error > 0 for c in nemotron3)                                  # every one predicted too fast
     # 18.7% -> 17.4% (MTP) -> 17.2% (GEMM) -> 16.7% (Super NVFP4 read as run, regression row skipped)
     # -> 16.6% (each Megatron-Bridge row's recipe read: validation/bridge_recipes.py; narrow-load misaligned
@@ -446,7 +448,8 @@ def test_published_coverage_and_figures_ratchet():
     # copy alone; -> 13.58% with no weight-gradient quantize pass on Blackwell, a fact that makes rows too fast faster)
     # -> 14.46% with MoE experts at etp = 1 < tp taking their own shard's rows (session 24, dispatched_tokens:
     # Nemotron 3 Super GB200 +9..+15 -> +46..+53%, Qwen3 235B token-drop GB200 -22.5 -> +10.9%)
-    assert sum(abs(c.error) for c in done) / len(done) <= 0.1447   # 14.11 -> 14.14% with session 16's norm model
+    # -> 14.14% with the SSD scan's backward bytes counted kernel by kernel (session 25; the Nemotron 3 rows)
+    assert sum(abs(c.error) for c in done) / len(done) <= 0.1414   # 14.11 -> 14.14% with session 16's norm model
     # -> 13.01% with session 16's norm kernel model (12.98% before) -> 12.97% with the recipes' recompute modules
     # -> 12.42% with the 2021 ZeRO-3 gather's per-rank copy-out costed -> 12.21% with NeMo's Nemotron-8B/22B
     # read from the catalog (256k vocabulary) -> 12.25% with session 23's membound42 / gemm32 profiles -> 12.29%
@@ -493,9 +496,17 @@ def test_published_uses_90_percent_of_rows():
     assert len(done) >= 0.9 * (len(done) + len(skipped))
 
 
-@pytest.mark.xfail(strict=True, reason="overall 14.5%, Narayanan 19.1% (DeepSpeed 2021 ZeRO-3 rows), Megatron-Bridge "
-                                       "20.1%, NeMo 13.4%, MoE 22.5%, Blackwell 20.1% (Nemotron 3 36.8%, GPT-OSS BF16 "
-                                       "too fast); without Nemotron 3: 12.4%, MoE 15.8%, Blackwell 14.8%")
+def test_published_no_source_over_20_percent():
+    """Issue #12's per-source target over every row: met again since session 25 (Megatron-Bridge 19.2%, was
+    20.15% since session 24; Narayanan 19.1% the next highest)."""
+    from validation.published import per_source
+    done, _ = _published_both()
+    assert all(v["mape"] <= 0.20 for v in per_source(done).values())
+
+
+@pytest.mark.xfail(strict=True, reason="overall 14.1%, MoE 21.3%, Blackwell 19.2% (Nemotron 3 33.0%, GPT-OSS BF16 "
+                                       "too fast); every source within 20% (Megatron-Bridge 19.2%, Narayanan 19.1%); "
+                                       "without Nemotron 3: 12.4%, MoE 15.8%, Blackwell 14.8%")
 def test_published_targets_overall_source_moe_blackwell():
     from validation.published import per_regime, per_source
     done, _ = _published_both()
@@ -522,8 +533,9 @@ def test_published_blackwell_and_moe_all_rows_ratchet():
     # MoE 18.70 -> 17.77%; with no weight-gradient quantize pass on Blackwell (rows too fast made faster) 17.62%, 19.20%
     # MoE experts at etp = 1 < tp on their own sequence-parallel shard's rows (session 24, dispatched_tokens; Nemotron 3
     # Super GB200's expert work had been costed twice): Blackwell 17.62 -> 20.15%, MoE 19.20 -> 22.53%
-    assert regime["blackwell"]["count"] == 99 and regime["blackwell"]["mape"] <= 0.2015   # 17.38% since session 16's norms
-    assert regime["moe"]["count"] == 75 and regime["moe"]["mape"] <= 0.2253   # 19.17 -> 19.19%: session 16's norms
+    # the SSD scan's backward bytes counted kernel by kernel (session 25): Blackwell 20.15 -> 19.21%, MoE 22.53 -> 21.30%
+    assert regime["blackwell"]["count"] == 99 and regime["blackwell"]["mape"] <= 0.1922   # 17.38% since session 16's norms
+    assert regime["moe"]["count"] == 75 and regime["moe"]["mape"] <= 0.2130   # 19.17 -> 19.19%: session 16's norms
 
 
 def test_published_layer_times_within_10_percent():

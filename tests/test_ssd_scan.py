@@ -222,7 +222,8 @@ def test_restricted_calibrate_ssd_recovers_the_kernels_and_moves_nothing_else(tm
 def test_measured_ssd_scan_against_the_fitted_profile():
     """h200_ssd_scan.json (one H200, session 8) with the h200-sxm profile's restricted SSD fit
     (sweep records only, every 5th held out): the random draw (seed 41, 40 records, never fitted)
-    9.2%, the sweep 7.9% (4 in 5 fitted). Before the fit the scan was costed at the cuBLAS rate with
+    8.4%, the sweep 7.2% (4 in 5 fitted), since session 25's kernel-by-kernel byte count (before: 9.2% /
+    7.9%, its GPU-bound forward + backward calls 20-27% too fast). Before the fit the scan was costed at the cuBLAS rate with
     no host floor: 60.2%, every record too fast."""
     from pathlib import Path
     from simulator.calibration import calibration_for, profile_fitted_on
@@ -237,5 +238,5 @@ def test_measured_ssd_scan_against_the_fitted_profile():
     res, unsupported = evaluate(mf, hw, cal)
     assert not unsupported and len(res) == 192
     by_set = {s: [abs(r.time_error) for r in res if r.record["set"] == s] for s in ("sweep", "random")}
-    assert len(by_set["random"]) == 40 and sum(by_set["random"]) / 40 <= 0.093
-    assert sum(by_set["sweep"]) / len(by_set["sweep"]) <= 0.079
+    assert len(by_set["random"]) == 40 and sum(by_set["random"]) / 40 <= 0.0836
+    assert sum(by_set["sweep"]) / len(by_set["sweep"]) <= 0.0718

@@ -122,3 +122,10 @@ def test_adopted_model_is_the_registered_candidate(gpu, like):
     today = kernel_rows("ssd_scan", str(MEAS / like), 42, None, 40)
     assert [lab for lab, _ in reg] == [lab.strip() for lab, _ in today]
     assert all(t == pytest.approx(r, abs=0.006e-6) for (_, r), (_, t) in zip(reg, today))
+
+
+def test_score_refuses_a_registration_of_other_records():
+    """A registration that does not list the run's records in order is refused, not scored."""
+    _, records, regs, dev = _run("h100_random")
+    with pytest.raises(ValueError, match="does not list"):
+        score(records[1:], regs, dev)

@@ -24,7 +24,8 @@ def registered_times(log: str | Path) -> list[tuple[str, float]]:
     for line in Path(log).read_text().splitlines():
         if line and not line.startswith("#"):
             label, value, unit = line.rsplit(None, 2)
-            assert unit == "us", line
+            if unit != "us":
+                raise ValueError(f"{log}: a registration row ends in microseconds, not {unit!r}: {line!r}")
             out.append((label.strip(), float(value) * 1e-6))
     return out
 
@@ -56,8 +57,9 @@ def score(records: list[dict], regs: dict[str, list[tuple[str, float]]], dev) ->
     the suite's order, every one timed) against each registration in ``regs`` (the rows of
     :func:`registered_times` for those records); subset ``all`` or ``gpu_bound``."""
     for name, reg in regs.items():
-        assert len(reg) == len(records), (name, len(reg), len(records))
-        assert all(lab.split()[:2] == [r["set"], r["direction"]] for (lab, _), r in zip(reg, records)), name
+        if len(reg) != len(records) or any(lab.split()[:2] != [r["set"], r["direction"]]
+                                           for (lab, _), r in zip(reg, records)):
+            raise ValueError(f"registration {name!r} does not list these {len(records)} records in order")
     gpu = [gpu_seconds(r, dev) for r in records]
     floor = host_floor(records, gpu)
     groups: dict[tuple, list[int]] = {}

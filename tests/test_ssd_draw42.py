@@ -36,6 +36,16 @@ AS_REGISTERED = {
 }
 
 
+def _shape(r: dict) -> tuple:
+    """A record's direction and shape: the key that pairs the same call across runs."""
+    return (r["direction"], r["batch"], r["seq"], r["heads"], r["groups"], r["gate"])
+
+
+def _sweep(rel: str) -> list[dict]:
+    """The sweep records of measurement file ``rel`` (under validation/measurements)."""
+    return [r for r in json.loads((MEAS / rel).read_text())["records"] if r["set"] == "sweep"]
+
+
 def _run(name: str):
     gpu, rel, rows = RUNS[name]
     doc = json.loads((MEAS / rel).read_text())
@@ -90,26 +100,20 @@ def test_h100_processes_disagree():
     more than HBM bandwidth alone allows (4.8 / 3.35 TB/s = 1.43x); the second process's random shapes ran at
     about 0.8x the model's H100 prediction while the first's ran at 1.2x. Clocks during the same process's
     later GEMM draw were at 1980 MHz. Not explained (Triton autotune picks per process); recorded."""
-    def key(r):
-        return (r["direction"], r["batch"], r["seq"], r["heads"], r["groups"], r["gate"])
-    h200 = {key(r): r["time_s"] for r in json.loads((MEAS / "repeat" / "h200_ssd_scan42.json").read_text())["records"]
-            if r["set"] == "sweep"}
-    h100 = [r for r in json.loads((MEAS / "repeat" / "h100_ssd_scan42.json").read_text())["records"] if r["set"] == "sweep"]
-    big = [r["time_s"] / h200[key(r)] for r in h100 if r["direction"] == "fwd" and h200[key(r)] > 1e-3]
+    h200 = {_shape(r): r["time_s"] for r in _sweep("repeat/h200_ssd_scan42.json")}
+    big = [r["time_s"] / h200[_shape(r)] for r in _sweep("repeat/h100_ssd_scan42.json")
+           if r["direction"] == "fwd" and h200[_shape(r)] > 1e-3]
     assert len(big) == 6 and all(1.7 < x < 1.8 for x in big)
 
 
 def test_h200_sweep_reproduces_the_fit_run():
     """The seed-42 run's sweep against h200_ssd_scan.json's (session 8's fit data, another machine): the
     GPU-bound forward calls within 1%, forward + backward 5-6% slower."""
-    def key(r):
-        return (r["direction"], r["batch"], r["seq"], r["heads"], r["groups"], r["gate"])
-    fit = {key(r): r["time_s"] for r in json.loads((MEAS / "h200_ssd_scan.json").read_text())["records"]
-           if r["set"] == "sweep"}
-    new = [r for r in json.loads((MEAS / "repeat" / "h200_ssd_scan42.json").read_text())["records"] if r["set"] == "sweep"]
+    fit = {_shape(r): r["time_s"] for r in _sweep("h200_ssd_scan.json")}
+    new = _sweep("repeat/h200_ssd_scan42.json")
     for direction, lo, hi in (("fwd", 0.99, 1.01), ("fwd_bwd", 1.04, 1.07)):
-        big = [r["time_s"] / fit[key(r)] for r in new if r["direction"] == direction
-               and fit[key(r)] > (1e-3 if direction == "fwd" else 5e-3)]
+        big = [r["time_s"] / fit[_shape(r)] for r in new if r["direction"] == direction
+               and fit[_shape(r)] > (1e-3 if direction == "fwd" else 5e-3)]
         assert len(big) == 6 and all(lo < x < hi for x in big), direction
 
 

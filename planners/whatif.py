@@ -81,7 +81,7 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in (
     Variable("recompute_layers", "int", "plan", "fully recomputed layers per stage"),
     Variable("precision", "choice", "plan", "GEMM precision", choices=("bf16", "fp16", "fp8", "nvfp4")),
     Variable("schedule", "choice", "plan", "pipeline schedule", choices=("gpipe", "1f1b", "interleaved")),
-    Variable("attention", "choice", "plan", "attention kernel", choices=("flash", "cudnn", "fa3", "efficient", "unfused", "math", "unfused_torch")),
+    Variable("attention", "choice", "plan", "attention kernel", choices=("flash", "cudnn", "fa3", "efficient", "triton_fa", "unfused", "math", "unfused_torch")),
     Variable("framework", "choice", "plan", "framework that runs the plan",
              choices=("megatron-core", "megatron-core-local", "torchtitan", "deepspeed", "deepspeed-0.3", "pytorch")),
 )}

@@ -456,9 +456,10 @@ def attention_time(dev: DeviceModel, batch: int, heads: int, seq_q: int, seq_kv:
     ``direction``: ``fwd``, ``bwd`` or ``fwd_bwd``. ``backend``: ``flash`` (PyTorch SDPA's
     FlashAttention-2, fused and IO-aware), ``cudnn`` (cuDNN's fused flash attention: SDPA's
     CUDNN_ATTENTION, Transformer Engine's FusedAttention), ``efficient`` (SDPA's memory-efficient
-    CUTLASS kernel), ``fa3`` (FlashAttention-3, Shah et al. 2024; never fitted) -- the four costed by
-    :func:`_flash_pass` / :func:`_fused_pass`; ``cudnn`` and ``fa3`` are Hopper designs and are costed
-    as ``flash`` on accelerators of other families (HOPPER_DESIGNS) --,
+    CUTLASS kernel), ``fa3`` (FlashAttention-3, Shah et al. 2024; never fitted), ``triton_fa``
+    (llm-foundry's Triton FlashAttention, sm80 mma.sync code) -- the five costed by
+    :func:`_flash_pass` / :func:`_fused_pass`; ``cudnn``, ``fa3`` and ``triton_fa`` are costed as
+    ``flash`` on accelerators of other families than they were designed or measured for (HOPPER_DESIGNS) --,
     ``unfused`` (Megatron-LM before FlashAttention: 16-bit batched GEMMs around one fused
     scale-mask-softmax kernel over the materialised score matrix) or ``math`` (PyTorch's SDPA
     math backend: the same in fp32 with separate mask and softmax passes) or ``unfused_torch``
@@ -694,11 +695,31 @@ FUSED_KERNELS = {
         bwd_tiles=((64, (64, 64), (64, 64)), (128, (128, 128), (128, 128)), (65536, (64, 64), (64, 64))),
         persistent=False, bwd_launches=1, source="PyTorch aten/src/ATen/native/transformers/cuda/mem_eff_attention"),
 }
+# llm-foundry's Triton FlashAttention (attn_impl "triton": llmfoundry/models/layers/flash_attn_triton.py
+# at 5e8666f, flash-attention v1.0.5's Triton kernel compiled by the triton-pre-mlir fork, whose code
+# generator emits sm80 mma.sync, never WGMMA): forward BLOCK_M = BLOCK_N = 128 at every head_dim
+# (_flash_attn_forward: num_warps 4 up to head_dim 64, else 8; num_stages 1); backward 128 x 128
+# (_bwd_kernel's two autotuned configs, with and without SEQUENCE_PARALLEL: costed as the
+# sequence-parallel one, a block per key block, which the autotuner picks wherever batch x heads
+# leaves SMs idle); backward: _bwd_preprocess_do_o_dot, the main kernel (fp32 dQ accumulated with
+# atomics) and dq.copy_ of the fp32 accumulator: three launches. Fitted on H100 runs of the staged
+# kernel under today's Triton with DISABLE_MMA_V3=1 (validation/harness/triton_attention.py)
+FUSED_KERNELS["triton_fa"] = FusedAttentionKernel(
+    "triton_fa",
+    fwd_tiles=((128, (128, 128), (128, 128)),),
+    bwd_tiles=((128, (128, 128), (128, 128)),),
+    persistent=False, bwd_launches=3, source="llm-foundry flash_attn_triton.py (5e8666f), triton-pre-mlir")
 # backends whose model is a Hopper design (WGMMA, TMA, warp specialisation), by the accelerator
 # families it applies to; elsewhere they are costed as FlashAttention-2 (``flash``). Transformer
 # Engine likewise prefers cuDNN's FusedAttention only on compute capability >= 9.0
 # (transformer_engine/pytorch/attention/dot_product_attention/utils.py, get_attention_backend)
-HOPPER_DESIGNS = {"fa3": ("nvidia-hopper",), "cudnn": ("nvidia-hopper", "nvidia-blackwell")}
+#
+# ``triton_fa`` is bound to Hopper for another reason: its fit measures sm80 mma.sync code on a Hopper
+# GPU, as a fraction of Hopper's WGMMA datasheet peak (the matmul probe of the same run: a Triton
+# mma.sync matmul reaches 0.46 of that peak, WGMMA 0.74); that fraction says nothing of an Ampere GPU,
+# whose datasheet peak is the mma.sync rate, so elsewhere the kernel is costed as FlashAttention-2
+HOPPER_DESIGNS = {"fa3": ("nvidia-hopper",), "cudnn": ("nvidia-hopper", "nvidia-blackwell"),
+                  "triton_fa": ("nvidia-hopper",)}
 # kernels that never materialise the score matrix (they keep only the log-sum-exp for backward)
 FUSED_ATTENTION = ("flash",) + tuple(FUSED_KERNELS)
 FA3_OVERLAP_FWD = 1.0    # ping-pong of two warpgroups + intra-warpgroup overlap (Shah et al. 2024 §3.1-3.2)

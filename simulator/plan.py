@@ -26,7 +26,7 @@ RECOMPUTE = ("none", "selective", "full")
 # Transformer Engine layer keeps as separate modules, the MoE experts' activation and the MLA
 # up-projections with their RoPE
 RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe_act", "mla_up_proj")
-ATTENTION_BACKENDS = ("flash", "cudnn", "fa3", "efficient", "unfused", "math", "unfused_torch")
+ATTENTION_BACKENDS = ("flash", "cudnn", "fa3", "efficient", "triton_fa", "unfused", "math", "unfused_torch")
 RECIPES = ("megatron", "zero", "torch_amp", "torch_fsdp")
 PRECISIONS = ("bf16", "fp16", "fp8", "nvfp4")
 # FSDP2's gradient reduce-scatter: after every micro-batch (torchtitan's train_step) or only after

@@ -23,13 +23,20 @@ def candidate(gpu: str, name: str):
     return load_calibration(str(ROOT / "validation" / "candidates" / f"{gpu}-sxm-{name}.yaml"))
 
 
-# The Mamba-2 SSD scan's parameters, refitted in session 25 under the kernel-by-kernel byte count (candidate
-# ssd42, adopted): no GEMM or memory-bound kernel of the earlier candidates uses them.
+# Parameters fitted after the earlier candidates, which no GEMM or memory-bound kernel of theirs uses:
+# the Mamba-2 SSD scan's, refitted in session 25 under the kernel-by-kernel byte count (candidate ssd42,
+# adopted), and llm-foundry's Triton FlashAttention (backend triton_fa, session 26: new entries of the
+# attention_kernel_* maps, validation/triton_fa_fit.py)
 SSD_PARAMETERS = ("ssd_fraction", "ssd_hbm_fraction", "ssd_kernel_fixed_s", "ssd_host_s")
+LATER_KERNEL_MAPS = ("attention_kernel_fraction", "attention_kernel_overlap", "attention_kernel_overhead")
+LATER_KERNELS = ("triton_fa",)
 
 
-def with_ssd_of(cal, committed):
-    """``cal`` with the committed profile's SSD scan parameters (SSD_PARAMETERS): a candidate of an
-    earlier session compared with today's profile."""
+def with_later_fits_of(cal, committed):
+    """``cal`` with the committed profile's SSD scan parameters (SSD_PARAMETERS) and its entries for
+    the kernels fitted since (LATER_KERNELS): a candidate of an earlier session compared with today's
+    profile."""
     from dataclasses import replace
-    return replace(cal, **{p: getattr(committed, p) for p in SSD_PARAMETERS})
+    maps = {m: {**getattr(cal, m), **{k: v for k, v in getattr(committed, m).items()
+                                      if k.startswith(LATER_KERNELS)}} for m in LATER_KERNEL_MAPS}
+    return replace(cal, **{p: getattr(committed, p) for p in SSD_PARAMETERS}, **maps)

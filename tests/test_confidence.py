@@ -107,11 +107,21 @@ def test_never_measured_gpus_say_so():
 
 def test_expert_parallel_is_validated_by_published_moe_runs():
     # published_runs_more.csv's MoE rows (Grok-1 on H100, Qwen3 / GPT-OSS / DeepSeek-V3 on GB200)
-    # give EP its held-out residuals; before they were read, EP was extrapolated
+    # give EP its held-out residuals; before they were read, EP was "not validated on real runs".
+    # Those runs took a median ~19% longer than predicted; once the calibrated multi-GPU band
+    # narrowed below that (session 26: llm-foundry's Triton attention modelled), the confidence
+    # must say so, in numbers, rather than call EP validated or unvalidated
     table = band_table()
-    assert table["features"]["ep"]["n"] >= 3
+    ep = table["features"]["ep"]
+    assert ep["n"] >= 3
     c = _sim("dgx-h100", 64, model="mixtral-8x7b", tp=2, pp=2, ep=8, gbs=128, mbs=1, recompute="full").confidence
-    assert not any(e.startswith("EP=") for e in c.extrapolated), c.extrapolated
+    ep_notes = [e for e in c.extrapolated if e.startswith("EP=")]
+    assert not any("not validated" in e for e in ep_notes), ep_notes
+    q80 = table["applied"]["calibrated/multi_gpu"]["q80"]
+    if abs(ep["median_log_error"]) > q80:
+        assert any(f"{ep['n']} held-out runs took a median" in e for e in ep_notes), ep_notes
+    else:
+        assert not ep_notes, ep_notes
 
 
 def _cand(score, factor, rank):

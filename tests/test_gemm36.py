@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from tests.kernel_profiles import with_ssd_of
+from tests.kernel_profiles import with_later_fits_of
 
 from simulator.calibration import Calibration, load_calibration
 from simulator.compute import (DTYPE_BYTES, DeviceModel, gemm_plan, gemm_tiling_s, gemm_time, l2_operand_s,
@@ -94,7 +94,7 @@ def test_candidate_loads_and_is_the_committed_profile(gpu):
     cand, base = load_calibration(str(path)), load_calibration(f"{gpu}-sxm")
     assert 0.004 < getattr(cand, PARAM) < 0.008          # 4-8 TB/s of L2 into the SMs on a 989 TFLOP/s part
     assert 1e-6 < cand.gemm_split_k_fixed_s < BEFORE[f"{gpu}-sxm"]["gemm_split_k_fixed_s"]
-    assert replace(with_ssd_of(cand, base), name=base.name, memory_op_fixed_s=base.memory_op_fixed_s,
+    assert replace(with_later_fits_of(cand, base), name=base.name, memory_op_fixed_s=base.memory_op_fixed_s,
                    norm_forward=base.norm_forward) == base
 
 

@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from tests.kernel_profiles import with_ssd_of
+from tests.kernel_profiles import with_later_fits_of
 import yaml
 
 from simulator.calibration import Calibration, load_calibration
@@ -93,7 +93,7 @@ def test_candidate_profile_holds_its_fit(gpu):
     cand, committed = load_calibration(str(path)), load_calibration(f"{gpu}-sxm")
     for p in NEW:
         assert getattr(cand, p) > 0
-    same = replace(with_ssd_of(cand, committed), **{p: getattr(committed, p) for p in PARAMETERS}).to_dict()
+    same = replace(with_later_fits_of(cand, committed), **{p: getattr(committed, p) for p in PARAMETERS}).to_dict()
     assert {**same, "name": committed.name} == committed.to_dict()
     block = next(v for k, v in yaml.safe_load(path.read_text())["fits"].items() if k.startswith("gemm40"))
     rows = dev_records(f"{gpu}-sxm", DEV[f"{gpu}-sxm"])

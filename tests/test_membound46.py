@@ -20,7 +20,7 @@ import pytest
 from simulator.calibration import load_calibration
 from simulator.compute import (NORM_BLOCKS_PER_SM, memcpy_time, memory_fixed_s, memory_time,
                                norm_forward_time)
-from tests.kernel_profiles import candidate, kernel_device, with_ssd_of
+from tests.kernel_profiles import candidate, kernel_device, with_later_fits_of
 
 ROOT = Path(__file__).resolve().parent.parent
 GPUS = ("h200", "h100")
@@ -53,7 +53,7 @@ def test_committed_profiles_are_the_candidate(gpu):
     """Adopted in session 24: the committed profile predicts as the candidate does (but for the SSD scan's
     parameters, refitted in session 25)."""
     committed, cand = load_calibration(f"{gpu}-sxm"), _candidate(gpu)
-    assert replace(with_ssd_of(cand, committed), name=committed.name) == committed
+    assert replace(with_later_fits_of(cand, committed), name=committed.name) == committed
     assert committed.norm_forward["whole_waves"] == 1.0 and committed.memory_op_fixed_s["copy"] > 0
 
 
@@ -99,7 +99,7 @@ def test_candidate_loads_and_turns_both_on(gpu):
     # only the memcpy fixed cost and the norm forward's per-wave times and load latencies were fitted
     same = {k: v for k, v in committed.norm_forward.items() if not k.endswith(("_row_s", "_load_latency_s"))}
     assert {k: cand.norm_forward[k] for k in same} == same
-    assert replace(with_ssd_of(cand, committed), name=committed.name, memory_op_fixed_s={},
+    assert replace(with_later_fits_of(cand, committed), name=committed.name, memory_op_fixed_s={},
                    norm_forward=committed.norm_forward) == committed      # the profile of session 23 otherwise
 
 

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-from tests.kernel_profiles import with_ssd_of
+from tests.kernel_profiles import with_later_fits_of
 
 from simulator.calibration import profile_fitted_on
 from validation.prereg import harness
@@ -336,7 +336,7 @@ def test_seed_43_registered_by_the_adopted_profile(gpu):
     from dataclasses import replace
     gemm36 = ("gemm_l2_operand_bytes_per_flop", "gemm_split_k_fixed_s")      # the GEMM floor adopted after seed 43
     membound46 = ("memory_op_fixed_s", "norm_forward")                       # adopted in session 24
-    assert replace(with_ssd_of(adopted, committed), name=committed.name, softmax_masked_cost=committed.softmax_masked_cost,
+    assert replace(with_later_fits_of(adopted, committed), name=committed.name, softmax_masked_cost=committed.softmax_masked_cost,
                    **{p: getattr(committed, p) for p in gemm36 + membound46}) == committed
 
 

@@ -30,7 +30,7 @@ class Param:
     upper: float
 
 
-FITTED_ATTENTION_KERNELS = ("cudnn", "efficient")
+FITTED_ATTENTION_KERNELS = ("cudnn", "efficient", "triton_fa")
 COMPUTE_PARAMS = [Param(f"gemm_peak_fraction.{d}", 0.05, 1.0) for d in ("bf16", "fp16", "tf32", "fp32", "fp8")] + [
     Param("gemm_tile_overhead_k", 0.0, 4096.0),
     Param("gemm_small_tile_exponent", 0.0, 2.0),

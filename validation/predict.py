@@ -32,7 +32,7 @@ CHECK_KINDS = ("clone", "softmax_bwd")
 GROUPED_KINDS = ("grouped_gemm",)
 GROUPED_IMPLS = ("grouped_mm", "bmm", "loop")
 # attention records' ``backend`` (meshcast's kernel names; simulator.compute.attention_time)
-ATTENTION_KERNELS = ("flash", "cudnn", "efficient", "fa3", "math", "unfused", "unfused_torch")
+ATTENTION_KERNELS = ("flash", "cudnn", "efficient", "fa3", "triton_fa", "math", "unfused", "unfused_torch")
 # instep_conditions.py's ``condition`` of a kernel record the kernel model predicts: alone on a
 # cool GPU, with or without most of the memory held (None: every other suite's records)
 MODELLED_CONDITIONS = (None, "isolated", "ballast")

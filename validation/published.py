@@ -505,25 +505,28 @@ def plan_from_row(row: dict, model: ModelSpec, fills: list[str] | None = None) -
 # v1 -- and "has only been tested on A100". It ran causal with no bias: ALiBi is off in these MPTs
 # (LLM_FOUNDRY_MPT), so attn_bias_shape() returns None. triton-pre-mlir (setup.py: branch
 # triton_pre_mlir_sm90) is Triton's pre-MLIR backend, which emits sm80 mma.sync code on A100 and H100
-# alike. meshcast's nearest modelled kernel is FlashAttention-2 (flash, fitted on H100 and borrowed by
-# A100); the Triton kernel's own speed is not modelled (docs/validation.md, "llm-foundry").
+# alike. Since session 26 the kernel is a backend of its own (``triton_fa``), measured on an H100 with
+# today's Triton held to mma.sync (DISABLE_MMA_V3=1; validation/harness/triton_attention.py) and fitted
+# there (validation/triton_fa_fit.py); on A100, whose datasheet peak is the mma.sync rate itself, the
+# Hopper fit does not transfer and the kernel is costed as FlashAttention-2 (simulator.compute
+# HOPPER_DESIGNS; docs/validation.md, "llm-foundry").
 LLM_FOUNDRY_ATTENTION = ("attention: llm-foundry attn_impl triton (flash_attn_triton.py from flash-attention v1.0.5: "
                          "Triton FlashAttention, causal, no bias; triton-pre-mlir, sm80 mma.sync code on A100 and "
-                         "H100 alike) costed as meshcast's FlashAttention-2 kernel (flash); the Triton kernel is "
-                         "FlashAttention-1-class by its own docstring and its speed is not modelled, so where "
-                         "attention is most of the step (long sequences) the prediction is expected too fast")
+                         "H100 alike) costed as backend triton_fa: on Hopper the kernel as measured on an H100 "
+                         "under today's Triton held to mma.sync (2.4-3x slower than FlashAttention-2 there), on "
+                         "other GPUs as FlashAttention-2 (flash; the Hopper measurement does not transfer)")
 
 
 def row_attention(family: str, fa: dict, fills: list[str]) -> str | None:
     """The attention backend a row is costed with: unfused for the 2021-22 Megatron papers
-    (Megatron-LM's local layers), FlashAttention-2 (``flash``) for Dao 2023 and, as the nearest
-    modelled kernel, for llm-foundry's Triton FlashAttention (LLM_FOUNDRY_ATTENTION, said in the
-    note), else the framework's default (None)."""
+    (Megatron-LM's local layers), FlashAttention-2 (``flash``) for Dao 2023, llm-foundry's Triton
+    FlashAttention (``triton_fa``: LLM_FOUNDRY_ATTENTION, said in the note) for llm-foundry, else the
+    framework's default (None)."""
     if family in ("narayanan2021", "korthikanti2022"):
         return "unfused"
     if family == "llm-foundry":
         fills.append(LLM_FOUNDRY_ATTENTION)
-        return "flash"
+        return "triton_fa"
     return fa.get("attention")
 
 

@@ -31,7 +31,7 @@ class ZeroStage(_Strict):
 class Kernels(_Strict):
     """The kernels the framework launches (the first attention backend is its default)."""
 
-    attention: tuple[Literal["flash", "cudnn", "fa3", "efficient", "unfused", "math", "unfused_torch"], ...] = Field(min_length=1)
+    attention: tuple[Literal["flash", "cudnn", "fa3", "efficient", "triton_fa", "unfused", "math", "unfused_torch"], ...] = Field(min_length=1)
     elementwise: Literal["fused", "unfused"]
     optimizer: str
     optimizer_temp_bytes: float = Field(0.0, ge=0)   # per shard parameter, live only during the step

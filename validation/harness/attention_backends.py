@@ -324,11 +324,7 @@ def run_case(c, flush, nvml, rec):
         fn = setup = None
         common.free_memory()
     r = dict(base, flops=flops, **st)
-    if nvml is not None:
-        smp = nvml.sample()
-        for key in ("sm_clock_mhz", "temperature_c"):
-            if smp.get(key) is not None:
-                r[key] = smp[key]
+    common.add_nvml_sample(r, nvml)
     rec.add(r)
     common.log(f"  {label(c)}  {st['time_s'] * 1e3:9.3f} ms  {common.fmt_rate(flops / st['time_s'], 'FLOP/s')}")
 

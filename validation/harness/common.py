@@ -336,6 +336,14 @@ def run_within_budget(cases: list, dl: "Deadline", rec: Recorder, run_one, label
     return time.time() - t0
 
 
+def add_nvml_sample(rec: dict, nvml, keys=("sm_clock_mhz", "temperature_c")) -> None:
+    """Copy one NVML sample's ``keys`` (those it has) into the record ``rec``; nothing without NVML."""
+    if nvml is None:
+        return
+    smp = nvml.sample()
+    rec.update({k: smp[k] for k in keys if smp.get(k) is not None})
+
+
 def fmt_rate(x, unit):
     if x is None:
         return "-"

@@ -140,11 +140,7 @@ def run_attention(c, fa, flush, nvml, rec, mma):
         r["triton_mma"] = mma
     if c.get("model"):
         r["model"] = c["model"]
-    if nvml is not None:
-        smp = nvml.sample()
-        for key in ("sm_clock_mhz", "temperature_c", "power_w"):
-            if smp.get(key) is not None:
-                r[key] = smp[key]
+    common.add_nvml_sample(r, nvml, ("sm_clock_mhz", "temperature_c", "power_w"))
     rec.add(r)
     fn = setup = None
     common.free_memory()
@@ -211,11 +207,7 @@ def run_mma_peak(flush, nvml, rec, mma, dl):
         r = dict(kind="mma_peak", m=n, n=n, k=n, dtype="bfloat16", config=name, flops=flops, **st)
         if name != "cublas":
             r["triton_mma"] = mma
-        if nvml is not None:
-            smp = nvml.sample()
-            for key in ("sm_clock_mhz", "power_w"):
-                if smp.get(key) is not None:
-                    r[key] = smp[key]
+        common.add_nvml_sample(r, nvml, ("sm_clock_mhz", "power_w"))
         rec.add(r)
         common.log(f"  mma_peak {name:28s} {st['time_s'] * 1e3:8.3f} ms  {common.fmt_rate(flops / st['time_s'], 'FLOP/s')}")
 

@@ -32,7 +32,7 @@ from models import load_model
 from simulator.calibration import calibration_for
 from simulator.costing import train_cost
 from simulator.engine import simulate
-from simulator.plan import ParallelPlan
+from simulator.plan import ATTENTION_BACKENDS, ParallelPlan
 from simulator.result import Result
 
 SWEEP_FIELD = "--sweep"
@@ -81,7 +81,7 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in (
     Variable("recompute_layers", "int", "plan", "fully recomputed layers per stage"),
     Variable("precision", "choice", "plan", "GEMM precision", choices=("bf16", "fp16", "fp8", "nvfp4")),
     Variable("schedule", "choice", "plan", "pipeline schedule", choices=("gpipe", "1f1b", "interleaved")),
-    Variable("attention", "choice", "plan", "attention kernel", choices=("flash", "cudnn", "fa3", "efficient", "triton_fa", "unfused", "math", "unfused_torch")),
+    Variable("attention", "choice", "plan", "attention kernel", choices=ATTENTION_BACKENDS),
     Variable("framework", "choice", "plan", "framework that runs the plan",
              choices=("megatron-core", "megatron-core-local", "torchtitan", "deepspeed", "deepspeed-0.3", "pytorch")),
 )}

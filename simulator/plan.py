@@ -18,6 +18,7 @@ from hardware_specs.errors import PlanError, SpecError
 from hardware_specs.yamlio import read_yaml_mapping
 from models.schema import ModelSpec
 from simulator.frameworks import default_split, framework_violation, get_framework
+from simulator.frameworks.profile import ATTENTION_BACKENDS   # every attention kernel meshcast costs
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
@@ -26,7 +27,6 @@ RECOMPUTE = ("none", "selective", "full")
 # Transformer Engine layer keeps as separate modules, the MoE experts' activation and the MLA
 # up-projections with their RoPE
 RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe_act", "mla_up_proj")
-ATTENTION_BACKENDS = ("flash", "cudnn", "fa3", "efficient", "triton_fa", "unfused", "math", "unfused_torch")
 RECIPES = ("megatron", "zero", "torch_amp", "torch_fsdp")
 PRECISIONS = ("bf16", "fp16", "fp8", "nvfp4")
 # FSDP2's gradient reduce-scatter: after every micro-batch (torchtitan's train_step) or only after

@@ -12,6 +12,9 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# every attention kernel meshcast costs (simulator/compute.py attention_time); simulator.plan re-exports it
+ATTENTION_BACKENDS = ("flash", "cudnn", "fa3", "efficient", "triton_fa", "unfused", "math", "unfused_torch")
+
 RECIPE_NAMES = ("megatron", "zero", "torch_amp", "torch_fsdp")
 FEATURES = ("tp_comm_overlap", "ep_comm_overlap", "offload_optimizer", "offload_params")
 
@@ -31,7 +34,7 @@ class ZeroStage(_Strict):
 class Kernels(_Strict):
     """The kernels the framework launches (the first attention backend is its default)."""
 
-    attention: tuple[Literal["flash", "cudnn", "fa3", "efficient", "triton_fa", "unfused", "math", "unfused_torch"], ...] = Field(min_length=1)
+    attention: tuple[Literal[ATTENTION_BACKENDS], ...] = Field(min_length=1)
     elementwise: Literal["fused", "unfused"]
     optimizer: str
     optimizer_temp_bytes: float = Field(0.0, ge=0)   # per shard parameter, live only during the step

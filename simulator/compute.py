@@ -655,6 +655,16 @@ class FusedAttentionKernel:
     persistent: bool
     bwd_launches: int
     source: str
+    # compiled specialisations by head_dim ((largest head_dim, name), ...), each with parameters of
+    # its own (``<backend>_<name>_<direction>`` keys): a kernel whose head_dim is a compile-time
+    # constant builds a different kernel per size (register allocation, warps), whose rates differ
+    head_dim_variants: tuple = ()
+    # blocks handed to SMs in launch order as earlier ones retire (list_schedule), each block's own
+    # number of tiles counted, instead of equal-sized blocks in waves
+    launch_ordered: bool = False
+    # the softmax overlap by design (the share of the shorter of tensor-core and softmax work per tile
+    # hidden under the longer) where the kernel's structure fixes it; None: fitted (attention_kernel_overlap)
+    overlap: float | None = None
 
 
 FUSED_KERNELS = {
@@ -702,13 +712,24 @@ FUSED_KERNELS = {
 # (_bwd_kernel's two autotuned configs, with and without SEQUENCE_PARALLEL: costed as the
 # sequence-parallel one, a block per key block, which the autotuner picks wherever batch x heads
 # leaves SMs idle); backward: _bwd_preprocess_do_o_dot, the main kernel (fp32 dQ accumulated with
-# atomics) and dq.copy_ of the fp32 accumulator: three launches. Fitted on H100 runs of the staged
-# kernel under today's Triton with DISABLE_MMA_V3=1 (validation/harness/triton_attention.py)
+# atomics) and dq.copy_ of the fp32 accumulator: three launches. BLOCK_HEADDIM is a compile-time
+# constant (64 or 128), so head_dim <= 64 and <= 128 are two kernels per direction, fitted apart
+# (forward: 4 warps against 8; the backward's 8 warps hold half the fp32 dK/dV accumulators at 64:
+# measured, the head_dim-64 backward takes 0.30 of the head_dim-128 one's time per tile, not 0.5).
+# Blocks run in launch order: the forward grid is (query block, batch x heads), query block fastest,
+# so causal blocks come light first and the heaviest last (a tail, as FlashAttention-2's); the
+# sequence-parallel backward's grid is (key block, batch x heads), key block fastest, so causal
+# blocks come heavy first. One resident block per SM is assumed (8 warps of up to 255 registers; a
+# second one at 4 warps shows in that specialisation's fitted fraction). The softmax runs in the
+# same warps between the two MMAs (num_stages 1, no warp specialisation): overlap 0, not fitted.
+# Fitted on H100 runs of the staged kernel under today's Triton with DISABLE_MMA_V3=1
+# (validation/harness/triton_attention.py, validation/triton_fa_fit.py)
 FUSED_KERNELS["triton_fa"] = FusedAttentionKernel(
     "triton_fa",
     fwd_tiles=((128, (128, 128), (128, 128)),),
     bwd_tiles=((128, (128, 128), (128, 128)),),
-    persistent=False, bwd_launches=3, source="llm-foundry flash_attn_triton.py (5e8666f), triton-pre-mlir")
+    persistent=False, bwd_launches=3, source="llm-foundry flash_attn_triton.py (5e8666f), triton-pre-mlir",
+    head_dim_variants=((64, "d64"), (128, "d128")), launch_ordered=True, overlap=0.0)
 # backends whose model is a Hopper design (WGMMA, TMA, warp specialisation), by the accelerator
 # families it applies to; elsewhere they are costed as FlashAttention-2 (``flash``). Transformer
 # Engine likewise prefers cuDNN's FusedAttention only on compute capability >= 9.0
@@ -734,7 +755,20 @@ def _tile_for(table: tuple, head_dim: int, causal: bool) -> tuple[int, int]:
     return table[-1][2 if causal else 1]
 
 
-def fused_attention_params(cal: Calibration, backend: str, bwd: bool, tile: tuple[int, int] = (128, 128)) -> tuple:
+def fused_attention_key(backend: str, bwd: bool, head_dim: int | None = None) -> str:
+    """The profile key of one fused kernel's pass: ``<backend>_<direction>``, or for a kernel with
+    compiled head_dim specialisations (FusedAttentionKernel.head_dim_variants) and a head_dim,
+    ``<backend>_<variant>_<direction>`` of the smallest variant that holds it."""
+    direction = "bwd" if bwd else "fwd"
+    variants = FUSED_KERNELS[backend].head_dim_variants if backend in FUSED_KERNELS else ()
+    if head_dim is not None and variants:
+        name = next((v for d, v in variants if head_dim <= d), variants[-1][1])
+        return f"{backend}_{name}_{direction}"
+    return f"{backend}_{direction}"
+
+
+def fused_attention_params(cal: Calibration, backend: str, bwd: bool, tile: tuple[int, int] = (128, 128),
+                           head_dim: int | None = None) -> tuple:
     """(tensor-core fraction of the bf16 peak, softmax overlap, per-block overhead in tiles) of one
     fused kernel's pass.
 
@@ -743,10 +777,13 @@ def fused_attention_params(cal: Calibration, backend: str, bwd: bool, tile: tupl
       is the calibrated ``gemm_peak_fraction.bf16`` times the GEMM model's small-tile factor
       ((bM·bN / 128·256) ** ``gemm_small_tile_exponent``); overlap 1 forward (ping-pong), 0 backward;
       one tile of per-block overhead.
-    * ``cudnn`` and ``efficient``: ``attention_kernel_fraction``, ``attention_kernel_overlap`` and
-      ``attention_kernel_overhead`` under ``<backend>_fwd`` / ``<backend>_bwd`` (overlap and overhead
+    * ``cudnn``, ``efficient`` and ``triton_fa``: ``attention_kernel_fraction``, ``attention_kernel_overlap``
+      and ``attention_kernel_overhead`` under ``<backend>_fwd`` / ``<backend>_bwd`` (overlap and overhead
       may also be one ``<backend>`` value for both directions) once fitted on measurements of that
-      kernel (validation/harness/attention_backends.py). Per direction because the two passes differ
+      kernel (validation/harness/attention_backends.py, triton_attention.py); a kernel compiled per
+      head_dim (``head_dim_variants``) under ``<backend>_<variant>_<direction>`` for the given
+      ``head_dim`` first (:func:`fused_attention_key`); a kernel whose structure fixes its overlap
+      (``FusedAttentionKernel.overlap``) takes that, never a fitted one. Per direction because the two passes differ
       as FA3's do: a forward can hide its softmax under the other warpgroup's GEMMs, a backward
       (5 GEMMs, dQ accumulation) does not; a backward block also loads K and V and writes dK and dV. A calibration without
       them costs the kernel as FlashAttention-2 (:func:`attention_time` hands it to ``flash``: a
@@ -762,10 +799,15 @@ def fused_attention_params(cal: Calibration, backend: str, bwd: bool, tile: tupl
                     FUSED_BLOCK_OVERHEAD_TILES)
     if backend == "fa3":
         return defaults
-    key = f"{backend}_{direction}"   # per direction; a profile may also give one value per backend
-    return (cal.attention_kernel_fraction.get(key, defaults[0]),
-            cal.attention_kernel_overlap.get(key, cal.attention_kernel_overlap.get(backend, defaults[1])),
-            cal.attention_kernel_overhead.get(key, cal.attention_kernel_overhead.get(backend, defaults[2])))
+    # the pass's own key (its head_dim specialisation's, where the kernel has them), then the
+    # direction's, then one value for the backend
+    keys = (fused_attention_key(backend, bwd, head_dim), f"{backend}_{direction}", backend)
+
+    def look(d: dict, default: float) -> float:
+        return next((d[k] for k in keys if k in d), default)
+    design_overlap = FUSED_KERNELS[backend].overlap if backend in FUSED_KERNELS else None
+    overlap = design_overlap if design_overlap is not None else look(cal.attention_kernel_overlap, defaults[1])
+    return (look(cal.attention_kernel_fraction, defaults[0]), overlap, look(cal.attention_kernel_overhead, defaults[2]))
 
 
 def fused_attention_fitted(cal: Calibration, backend: str) -> bool:
@@ -796,6 +838,19 @@ def _pairs_per_block(n_q: int, n_kv: int, bq: int, bkv: int, seq_q: int, seq_kv:
 
 
 @lru_cache(maxsize=16384)
+def fused_block_work(seq_q: int, seq_kv: int, bq: int, bkv: int, causal: bool, by_kv: bool) -> tuple[int, ...]:
+    """Tiles each thread block of one head visits, in launch order (block index ascending): query
+    blocks (forward, :func:`fa2_fwd_block_work`: causal blocks light first), or key blocks
+    (``by_kv``, a backward parallel over keys: key block j is visited by every query block holding a
+    kept score of it; causal: the first key blocks are seen by the most queries, heavy first).
+    Causal as everywhere here: the queries are the last seq_q keys."""
+    if not by_kv:
+        return fa2_fwd_block_work(seq_q, seq_kv, bq, bkv, causal)
+    per_q = fa2_fwd_block_work(seq_q, seq_kv, bq, bkv, causal)          # key blocks per query block, non-decreasing
+    return tuple(len(per_q) - bisect.bisect_right(per_q, j) for j in range(math.ceil(seq_kv / bkv)))
+
+
+@lru_cache(maxsize=16384)
 def _fused_pass(dev: DeviceModel, backend: str, batch: int, heads: int, kv_heads: int, seq_q: int, seq_kv: int,
                 head_dim: int, causal: bool, bwd: bool) -> float:
     """One pass (forward, or backward with its pre/post-processing kernels) of a fused attention
@@ -811,7 +866,10 @@ def _fused_pass(dev: DeviceModel, backend: str, batch: int, heads: int, kv_heads
     serial schedule; 1: FlashAttention-3's ping-pong hides the softmax under the other warpgroup's
     GEMMs, Shah et al. 2024 §3.1). Each thread block adds ``overhead`` tiles. Blocks run in waves
     (time = total / wave efficiency, as :func:`_flash_pass`), or, for a persistent kernel, as a
-    greedy schedule bounded by max(total / SMs, the longest block). HBM bytes: every tensor once
+    greedy schedule bounded by max(total / SMs, the longest block), or, for a kernel whose blocks
+    differ in work and are costed in launch order (``launch_ordered``), as :func:`list_schedule` of
+    :func:`fused_block_work`. A kernel with head_dim specialisations takes that specialisation's
+    parameters (:func:`fused_attention_key`). HBM bytes: every tensor once
     (forward: Q, K, V read, O written; backward: Q, K, V, O, dO read, dQ, dK, dV written and the
     fp32 dQ accumulator read and written): the query blocks of one head re-read its K and V, but
     from L2 (one head's K and V, 4·s·d bytes, fit the 50-60 MB L2 of a Hopper GPU up to s ~ 100k),
@@ -822,7 +880,7 @@ def _fused_pass(dev: DeviceModel, backend: str, batch: int, heads: int, kv_heads
     k = FUSED_KERNELS[backend]
     cal = dev.cal
     bq, bkv = _tile_for(k.bwd_tiles if bwd else k.fwd_tiles, head_dim, causal)
-    frac, overlap, overhead = fused_attention_params(cal, backend, bwd, (bq, bkv))
+    frac, overlap, overhead = fused_attention_params(cal, backend, bwd, (bq, bkv), head_dim)
     n_q, n_kv = math.ceil(seq_q / bq), math.ceil(seq_kv / bkv)
     per_head, pairs, busiest = _pairs_per_block(n_q, n_kv, bq, bkv, seq_q, seq_kv, causal, bwd)
     bh = batch * heads
@@ -845,7 +903,10 @@ def _fused_pass(dev: DeviceModel, backend: str, batch: int, heads: int, kv_heads
     t_exp = (bq * bkv / dev.exp_per_s + bq * bkv * alu_ops / alu_rate) / clock
     t_tile = max(t_mm, t_exp) + (1.0 - overlap) * min(t_mm, t_exp)          # whole-GPU seconds per tile
     total = (bh * pairs + blocks * overhead) * t_tile
-    if k.persistent:
+    if k.launch_ordered:
+        work = fused_block_work(seq_q, seq_kv, bq, bkv, causal, bwd)
+        compute = list_schedule(work, bh, overhead, sms, 1) * sms * t_tile   # an SM runs at 1 / sms of the GPU's rate
+    elif k.persistent:
         compute = max(total, (busiest + overhead) * t_tile * sms)
     else:
         compute = total / (blocks / (math.ceil(blocks / sms) * sms))

@@ -275,7 +275,8 @@ def test_published_runs_more():
     src = per_source(before)
     assert src["dgxc-benchmarking"]["mape"] <= 0.11
     # 11.38 -> 7.42% with llm-foundry's Triton FlashAttention measured on an H100 (session 26, backend triton_fa)
-    assert src["llm-foundry"]["mape"] <= 0.0742
+    # -> 7.34% with its blocks costed in launch order and each head_dim's compiled kernel fitted apart (session 27)
+    assert src["llm-foundry"]["mape"] <= 0.0735
     # 66 rows on GB200/B300/GB300 (was 18 at 33.2%: Qwen3-235B at -80% until NVL72 runs took the
     # NVLink domain the Megatron-Bridge harness places them on); GPT-OSS BF16 +47% to +81% dominate now;
     # 76 with the 10 NVFP4 Llama rows (nvfp4 plan precision, 8.4% on them): 15.9% -> 14.9%;
@@ -308,7 +309,8 @@ def test_published_runs_more():
     # llm-foundry 11.32 -> 11.39%) -> 12.12% with TE's fp8 quantization passes on Blackwell (session 24)
     # -> 12.07% with the experts of tp = 2, etp = 1 plans on their own shard's rows (Qwen3 235B token-drop GB200)
     # -> 10.36% with llm-foundry's Triton FlashAttention measured on an H100 (session 26, backend triton_fa)
-    assert sum(abs(c.error) for c in before) / len(before) <= 0.1037   # narrow-load misaligned GEMMs: 0.12458 -> 0.12454
+    # -> 10.33% with triton_fa's blocks in launch order and its head_dim kernels fitted apart (session 27)
+    assert sum(abs(c.error) for c in before) / len(before) <= 0.1034   # narrow-load misaligned GEMMs: 0.12458 -> 0.12454
     # with the 24 Nemotron 3 rows (hybrid Mamba-2 blocks; 58.7%, every one predicted too fast): 17.9%;
     # with MTP (Super: two repeated depths, bf16) 16.4%; with issue #12's GEMM structure 16.1%; with
     # Super NVFP4's bf16 layers and modules read and the footnoted regression row skipped 15.6%;
@@ -324,7 +326,8 @@ def test_published_runs_more():
     # -> 14.62% with the experts of tp = 2, etp = 1 plans on their own sequence-parallel shard's rows (session 24,
     # moe_dispatch.dispatched_tokens: Nemotron 3 Super GB200 +9..+15 -> +46..+53%, its expert work had been costed twice)
     # -> 12.69% with llm-foundry's Triton FlashAttention measured on an H100 (session 26, backend triton_fa)
-    assert sum(abs(c.error) for c in done) / len(done) <= 0.1269
+    # -> 12.66% with triton_fa's blocks in launch order and its head_dim kernels fitted apart (session 27)
+    assert sum(abs(c.error) for c in done) / len(done) <= 0.1267
     allowed = ("zero_stage: Megatron-Bridge's Nemotron 3 Ultra", "framework: MaxText", "precision: pytorch: fp8",
                "measured: Megatron-Bridge docs/performance-summary-archive.md")
     assert all(s.reason.startswith(allowed) for s in skipped), {s.reason for s in skipped}
@@ -354,7 +357,7 @@ def _published_both() -> tuple:
 # 19.2%) and NeMo's Nemotron-8B/22B read from the catalog (nemo 18.0 -> 13.4%); megatron-bridge 14.51% with the
 # Blackwell and FP8 mechanisms below
 PUBLISHED_SOURCE_RATCHETS = {"dgxc-benchmarking": 0.0879, "flashattention2": 0.13, "korthikanti2022": 0.025,
-                             "llm-foundry": 0.0742, "megatron-bridge": 0.1482, "megatron-llama": 0.1108,
+                             "llm-foundry": 0.0735, "megatron-bridge": 0.1482, "megatron-llama": 0.1108,
                              "narayanan2021": 0.1919, "nemo": 0.1339}
 # megatron-bridge (without Nemotron 3) 14.97 -> 14.82% with MoE experts at etp = 1 < tp on their own shard's rows
 # (session 24, moe_dispatch.dispatched_tokens: Qwen3 235B token-drop GB200 -22.5 -> +10.9%)
@@ -455,7 +458,9 @@ def test_published_coverage_and_figures_ratchet():
     # -> 12.87% with llm-foundry's Triton FlashAttention as a backend of its own, measured on an H100 under today's
     # Triton held to mma.sync (session 26: llm-foundry 11.38 -> 7.42%; its long-sequence H100 rows +46..+60% ->
     # -27..-34%, the proxy kernel slower than the original toolchain's there; A100 rows unchanged)
-    assert sum(abs(c.error) for c in done) / len(done) <= 0.1288
+    # -> 12.85% with triton_fa's blocks in launch order and its head_dim kernels fitted apart (session 27:
+    # llm-foundry 7.42 -> 7.34%)
+    assert sum(abs(c.error) for c in done) / len(done) <= 0.1286
     # -> 13.01% with session 16's norm kernel model (12.98% before) -> 12.97% with the recipes' recompute modules
     # -> 12.42% with the 2021 ZeRO-3 gather's per-rank copy-out costed -> 12.21% with NeMo's Nemotron-8B/22B
     # read from the catalog (256k vocabulary) -> 12.25% with session 23's membound42 / gemm32 profiles -> 12.29%
@@ -463,7 +468,8 @@ def test_published_coverage_and_figures_ratchet():
     # -> 12.31% with the split-K L2 operand floor (gemm36) -> 12.44% with TE's fp8 quantization passes on Blackwell
     # -> 12.39% with MoE experts at etp = 1 < tp on their own shard's rows (Qwen3 235B token-drop GB200 -22.5 -> +10.9%)
     # -> 11.01% with llm-foundry's Triton FlashAttention measured on an H100 (session 26, backend triton_fa)
-    assert len(before) == 259 and sum(abs(c.error) for c in before) / len(before) <= 0.1102
+    # -> 10.99% with triton_fa's blocks in launch order and its head_dim kernels fitted apart (session 27)
+    assert len(before) == 259 and sum(abs(c.error) for c in before) / len(before) <= 0.1099
     src = per_source(before)
     for name, ratchet in PUBLISHED_SOURCE_RATCHETS.items():
         assert src[name]["mape"] <= ratchet + 5e-4, name

@@ -49,25 +49,43 @@ def test_harness_covers_every_llm_foundry_h100_shape():
 def test_fit_reproduces_the_committed_profile():
     res = fit_triton_fa()
     committed = load_calibration("h100-sxm")
-    assert len(res.params) == 6 and not res.unconstrained
+    # fraction and per-block overhead of four compiled kernels (head_dim 64 / 128, forward / backward)
+    assert len(res.params) == 8 and not res.unconstrained
     for p, v in zip(res.params, res.values):
         assert get_value(committed, p.path) == pytest.approx(v, abs=1e-4), p.path
 
 
 def test_held_out_mpt_shapes_ratchet():
-    """Quoted in docs/validation.md: the held-out MPT shapes 11.8% forward, 10.4% forward+backward;
-    the fitted sweep 12.9% / 13.7%. Head_dim 64 runs faster per FLOP than the model's single
-    fraction per direction allows (+32% forward on the two head_dim-64 shapes)."""
+    """Quoted in docs/validation.md: the held-out MPT shapes 2.0% forward, 3.75% forward+backward
+    (the fitted sweep 2.65% / 3.95%), since session 27 costed the blocks in launch order and each
+    head_dim's compiled kernel apart; 11.8% / 10.4% before, with one fraction per direction
+    (head_dim 64 then +32% forward)."""
     errs = errors_by_set(load_calibration("h100-sxm"))
     assert len(errs[("mpt", "attention_fwd")]) == 20 and len(errs[("mpt", "attention_fwd_bwd")]) == 20
-    assert mape(errs[("mpt", "attention_fwd")]) <= 0.1183
-    assert mape(errs[("mpt", "attention_fwd_bwd")]) <= 0.1042
+    assert mape(errs[("mpt", "attention_fwd")]) <= 0.0203
+    assert mape(errs[("mpt", "attention_fwd_bwd")]) <= 0.0376
 
 
-@pytest.mark.xfail(strict=True, reason="attention <= 8% per backend: triton_fa's held-out MPT shapes 11.8% / 10.4%")
-def test_triton_fa_meets_the_attention_target():
-    errs = errors_by_set(load_calibration("h100-sxm"))
-    assert mape(errs[("mpt", "attention_fwd")]) <= 0.08 and mape(errs[("mpt", "attention_fwd_bwd")]) <= 0.08
+def test_head_dim_kernels_are_costed_apart():
+    """The two compiled kernels differ as measured: per FLOP the head_dim-64 backward is the faster
+    (its 8 warps hold half the fp32 dK/dV accumulators), so its fitted fraction is higher."""
+    cal = load_calibration("h100-sxm")
+    assert cal.attention_kernel_fraction["triton_fa_d64_bwd"] > 1.2 * cal.attention_kernel_fraction["triton_fa_d128_bwd"]
+    assert "triton_fa_fwd" not in cal.attention_kernel_overlap and "triton_fa_d64_fwd" not in cal.attention_kernel_overlap
+
+
+def test_causal_forward_tail_is_costed():
+    """One head of 32k causal tokens is 256 query blocks, launched light first on 132 SMs: the last
+    (heaviest) blocks run alone, so the model's per-FLOP time is longer than at 16 heads; measured
+    99 vs 148 TF/s (h100_triton_attention_v2.json)."""
+    from simulator.compute import attention_flops, attention_time
+    from simulator.engine import device_model
+    from hardware_specs.catalog import load_accelerator
+    dev = device_model(load_accelerator("h100-sxm"), load_calibration("h100-sxm"))
+    rate = {h: attention_flops(1, h, 32768, 32768, 128, True) / attention_time(dev, 1, h, 32768, 32768, 128, True,
+                                                                                   backend="triton_fa")
+            for h in (1, 16)}
+    assert rate[1] < 0.8 * rate[16]
 
 
 MIRROR = Path("/work/.mirror/mosaicml+llm-foundry/repo")

@@ -16,7 +16,7 @@ from scipy.optimize import least_squares
 
 from hardware_specs.catalog import Hardware
 from simulator.calibration import DEFAULT, DICT_PARAMETERS, Calibration
-from simulator.compute import NORM_FORWARD_START, fused_attention_params
+from simulator.compute import FUSED_KERNELS, NORM_FORWARD_START, fused_attention_key, fused_attention_params
 from simulator.comm import COLLECTIVES as COLLECTIVE_KINDS
 from validation.predict import ELEMENTWISE_KINDS, Unsupported, predict_record
 
@@ -31,6 +31,13 @@ class Param:
 
 
 FITTED_ATTENTION_KERNELS = ("cudnn", "efficient", "triton_fa")
+
+
+def fused_kernel_keys(backend: str) -> list[str]:
+    """The profile keys of a fitted fused attention kernel's passes: ``<backend>_<direction>``, or one
+    per head_dim specialisation and direction where it has them (simulator.compute.fused_attention_key)."""
+    variants = FUSED_KERNELS[backend].head_dim_variants
+    return [fused_attention_key(backend, bwd, d) for d, _ in variants or ((None, None),) for bwd in (False, True)]
 COMPUTE_PARAMS = [Param(f"gemm_peak_fraction.{d}", 0.05, 1.0) for d in ("bf16", "fp16", "tf32", "fp32", "fp8")] + [
     Param("gemm_tile_overhead_k", 0.0, 4096.0),
     Param("gemm_small_tile_exponent", 0.0, 2.0),
@@ -60,8 +67,9 @@ COMPUTE_PARAMS = [Param(f"gemm_peak_fraction.{d}", 0.05, 1.0) for d in ("bf16", 
 ] + [Param(f"memory_op_fraction.{k}", 0.1, 1.0) for k in ELEMENTWISE_KINDS + ("copy", "nonvectorized", "cast_unrolled")] + [
     # fused attention kernels other than FlashAttention-2 (simulator.compute.fused_attention_params);
     # only records with that ``backend`` move them; FlashAttention-3 (fa3) is never fitted
-    Param(f"attention_kernel_{name}.{be}_{d}", lo, hi) for be in FITTED_ATTENTION_KERNELS
-    for name, lo, hi in (("fraction", 0.1, 1.0), ("overlap", 0.0, 1.0), ("overhead", 0.0, 16.0)) for d in ("fwd", "bwd")] + [
+    Param(f"attention_kernel_{name}.{key}", lo, hi) for be in FITTED_ATTENTION_KERNELS
+    for name, lo, hi in (("fraction", 0.05, 1.0), ("overlap", 0.0, 1.0), ("overhead", 0.0, 16.0))
+    if name != "overlap" or FUSED_KERNELS[be].overlap is None for key in fused_kernel_keys(be)] + [
     # the memory-efficient kernel's per-score shared-memory staging (FP32-lane operations per score)
     Param(f"attention_kernel_score_ops.efficient_{d}", 0.0, 400.0) for d in ("fwd", "bwd")] + [
     # the Mamba-2 SSD scan's Triton kernels (simulator.ssm.ssd_time); only ssd_scan records move them
@@ -155,9 +163,10 @@ def get_value(cal: Calibration, path: str) -> float:
     if parts[0] == "links":
         return getattr(cal.links[parts[1]], parts[2])
     if parts[0].startswith("attention_kernel_") and parts[1] not in getattr(cal, parts[0]):
-        # unfitted: the model's fallback (a start of the fit); an overlap starts half way, off its bound
-        backend, _, direction = parts[1].partition("_")
-        frac, overlap, overhead = fused_attention_params(cal, backend, direction == "bwd")
+        # unfitted: the model's fallback (a start of the fit); an overlap starts half way, off its bound.
+        # The key is <backend>_[<head_dim variant>_]<direction>; backends may hold "_" (triton_fa)
+        backend = next(b for b in sorted(FUSED_KERNELS, key=len, reverse=True) if parts[1].startswith(b + "_"))
+        frac, overlap, overhead = fused_attention_params(cal, backend, parts[1].endswith("_bwd"))
         return {"attention_kernel_fraction": frac, "attention_kernel_overlap": max(overlap, 0.5),
                 "attention_kernel_overhead": overhead,
                 "attention_kernel_score_ops": 8.0}[parts[0]]   # a start off its bound (0: none)

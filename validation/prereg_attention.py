@@ -5,7 +5,8 @@
     python -m validation.prereg_attention score validation/measurements/logs/prereg_attention19_h200.txt RUN.json
 
 ``write`` predicts, with today's model and profile, every case that
-``validation/harness/attention_backends.py --fresh-seed SEED --fresh-n N`` will time (the harness's
+``validation/harness/attention_backends.py --fresh-seed SEED --fresh-n N`` (or, ``--harness
+triton_attention``, llm-foundry's Triton kernel beside FlashAttention-2) will time (the harness's
 own case list, ``fresh_cases``), one tab-separated line each, under a header naming the model commit,
 the seed and the command to run. ``score`` reads those lines back (never the model: what was
 registered is what is scored) and compares them with the run's records: MAPE, bias and worst error
@@ -31,11 +32,24 @@ KEY_FIELDS = ("backend", "kind", "batch", "heads", "kv_heads", "seq", "head_dim"
 COLUMNS = KEY_FIELDS + ("predicted_s",)
 
 
-def _harness():
-    """validation/harness/attention_backends.py as a module (plain Python: no torch needed)."""
+HARNESS_COMMANDS = {
+    "attention_backends": "PYTHONUNBUFFERED=1 python3 attention_backends.py --fresh-seed {seed} --fresh-n {n} "
+                          "--budget-s {budget:g} --out OUT.json",
+    # llm-foundry's Triton FlashAttention beside SDPA's FlashAttention-2: the kernel staged by
+    # stage_llmfoundry_triton_fa.sh into .devrun/llmf_triton, compiled to sm80 mma.sync as MPT's runs were
+    "triton_attention": "TRITON_CACHE_DIR=tc_v2 DISABLE_MMA_V3=1 PYTHONUNBUFFERED=1 python3 triton_attention.py "
+                        "--llmf-src llmf_triton --mma v2 --skip-peak --fresh-seed {seed} --fresh-n {n} "
+                        "--budget-s {budget:g} --out OUT.json",
+}
+
+
+def _harness(name: str = "attention_backends"):
+    """A harness of validation/harness (HARNESS_COMMANDS) as a module (plain Python: no torch needed)."""
+    import importlib
+    if name not in HARNESS_COMMANDS:
+        raise ValueError(f"unknown harness {name!r}; known: {', '.join(HARNESS_COMMANDS)}")
     sys.path.insert(0, str(ROOT / "validation" / "harness"))
-    import attention_backends
-    return attention_backends
+    return importlib.import_module(name)
 
 
 def case_record(c: dict) -> dict:
@@ -52,13 +66,13 @@ def record_key(rec: dict) -> tuple:
     return tuple(str(int(r[k]) if isinstance(r[k], bool) else r[k]) for k in KEY_FIELDS)
 
 
-def predictions(seed: int, n: int, profile: str, gpu: str) -> list[tuple[dict, float | None]]:
+def predictions(seed: int, n: int, profile: str, gpu: str, harness: str = "attention_backends") -> list[tuple[dict, float | None]]:
     """(record, predicted seconds or None where the model has no prediction) for every case of the
     harness's fresh draw ``seed`` of ``n`` shapes, on the accelerator named ``gpu`` (info.gpu)."""
     hw = hardware_for(MeasurementFile("prereg", {"gpu": gpu}, []))
     cal = load_calibration(profile)
     out = []
-    for c in _harness().fresh_cases(seed, n):
+    for c in _harness(harness).fresh_cases(seed, n):
         rec = case_record(c)
         try:
             out.append((rec, predict_record(rec, hw, cal).time_s))
@@ -75,11 +89,11 @@ def git_commit() -> str:
     return head + ("+dirty" if dirty else "")
 
 
-def write(seed: int, n: int, profile: str, gpu: str, out: str, budget_s: float) -> int:
+def write(seed: int, n: int, profile: str, gpu: str, out: str, budget_s: float,
+          harness: str = "attention_backends") -> int:
     """Write the pre-registration file; returns the number of cases."""
-    rows = predictions(seed, n, profile, gpu)
-    cmd = (f"PYTHONUNBUFFERED=1 python3 attention_backends.py --fresh-seed {seed} --fresh-n {n} "
-           f"--budget-s {budget_s:g} --out OUT.json")
+    rows = predictions(seed, n, profile, gpu, harness)
+    cmd = HARNESS_COMMANDS[harness].format(seed=seed, n=n, budget=budget_s)
     lines = [f"# pre-registered attention predictions (validation/prereg_attention.py)",
              f"# model commit: {git_commit()}",
              f"# profile: {profile}; accelerator: {gpu}",
@@ -144,6 +158,8 @@ def main(argv=None) -> int:
     w.add_argument("--profile", default="h200-sxm")
     w.add_argument("--gpu", default="NVIDIA H200", help="the device name the run will record (info.gpu)")
     w.add_argument("--budget-s", type=float, default=240.0, help="the harness's --budget-s, for the command line")
+    w.add_argument("--harness", default="attention_backends", choices=sorted(HARNESS_COMMANDS),
+                   help="the harness whose fresh draw is registered (triton_attention: llm-foundry's Triton kernel)")
     w.add_argument("-o", "--output", required=True)
     s = sub.add_parser("score", help="score a run against a pre-registration")
     s.add_argument("prereg")
@@ -153,7 +169,8 @@ def main(argv=None) -> int:
     if args.cmd == "write":
         if args.n < 1:
             ap.error(f"--n must be at least 1, got {args.n}")
-        print(f"wrote {write(args.seed, args.n, args.profile, args.gpu, args.output, args.budget_s)} cases to {args.output}")
+        n = write(args.seed, args.n, args.profile, args.gpu, args.output, args.budget_s, args.harness)
+        print(f"wrote {n} cases to {args.output}")
         return 0
     res = score(args.prereg, args.run)
     if args.json:

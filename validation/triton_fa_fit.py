@@ -5,10 +5,13 @@ MPT shapes it never saw (issue #12, session 26).
 
 Records: validation/measurements/h100_triton_attention_v2.json (validation/harness/triton_attention.py
 under DISABLE_MMA_V3=1: the staged kernel compiled to sm80 mma.sync, as triton-pre-mlir compiled it;
-``info.triton_wgmma`` confirms no WGMMA in any of its kernels). Fitted: the six ``triton_fa``
-parameters of simulator.compute.fused_attention_params (tensor-core fraction, softmax overlap,
-per-block overhead; forward and backward) on the ``sweep`` set (8 shapes x fwd, fwd+bwd), every
-other parameter of the H100 profile kept. Held out: the ``mpt`` set, the 20 per-GPU attention
+``info.triton_wgmma`` confirms no WGMMA in any of its kernels). Fitted: the eight ``triton_fa``
+parameters of simulator.compute.fused_attention_params (tensor-core fraction and per-block overhead of
+each compiled kernel: head_dim 64 and 128, forward and backward; the softmax overlap is the kernel's
+design value 0, not fitted) on the ``sweep`` set (8 shapes x fwd, fwd+bwd), every other parameter of
+the H100 profile kept. (Session 26 fitted six, one fraction per direction with a fitted overlap, and
+costed blocks in waves: 11.8% / 10.4% on the held-out shapes; session 27 costs blocks in launch order
+and each head_dim's kernel apart.) Held out: the ``mpt`` set, the 20 per-GPU attention
 shapes of llm-foundry's H100 rows (micro-batch, heads, sequence), a family of shapes the fit never
 saw, from the same run (not a separate run). ``--write`` puts the fitted values into
 hardware_specs/profiles/h100-sxm.yaml (its ``attention_kernel_*`` maps).
@@ -39,10 +42,10 @@ def triton_records(path: Path = RECORDS) -> tuple[list[dict], object]:
 
 
 def fit_triton_fa(start=None):
-    """The FitResult of the six triton_fa parameters on the sweep records, from the H100 profile."""
+    """The FitResult of the eight triton_fa parameters on the sweep records, from the H100 profile."""
     start = start or load_calibration("h100-sxm")
     recs, hw = triton_records()
-    params = restrict(COMPUTE_PARAMS, tuple(f"attention_kernel_{n}.triton_fa" for n in ("fraction", "overlap", "overhead")))
+    params = restrict(COMPUTE_PARAMS, tuple(f"attention_kernel_{n}.triton_fa" for n in ("fraction", "overhead")))
     return fit([(r, hw) for r in recs if r["set"] == "sweep"], params, start, name=start.name)
 
 
@@ -77,7 +80,8 @@ def main(argv=None) -> int:
 
 def write_profile(res) -> None:
     """Insert the fitted triton_fa values into the H100 profile's attention_kernel_* maps (text edit:
-    each map gains ``triton_fa_fwd`` / ``triton_fa_bwd`` lines after its last entry)."""
+    every ``triton_fa`` line of the three maps goes; each fitted key is written after the map's last
+    entry)."""
     import yaml
     text = PROFILE.read_text()
     doc = yaml.safe_load(text)
@@ -91,8 +95,9 @@ def write_profile(res) -> None:
         end = start + 1
         while end < len(lines) and lines[end].startswith("    "):
             end += 1
+        fitted = [p.path.split(".")[1] for p in res.params if p.path.startswith(top + ".")]
         lines[start + 1:end] = [ln for ln in lines[start + 1:end] if "triton_fa" not in ln] + \
-            [f"    {k}: {params[top][k]}" for k in ("triton_fa_fwd", "triton_fa_bwd") if k in params[top]]
+            [f"    {k}: {params[top][k]}" for k in fitted]
     PROFILE.write_text("\n".join(lines) + "\n")
     assert all(abs(get_value(load_calibration(str(PROFILE)), p.path) - round(v, 4)) < 1e-9
                for p, v in zip(res.params, res.values))

@@ -20,6 +20,8 @@ Cases (causal, MHA, bf16, q/k/v ``[b, s, h, d]`` as MPT passes them):
   head_dim 128 / 64), and ``sweep``: seq 512..65536 at head_dim 64 and 128 with b*h*s^2 ~ 1.5e9;
   each shape on ``triton_fa`` (the staged kernel, ``flash_attn_func``) and ``flash`` (SDPA
   FLASH_ATTENTION on the same tensors transposed to [b, h, s, d] views), forward and forward+backward;
+* ``random`` (``--fresh-seed SEED``, instead of the two above): a fresh draw of shapes no fit has seen
+  (random_shapes), registered before it runs (validation/prereg_attention.py --harness triton_attention);
 * ``mma_peak``: an 8192^3 bf16 matmul by a plain Triton kernel (this file's, several tile configs)
   and by cuBLAS (torch.matmul): kind ``mma_peak`` with ``config``, ``time_s`` and ``flops``; the best
   Triton config under ``--mma v2`` bounds the sm80 ``mma.sync`` rate of the GPU from below.
@@ -55,6 +57,7 @@ MATMUL_CONFIGS = ((128, 128, 64, 4, 3), (128, 128, 64, 8, 3), (128, 256, 64, 8, 
 PEAK_MNK = 8192
 EST_FWD_FLOPS = 1.5e14      # conservative forward rate for the estimate, FLOP/s (causal FLOPs)
 EST_BWD_FACTOR = 4.0
+RANDOM_SCORES = (2e8, 3e9)  # batch x heads x seq^2 of a random shape, log-uniform between these
 
 
 def attention_shapes():
@@ -70,8 +73,34 @@ def attention_shapes():
 
 def cases():
     """(shape, backend, direction) dicts, MPT shapes first (the budget cuts the sweep first)."""
-    return [dict(shp, backend=be, direction=dr) for shp in attention_shapes() for be in BACKENDS
-            for dr in ("fwd", "fwd_bwd")]
+    return [dict(shp, backend=be, direction=dr, causal=True, kv_heads=shp["heads"], layout="bshd")
+            for shp in attention_shapes() for be in BACKENDS for dr in ("fwd", "fwd_bwd")]
+
+
+def random_shapes(n: int, seed: int) -> list[dict]:
+    """A fresh draw (issue #12: shapes no fit has seen): seq log-uniform in 512..32768 in multiples
+    of 128 (MPT trains at such lengths; the kernel's unmasked EVEN_M / EVEN_N path), head_dim 64 or
+    128 (the kernel's two compiled sizes that MPT uses), heads log-uniform in 1..64, and batch
+    so that batch x heads x seq^2 is log-uniform in RANDOM_SCORES; causal MHA only, as MPT calls it."""
+    import random
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        seq = max(512, int(math.exp(rng.uniform(math.log(512), math.log(32768)))) // 128 * 128)
+        hd = rng.choice((64, 128))
+        heads = max(1, int(math.exp(rng.uniform(0.0, math.log(64)))))
+        scores = math.exp(rng.uniform(*(math.log(x) for x in RANDOM_SCORES)))
+        batch = max(1, round(scores / (heads * seq * seq)))
+        out.append(dict(set="random", batch=batch, heads=heads, seq=seq, head_dim=hd))
+    return out
+
+
+def fresh_cases(seed: int, n: int = 40) -> list[dict]:
+    """The cases of fresh draw ``seed``: ``n`` random shapes (random_shapes) on both backends,
+    forward and forward+backward; records keep ``set: random`` and the seed (validation.prereg_attention
+    registers them before the run)."""
+    return [dict(shp, seed=seed, backend=be, direction=dr, causal=True, kv_heads=shp["heads"], layout="bshd")
+            for shp in random_shapes(n, seed) for be in BACKENDS for dr in ("fwd", "fwd_bwd")]
 
 
 def fwd_flops(c) -> float:
@@ -138,6 +167,11 @@ def run_attention(c, fa, flush, nvml, rec, mma):
              dtype="bfloat16", set=c["set"], layout="bshd", flops=flops, **st)
     if c["backend"] == "triton_fa":
         r["triton_mma"] = mma
+        if c["direction"] == "fwd_bwd":     # the backward's autotuned config (with / without sequence parallelism)
+            best = getattr(fa._bwd_kernel, "best_config", None)
+            r["bwd_config"] = str(best.kwargs if best is not None else None)
+    if c.get("seed") is not None:
+        r["seed"] = c["seed"]
     if c.get("model"):
         r["model"] = c["model"]
     common.add_nvml_sample(r, nvml, ("sm_clock_mhz", "temperature_c", "power_w"))
@@ -230,8 +264,11 @@ def main():
     ap.add_argument("--mma", choices=("default", "v2"), default="default",
                     help="v2: the run has DISABLE_MMA_V3=1 set (checked), recorded as triton_mma")
     ap.add_argument("--skip-peak", action="store_true", help="no mma_peak matmuls")
+    ap.add_argument("--fresh-seed", type=int, help="time the fresh random draw of this seed instead of the "
+                    "MPT shapes and sweep (validation.prereg_attention --harness triton_attention registers it)")
+    ap.add_argument("--fresh-n", type=int, default=40, help="shapes in the fresh draw")
     args = ap.parse_args()
-    cs = cases()
+    cs = cases() if args.fresh_seed is None else fresh_cases(args.fresh_seed, args.fresh_n)
     if args.dry_run:
         for c in cs:
             print(f"{label(c)}  est {estimate_case_s(c):6.2f} s")

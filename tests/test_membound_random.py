@@ -307,14 +307,21 @@ AS_REGISTERED_SINCE_ADOPTION = {   # seed: gpu: pooled and per-kind MAPE of ever
                   "layernorm": 0.0515, "rmsnorm": 0.0335},
          "h100": {"all": 0.0367, "copy": 0.0278, "add": 0.0249, "gelu": 0.0185, "silu_mul": 0.0303, "softmax": 0.0756,
                   "layernorm": 0.0506, "rmsnorm": 0.0288}},
+    # session 27, registered by a8fb492 (H100) and 88770b0 (H200), the same memory-bound model: one GPU each
+    50: {"h100": {"all": 0.0403, "copy": 0.0264, "add": 0.0280, "gelu": 0.0262, "silu_mul": 0.0248, "softmax": 0.0813,
+                  "layernorm": 0.0533, "rmsnorm": 0.0419}},
+    51: {"h200": {"all": 0.0375, "copy": 0.0277, "add": 0.0216, "gelu": 0.0212, "silu_mul": 0.0158, "softmax": 0.0673,
+                  "layernorm": 0.0631, "rmsnorm": 0.0458}},
 }
 # the kinds over the issue's 8% per draw and GPU (none on seeds 43, 47 and 48)
 OVER_8_PERCENT = {(43, "h200"): set(), (43, "h100"): set(), (44, "h200"): {"layernorm", "softmax", "copy"},
                   (44, "h100"): {"softmax"}, (45, "h200"): {"layernorm", "copy"}, (45, "h100"): {"layernorm"},
                   (46, "h200"): set(), (46, "h100"): {"silu_mul", "softmax"}, (47, "h200"): set(), (47, "h100"): set(),
-                  (48, "h200"): set(), (48, "h100"): set(), (49, "h200"): set(), (49, "h100"): set()}
+                  (48, "h200"): set(), (48, "h100"): set(), (49, "h200"): set(), (49, "h100"): set(),
+                  (50, "h100"): {"softmax"}, (51, "h200"): set()}
 # draws whose records include calls that spread over 3x (validation.gemm_regimes.interference_suspect)
-INTERFERENCE = {(44, "h200"), (44, "h100"), (46, "h100"), (47, "h100"), (48, "h200"), (48, "h100"), (49, "h100")}
+INTERFERENCE = {(44, "h200"), (44, "h100"), (46, "h100"), (47, "h100"), (48, "h200"), (48, "h100"), (49, "h100"),
+                (50, "h100")}
 
 
 @pytest.mark.parametrize("gpu", GPUS)
@@ -350,6 +357,8 @@ def test_draws_since_the_adoption_as_registered(seed, gpu):
     every kind within 8% on both (worst: softmax 6.4% / 6.7%). Seed 48 (session 24, the same model): H200 4.07%,
     H100 3.40%, every kind within 8% on both (worst: softmax 7.7% / 7.3%). Seed 49 (session 25, registered by
     5e9b868, the same model): H200 3.88%, H100 3.67%, every kind within 8% on both (worst: softmax 7.7% / 7.6%).
+    Seed 50 (session 27, H100 only): 4.03%, softmax 8.1% over (7.9% without the records whose calls spread over
+    3x). Seed 51 (session 27, H200 only): 3.75%, every kind within 8% (softmax 6.7%, layernorm 6.3%).
     Pooled within 8% on every draw."""
     if seed == 44:
         assert "seed 44" in (LOGS / "prereg_membound44_h200.txt").read_text()
@@ -365,7 +374,7 @@ def test_draws_since_the_adoption_as_registered(seed, gpu):
 @pytest.mark.xfail(strict=True, reason="issue #12: memory-bound ops <= 8% per kind, registered draws since the "
                                        "membound42 adoption: seed 44 H200 layernorm 9.2%, softmax 8.8%, copy 8.3%, "
                                        "H100 softmax 9.7%; seed 45 H200 layernorm 9.2%, copy 8.6%, H100 layernorm 8.3%; "
-                                       "seed 46 H100 silu_mul 8.1%, softmax 9.1%")
+                                       "seed 46 H100 silu_mul 8.1%, softmax 9.1%; seed 50 H100 softmax 8.1%")
 def test_draws_since_the_adoption_every_kind_within_the_target(seed, gpu):
     assert max(scored(gpu, seed)[0].values()) <= 0.08
 

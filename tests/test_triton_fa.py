@@ -101,3 +101,68 @@ def test_staging_ports_only_the_api(tmp_path):
     changed = [(a, b) for a, b in zip(orig, ported) if a != b]
     assert len(orig) == len(ported) and len(changed) == 7
     assert all("tl.dot" in a or "triton_pre_mlir" in a for a, _ in changed)
+
+
+# ---- fresh draws, registered before they ran (session 27; validation.prereg_attention --harness triton_attention):
+# 40 random causal shapes each (seq 512..32768, head_dim 64 / 128, heads 1..64), on triton_fa and SDPA's
+# FlashAttention-2, forward and forward+backward. H100 seed 51: the model of 861d2e9 (the triton_fa fit above);
+# H200 seed 52: the H100's triton_fa parameters transferred unchanged (candidate h200-sxm-tritonfa27, adopted after)
+FRESH = {("h100", 51): MEAS / "repeat" / "h100_triton_fresh51.json", ("h200", 52): MEAS / "repeat" / "h200_triton_fresh52.json"}
+AS_REGISTERED = {   # (gpu, seed): {(backend, kind or pooled): MAPE}
+    ("h100", 51): {("triton_fa", "attention_fwd"): 0.0385, ("triton_fa", "attention_fwd_bwd"): 0.0452,
+                   ("triton_fa", "pooled"): 0.0418, ("flash", "attention_fwd"): 0.0573,
+                   ("flash", "attention_fwd_bwd"): 0.0671, ("flash", "pooled"): 0.0622},
+    ("h200", 52): {("triton_fa", "attention_fwd"): 0.0344, ("triton_fa", "attention_fwd_bwd"): 0.0959,
+                   ("triton_fa", "pooled"): 0.0652, ("flash", "attention_fwd"): 0.0966,
+                   ("flash", "attention_fwd_bwd"): 0.0941, ("flash", "pooled"): 0.0954},
+}
+
+
+def _fresh_score(gpu: str, seed: int) -> dict:
+    from validation.prereg_attention import score
+    res = score(str(MEAS / "logs" / f"prereg_triton{seed}_{gpu}.txt"), str(FRESH[(gpu, seed)]))
+    assert not res["refused"] and not res["missing"]
+    return {k: v["mape"] for k, v in res["table"].items()}
+
+
+@pytest.mark.parametrize("gpu,seed", sorted(FRESH))
+def test_fresh_draws_as_registered(gpu, seed):
+    """Quoted in docs/validation.md: H100 seed 51 triton_fa 3.85% forward, 4.5% forward+backward (4.2% pooled),
+    FlashAttention-2 6.2% pooled; H200 seed 52, triton_fa on the H100's parameters: 3.4% / 9.6% (6.5% pooled:
+    the H200's backward runs ~9% faster than the H100's fit says), FlashAttention-2 9.5% (its heads = 1 shapes,
+    a layout the earlier draws never had, +15..+46% slow)."""
+    got = _fresh_score(gpu, seed)
+    assert set(got) == set(AS_REGISTERED[(gpu, seed)])
+    for k, v in AS_REGISTERED[(gpu, seed)].items():
+        assert got[k] == pytest.approx(v, abs=5e-4), k
+    assert got[("triton_fa", "pooled")] <= 0.08         # the issue's 8% per backend, pooled, on both draws
+
+
+def test_fresh_draw_records_say_what_ran():
+    """Both runs compiled the kernel to mma.sync only (no WGMMA), every case carries its seed, and each
+    forward+backward triton_fa record names the backward config the autotuner picked."""
+    for path in FRESH.values():
+        d = json.loads(path.read_text())
+        assert d["info"]["triton_mma"] == "v2" and not any(d["info"]["triton_wgmma"].values())
+        recs = [r for r in d["records"] if r.get("backend") == "triton_fa"]
+        assert len(recs) == 80 and all(r["set"] == "random" and r["seed"] in (51, 52) for r in recs)
+        assert all("SEQUENCE_PARALLEL" in r["bwd_config"] for r in recs if r["kind"] == "attention_fwd_bwd")
+
+
+def test_h200_takes_the_h100_triton_fa_parameters():
+    """The H200 profile's triton_fa entries are the H100's (a transfer, not a fit), and the registered
+    H200 candidate is the committed H200 profile: what was registered is what the profile predicts."""
+    h100, h200 = load_calibration("h100-sxm"), load_calibration("h200-sxm")
+    cand = load_calibration(str(ROOT / "validation" / "candidates" / "h200-sxm-tritonfa27.yaml"))
+    for m in ("attention_kernel_fraction", "attention_kernel_overhead"):
+        mine = {k: v for k, v in getattr(h200, m).items() if k.startswith("triton_fa")}
+        assert len(mine) == 4 and mine == {k: v for k, v in getattr(h100, m).items() if k.startswith("triton_fa")}
+    from dataclasses import replace
+    assert replace(cand, name=h200.name) == h200
+
+
+@pytest.mark.xfail(strict=True, reason="attention <= 8% per backend on a fresh run: H200 seed 52, triton_fa forward+"
+                                       "backward 9.6% on the H100's transferred parameters; FlashAttention-2 9.5% pooled "
+                                       "(heads = 1 shapes +15..+46%)")
+def test_h200_fresh_draw_every_backend_and_direction_within_8_percent():
+    assert max(_fresh_score("h200", 52).values()) <= 0.08

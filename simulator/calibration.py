@@ -128,7 +128,8 @@ class Calibration:
       attention_tile_overhead    fixed work per FlashAttention thread block, in score tiles
                                  (the four attention_* above: PyTorch SDPA's FlashAttention-2, ``flash``)
       attention_kernel_fraction[backend_direction]  the other fused attention kernels
-                                 (``cudnn_fwd``, ``cudnn_bwd``, ``efficient_fwd``, ``efficient_bwd``):
+                                 (``cudnn_fwd``, ``cudnn_bwd``, ``efficient_fwd``, ``efficient_bwd``;
+                                 a kernel compiled per head_dim per variant: ``triton_fa_d64_fwd`` ...):
                                  fraction of the bf16 peak their tensor-core work reaches; unset:
                                  the documented fallback of simulator.compute.fused_attention_params
       attention_kernel_overlap[backend_direction]   share of the shorter of (tensor-core, exponential)

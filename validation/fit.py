@@ -38,6 +38,8 @@ def fused_kernel_keys(backend: str) -> list[str]:
     per head_dim specialisation and direction where it has them (simulator.compute.fused_attention_key)."""
     variants = FUSED_KERNELS[backend].head_dim_variants
     return [fused_attention_key(backend, bwd, d) for d, _ in variants or ((None, None),) for bwd in (False, True)]
+
+
 COMPUTE_PARAMS = [Param(f"gemm_peak_fraction.{d}", 0.05, 1.0) for d in ("bf16", "fp16", "tf32", "fp32", "fp8")] + [
     Param("gemm_tile_overhead_k", 0.0, 4096.0),
     Param("gemm_small_tile_exponent", 0.0, 2.0),
@@ -66,7 +68,8 @@ COMPUTE_PARAMS = [Param(f"gemm_peak_fraction.{d}", 0.05, 1.0) for d in ("bf16", 
     Param("norm_forward.rmsnorm_load_latency_s", 1e-8, 1e-5), Param("norm_forward.layernorm_load_latency_s", 1e-8, 1e-5),
 ] + [Param(f"memory_op_fraction.{k}", 0.1, 1.0) for k in ELEMENTWISE_KINDS + ("copy", "nonvectorized", "cast_unrolled")] + [
     # fused attention kernels other than FlashAttention-2 (simulator.compute.fused_attention_params);
-    # only records with that ``backend`` move them; FlashAttention-3 (fa3) is never fitted
+    # only records with that ``backend`` move them; FlashAttention-3 (fa3) is never fitted; a kernel with a
+    # design overlap (triton_fa) fits none; fractions from 0.05 (triton_fa's head_dim-128 backward: 0.098)
     Param(f"attention_kernel_{name}.{key}", lo, hi) for be in FITTED_ATTENTION_KERNELS
     for name, lo, hi in (("fraction", 0.05, 1.0), ("overlap", 0.0, 1.0), ("overhead", 0.0, 16.0))
     if name != "overlap" or FUSED_KERNELS[be].overlap is None for key in fused_kernel_keys(be)] + [

@@ -36,8 +36,8 @@ FITTED_ATTENTION_KERNELS = ("cudnn", "efficient", "triton_fa")
 def fused_kernel_keys(backend: str) -> list[str]:
     """The profile keys of a fitted fused attention kernel's passes: ``<backend>_<direction>``, or one
     per head_dim specialisation and direction where it has them (simulator.compute.fused_attention_key)."""
-    variants = FUSED_KERNELS[backend].head_dim_variants
-    return [fused_attention_key(backend, bwd, d) for d, _ in variants or ((None, None),) for bwd in (False, True)]
+    dims = [d for d, _ in FUSED_KERNELS[backend].head_dim_variants] or [None]
+    return [fused_attention_key(backend, bwd, d) for d in dims for bwd in (False, True)]
 
 
 COMPUTE_PARAMS = [Param(f"gemm_peak_fraction.{d}", 0.05, 1.0) for d in ("bf16", "fp16", "tf32", "fp32", "fp8")] + [

@@ -435,17 +435,16 @@ def causal_fraction(seq_q: int, seq_kv: int, causal: bool) -> float:
     return (seq_kv - seq_q / 2.0 + 0.5) / seq_kv if seq_q <= seq_kv else 0.5
 
 
-def flash_attention_bytes(dev: DeviceModel, batch: int, heads: int, kv_heads: int, seq_q: int,
-                          seq_kv: int, head_dim: int, causal: bool) -> float:
-    """HBM bytes of FlashAttention forward (Dao et al. 2022, Thm. 2): Q and O once; K and V once
-    per query block, the block size B_r = min(ceil(M/4d), d) set by SRAM size M (elements)."""
+def flash_attention_bytes(batch: int, heads: int, kv_heads: int, seq_q: int, seq_kv: int, head_dim: int) -> float:
+    """HBM bytes of a FlashAttention forward: Q and O once per query head, K and V once per key/value
+    head. Dao et al. 2022 (Thm. 2) count K and V once per query block, the traffic between SRAM and
+    HBM without a cache; on a GPU the query blocks of one (batch, head) are adjacent in launch order
+    (the query block is the grid's fastest dimension) and run together, so they, and the query heads
+    of a GQA group after them, re-read K and V from L2: 2·s_kv·d·2 bytes per head, 4 MB at s = 8192,
+    d = 128, against 40-50 MB of L2 on A100/H100/H200. Where a head's K and V would not fit, the
+    kernel is compute-bound by far (s/4 FLOP per byte), so the bound never binds there."""
     e = 2  # bf16 / fp16 elements
-    sram_elems = dev.accelerator.sram_per_sm_bytes / e
-    block_q = max(1, min(math.ceil(sram_elems / (4 * head_dim)), head_dim))
-    q_blocks = math.ceil(seq_q / block_q) * causal_fraction(seq_q, seq_kv, causal)
-    qo = 2 * batch * heads * seq_q * head_dim * e
-    kv = 2 * batch * kv_heads * seq_kv * head_dim * e * max(1.0, q_blocks * heads / kv_heads / heads)
-    return qo + kv
+    return 2 * batch * heads * seq_q * head_dim * e + 2 * batch * kv_heads * seq_kv * head_dim * e
 
 
 def attention_time(dev: DeviceModel, batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int,
@@ -520,7 +519,7 @@ def _flash_pass(dev: DeviceModel, batch: int, heads: int, kv_heads: int, seq_q: 
     matmuls, frac = (5, cal.attention_bwd_fraction) if bwd else (2, cal.attention_fwd_fraction)
     tile_flops = matmuls * 2 * bq * bq * head_dim
     compute = tiles * (tile_flops / (peak * frac) + bq * bq / dev.exp_per_s) / wave_eff
-    io = flash_attention_bytes(dev, batch, heads, kv_heads, seq_q, seq_kv, head_dim, causal)
+    io = flash_attention_bytes(batch, heads, kv_heads, seq_q, seq_kv, head_dim)
     launches = 1
     if bwd:   # dO.O row sums before, fp32 dQ accumulator converted to bf16 after
         io = 2.5 * io + batch * heads * seq_q * head_dim * (2 + 2 + 4 + 4 + 2)
@@ -634,7 +633,7 @@ def _flash_fwd_pass(dev: DeviceModel, batch: int, heads: int, kv_heads: int, seq
     t_tile = 2 * 2 * bm * bn * head_dim / (peak * cal.attention_fwd_fraction) + bm * bn / dev.exp_per_s
     units = list_schedule(work, batch * heads, cal.attention_tile_overhead, sms, FA2_FWD_CTAS_PER_SM)
     compute = units * sms * t_tile               # an SM runs at 1 / sms of the whole GPU's rate
-    io = flash_attention_bytes(dev, batch, heads, kv_heads, seq_q, seq_kv, head_dim, causal)
+    io = flash_attention_bytes(batch, heads, kv_heads, seq_q, seq_kv, head_dim)
     return max(compute, io / dev.hbm_Bps) + cal.kernel_launch_s
 
 

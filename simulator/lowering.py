@@ -297,7 +297,7 @@ def _attention(ctx: Context, phase: str) -> Op:
     else:
         t = attention_time(ctx.dev, p.mbs, heads, s, s, d, True, kv, backend, direction)
     flops = attention_flops(p.mbs * p.cp, heads, s, s, (qk_dim + v_dim) / 2, True) * (2.5 if phase == "bwd" else 1)
-    nbytes = flash_attention_bytes(ctx.dev, p.mbs * p.cp, heads, kv, s, s, d, True) * (2.5 if phase == "bwd" else 1)
+    nbytes = flash_attention_bytes(p.mbs * p.cp, heads, kv, s, s, d) * (2.5 if phase == "bwd" else 1)
     return Op("attention.core", "attention", phase, t, flops, nbytes, shape=(p.mbs * p.cp, heads, s, d, backend))
 
 

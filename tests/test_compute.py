@@ -113,3 +113,27 @@ def test_blackwell_ultra_doubles_the_exponential_rate_and_speeds_exp_bound_atten
     assert fwd_u < 0.85 * fwd_p          # head_dim 64: the forward is bound by its exponentials
     assert attention_time(ultra, *args, "bwd") < attention_time(plain, *args, "bwd")
     assert gemm_time(ultra, 8192, 8192, 8192, "bf16") == gemm_time(plain, 8192, 8192, 8192, "bf16")
+
+
+def test_flash_attention_bytes_count_each_tensor_once_per_head():
+    # Q and O per query head, K and V per key/value head (re-reads across query blocks come from
+    # L2): 2 x bf16 bytes each; heads = 1 costs what any other split of batch x heads does, and an
+    # MQA / GQA launch reads its shared K and V once, not once per query block (session 28: the
+    # formula divided the query blocks by kv_heads, so heads = 1 and kv_heads = 1 read K and V
+    # ceil(s / 64) / 2 times, and FlashAttention-2 came out IO-bound there, up to 46% slow)
+    from simulator.compute import flash_attention_bytes
+    b, s, d = 4, 4096, 128
+    mha = flash_attention_bytes(b, 32, 32, s, s, d)
+    assert mha == 4 * b * 32 * s * d * 2
+    assert flash_attention_bytes(b * 32, 1, 1, s, s, d) == mha == flash_attention_bytes(1, b * 32, b * 32, s, s, d)
+    assert flash_attention_bytes(b, 32, 1, s, s, d) == (2 * 32 + 2) * b * s * d * 2
+
+
+def test_fa2_forward_depends_on_batch_times_heads_only():
+    # the grid is (query blocks, batch, heads): the same blocks whichever way batch x heads splits
+    from hardware_specs import load_accelerator
+    from simulator.calibration import load_calibration
+    from simulator.compute import DeviceModel, attention_time
+    dev = DeviceModel(load_accelerator("h200-sxm"), load_calibration("h200-sxm"))
+    one_head = attention_time(dev, 825, 1, 1408, 1408, 64, True, 1, "flash", "fwd_bwd")
+    assert one_head == pytest.approx(attention_time(dev, 25, 33, 1408, 1408, 64, True, 33, "flash", "fwd_bwd"), rel=1e-9)

@@ -438,6 +438,17 @@ def profile_fitted_on(name: str) -> list[str]:
     return [str(f) for f in read_yaml_mapping(path).get("fitted_on") or []]
 
 
+def profile_transferred_parameters(name: str) -> dict[str, str]:
+    """{parameter path: profile it was copied from} of a shipped profile's ``transferred_parameters``
+    (values fitted on another accelerator's measurements and carried over unchanged); empty for the
+    defaults or a profile without any. A path names one value (``attention_kernel_fraction.triton_fa_d64_fwd``)
+    or a whole map (``ssd_fraction``)."""
+    path = PROFILE_DIR / f"{name}.yaml"
+    if not path.exists():
+        return {}
+    return {str(k): str(v) for k, v in (read_yaml_mapping(path).get("transferred_parameters") or {}).items()}
+
+
 def save_calibration(cal: Calibration, path: Path, meta: dict) -> None:
     """Write ``cal`` with provenance ``meta`` (fitted_on, residuals, ...) as a profile YAML."""
     doc = {**meta, "parameters": cal.to_dict()}

@@ -465,10 +465,7 @@ def attention_time(dev: DeviceModel, batch: int, heads: int, seq_q: int, seq_kv:
     (Megatron-Core's local DotProductAttention without apex or Transformer Engine: bf16 batched
     GEMMs, the softmax in fp32 as separate PyTorch kernels)."""
     kv_heads = kv_heads or heads
-    if backend in HOPPER_DESIGNS and dev.accelerator.family not in HOPPER_DESIGNS[backend]:
-        backend = "flash"   # no WGMMA/TMA before Hopper: cuDNN's and FA3's sm80 paths are FA2-class kernels
-    if backend in FUSED_KERNELS and backend != "fa3" and not fused_attention_fitted(dev.cal, backend):
-        backend = "flash"   # a kernel never measured is costed as the one that was (FlashAttention-2)
+    backend = costed_attention_backend(backend, dev.accelerator.family, dev.cal)
     if backend in FUSED_KERNELS:
         t = 0.0
         if direction in ("fwd", "fwd_bwd"):
@@ -488,6 +485,19 @@ def attention_time(dev: DeviceModel, batch: int, heads: int, seq_q: int, seq_kv:
     if direction in ("bwd", "fwd_bwd"):
         t += _flash_pass(dev, batch, heads, kv_heads, seq_q, seq_kv, head_dim, causal, bwd=True)
     return t
+
+
+def costed_attention_backend(backend: str, family: str, cal: Calibration) -> str:
+    """The attention kernel :func:`attention_time` costs for ``backend`` on an accelerator of
+    ``family`` with calibration ``cal``: ``flash`` (FlashAttention-2) where the kernel's design needs
+    another family (HOPPER_DESIGNS: no WGMMA/TMA before Hopper, cuDNN's and FA3's sm80 paths are
+    FA2-class kernels) or where a fitted kernel has no parameters in ``cal`` (a kernel never measured
+    is costed as the one that was); else ``backend`` itself."""
+    if backend in HOPPER_DESIGNS and family not in HOPPER_DESIGNS[backend]:
+        return "flash"
+    if backend in FUSED_KERNELS and backend != "fa3" and not fused_attention_fitted(cal, backend):
+        return "flash"
+    return backend
 
 
 def _tile_sum(n_q: int, n_kv: int, causal: bool) -> int:

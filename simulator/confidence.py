@@ -1,5 +1,5 @@
 """The confidence of one prediction: its regime, its 80% band and plain words saying what the band
-rests on and what is extrapolated. Bands come from simulator/confidence_bands.yaml
+rests on, what is extrapolated, and what its attention kernel's cost rests on (simulator/kernel_basis.py). Bands come from simulator/confidence_bands.yaml
 (validation/bands.py: split-conformal quantiles of the project's own validation residuals).
 
     confidence_of(result) -> Confidence   (also Result.confidence)
@@ -13,6 +13,7 @@ from pathlib import Path
 
 import yaml
 
+from simulator.kernel_basis import kernel_basis
 from simulator.regimes import GPU_REGIME_WORDS, GPU_REGIMES, describe_feature, feature_tags, gpu_regime, workload
 
 BANDS_FILE = Path(__file__).resolve().parent / "confidence_bands.yaml"
@@ -42,6 +43,7 @@ class Confidence:
     tokens_per_s_range: tuple
     mfu_range: tuple
     sentence: str
+    kernel_basis: tuple = ()    # what the attention (and Mamba scan) costs rest on (simulator/kernel_basis.py)
 
     @property
     def factor(self) -> float:
@@ -68,7 +70,7 @@ class Confidence:
                 "tags": list(self.tags), "extrapolated": list(self.extrapolated), "validated": self.validated,
                 "band_factor": self.factor, "basis": self.basis, "step_time_range_s": list(self.step_range_s),
                 "tokens_per_s_range": list(self.tokens_per_s_range), "mfu_range": list(self.mfu_range),
-                "sentence": self.sentence}
+                "sentence": self.sentence, "kernel_basis": list(self.kernel_basis)}
 
 
 def _hardware(result) -> tuple:
@@ -135,8 +137,11 @@ def confidence_of(result) -> Confidence:
         sentence = f"EXTRAPOLATED: {'; '.join(extra)}. {band} ({rests})"
     else:
         sentence = f"{band}: {GPU_REGIME_WORDS[regime].format(acc=acc.name, prof=prof)}; features validated ({rests})"
+    basis = kernel_basis(result)
+    sentence += "".join(f". {line[0].upper()}{line[1:]}" for line in basis)
     return Confidence(regime, work, tuple(tags), tuple(extra), q, applied["basis"], (t / f, t * f),
-                      (result.tokens_per_s / f, result.tokens_per_s * f), (result.mfu / f, result.mfu * f), sentence)
+                      (result.tokens_per_s / f, result.tokens_per_s * f), (result.mfu / f, result.mfu * f), sentence,
+                      basis)
 
 
 def _secs(x: float) -> str:

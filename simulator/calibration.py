@@ -446,7 +446,13 @@ def profile_transferred_parameters(name: str) -> dict[str, str]:
     path = PROFILE_DIR / f"{name}.yaml"
     if not path.exists():
         return {}
-    return {str(k): str(v) for k, v in (read_yaml_mapping(path).get("transferred_parameters") or {}).items()}
+    return dict(_read_transferred(str(path), path.stat().st_mtime_ns))
+
+
+@lru_cache(maxsize=64)
+def _read_transferred(path: str, mtime_ns: int) -> tuple:
+    """(path, source profile) pairs of one profile file's ``transferred_parameters``, read once per version."""
+    return tuple((str(k), str(v)) for k, v in (read_yaml_mapping(Path(path)).get("transferred_parameters") or {}).items())
 
 
 def save_calibration(cal: Calibration, path: Path, meta: dict) -> None:

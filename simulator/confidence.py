@@ -1,6 +1,7 @@
 """The confidence of one prediction: its regime, its 80% band and plain words saying what the band
-rests on, what is extrapolated, and what its attention kernel's cost rests on (simulator/kernel_basis.py). Bands come from simulator/confidence_bands.yaml
-(validation/bands.py: split-conformal quantiles of the project's own validation residuals).
+rests on, what is extrapolated, and what its attention kernel's cost rests on
+(simulator/kernel_basis.py). Bands come from simulator/confidence_bands.yaml (validation/bands.py:
+split-conformal quantiles of the project's own validation residuals).
 
     confidence_of(result) -> Confidence   (also Result.confidence)
 """

@@ -50,7 +50,8 @@ def attention_basis(backend: str, accelerator, cal: Calibration) -> str:
 
 def _fitted_words(backend: str, cal: Calibration) -> str:
     """'fitted on measurements with profile P', or per direction which values came from which profile."""
-    keys = sorted({f"{m}.{k}" for m in KERNEL_MAPS for k in getattr(cal, m) if k == backend or k.startswith(backend + "_")})
+    keys = sorted({f"{m}.{k}" for m in KERNEL_MAPS for k in getattr(cal, m)
+                   if k == backend or k.startswith(backend + "_")})
     moved = profile_transferred_parameters(cal.name)
     source = {k: next((v for p, v in moved.items() if k == p or k.startswith(p + ".")), None) for k in keys}
     if not any(source.values()):
@@ -66,12 +67,11 @@ def _fitted_words(backend: str, cal: Calibration) -> str:
 
 def ssd_basis(cal: Calibration) -> str:
     """One line saying what the Mamba-2 SSD scan's cost rests on with calibration ``cal``."""
-    moved = {p for p, _ in profile_transferred_parameters(cal.name).items() if p.startswith("ssd_")}
     if cal.name == DEFAULT.name:
         return "Mamba-2 scan: documented default efficiencies (no profile)"
-    if moved:
-        src = sorted(set(profile_transferred_parameters(cal.name)[p] for p in moved))
-        return f"Mamba-2 scan: parameters transferred from profile {', '.join(src)}"
+    sources = sorted({src for p, src in profile_transferred_parameters(cal.name).items() if p.startswith("ssd_")})
+    if sources:
+        return f"Mamba-2 scan: parameters transferred from profile {', '.join(sources)}"
     return f"Mamba-2 scan: fitted on measurements with profile {cal.name}"
 
 

@@ -880,7 +880,7 @@ def _result(model, hardware, plan, cal, stages, mems, st: _Step, events) -> Resu
     return Result(
         model=model.name, cluster="+".join(dict.fromkeys(plan.stage_clusters or (hardware.cluster.name,))),
         accelerator="+".join(dict.fromkeys(a.name for a in accs)),
-        num_gpus=hardware.num_gpus, plan=plan, calibration=cal.name, step_time_s=step,
+        num_gpus=hardware.num_gpus, plan=plan, calibration=cal.name, calibration_used=cal, step_time_s=step,
         tokens_per_s=tokens / step, model_flops=model_flops, hardware_flops=hw_flops,
         mfu=model_flops / (step * hardware.num_gpus * bf16_peak),
         hfu=hw_flops / (step * hardware.num_gpus * bf16_peak),

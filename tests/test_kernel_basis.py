@@ -73,3 +73,17 @@ def test_simulate_reports_the_basis_in_its_sentence_and_json(capsys):
     assert conf["kernel_basis"][0].startswith("attention: cuDNN fused attention, fitted on measurements with profile h100-sxm")
     assert conf["kernel_basis"][1] == "Mamba-2 scan: parameters transferred from profile h200-sxm"
     assert conf["sentence"].endswith(". Mamba-2 scan: parameters transferred from profile h200-sxm")
+
+
+def test_an_explicit_profile_file_is_the_basis_named(capsys):
+    """--calibration with a profile file outside hardware_specs/profiles: the basis reads the calibration
+    the step was costed with (Result.calibration_used), not a shipped profile looked up by its name."""
+    import json
+    from pathlib import Path
+
+    from meshcast.cli import main
+    cand = Path(__file__).resolve().parent.parent / "validation" / "candidates" / "h200-sxm-tritonfa27.yaml"
+    assert main(["simulate", "--model", "llama3-8b", "--cluster", "h200-1gpu", "--gpus", "1", "--mbs", "1",
+                 "--gbs", "8", "--seq", "4096", "--calibration", str(cand), "--json"]) == 0
+    conf = json.loads(capsys.readouterr().out)["confidence"]
+    assert conf["kernel_basis"] == ["attention: cuDNN fused attention, fitted on measurements with profile h200-sxm-tritonfa27"]

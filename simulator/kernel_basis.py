@@ -11,7 +11,7 @@ which kernel measurements the step's attention cost comes from, which the band d
 """
 from __future__ import annotations
 
-from simulator.calibration import DEFAULT, Calibration, load_calibration, profile_transferred_parameters
+from simulator.calibration import DEFAULT, Calibration, profile_transferred_parameters
 from simulator.compute import FUSED_KERNELS, HOPPER_DESIGNS, costed_attention_backend
 
 ATTENTION_NAMES = {
@@ -80,7 +80,7 @@ def kernel_basis(result) -> tuple[str, ...]:
     model has Mamba blocks. For a pipeline over several GPU types, the first type's."""
     from hardware_specs.catalog import load_accelerator
     acc = load_accelerator(result.accelerator.split("+")[0])
-    cal = result.calibration_used or (DEFAULT if result.calibration == DEFAULT.name else load_calibration(result.calibration))
+    cal = result.calibration_used
     lines = [attention_basis(result.plan.attention or "flash", acc, cal)]
     if "mamba" in result.model_tags:
         lines.append(ssd_basis(cal))

@@ -72,7 +72,7 @@ class Result:
     model_tags: tuple = ()          # feature tags the model brings (simulator.regimes.model_tags: mamba)
     clock_fraction: float = 1.0     # SM clock / f_max the step runs at under the power limit (simulator/power.py)
     full_clock_step_time_s: float = 0.0   # the same step at full clock (a burst); = step_time_s if not capped
-    calibration_used: object = field(default=None, repr=False, compare=False)   # the Calibration itself (named by calibration)
+    calibration_used: object = field(default=None, repr=False, compare=False)   # the Calibration itself (engine sets it)
 
     @cached_property
     def confidence(self):

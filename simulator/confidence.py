@@ -15,7 +15,8 @@ from pathlib import Path
 import yaml
 
 from simulator.kernel_basis import kernel_basis
-from simulator.regimes import GPU_REGIME_WORDS, GPU_REGIMES, describe_feature, feature_tags, gpu_regime, workload
+from simulator.regimes import (GPU_REGIME_WORDS, GPU_REGIMES, band_regime, describe_feature, feature_tags, gpu_regime,
+                               workload)
 
 BANDS_FILE = Path(__file__).resolve().parent / "confidence_bands.yaml"
 COVERAGE = 0.8
@@ -33,22 +34,26 @@ def band_table() -> dict:
 
 @dataclass(frozen=True)
 class Confidence:
-    """A prediction's regime and its 80% band (step time, tokens/s and MFU ranges)."""
+    """A prediction's regime and its 80% band (step time, tokens/s and MFU ranges). The band need
+    not be centred on the prediction: it is [t*band80[0], t*band80[1]], where the validation runs of
+    its cell put the measured step (validation/bands.py, signed conformal)."""
     gpu_regime: str
     workload: str
     tags: tuple
     extrapolated: tuple         # plain-words reasons the prediction lies outside validated data
-    q80: float                  # band half-width in log space: step in [t/exp(q), t*exp(q)]
+    q80: float                  # half the band's log-width: log(band80[1] / band80[0]) / 2
     basis: str
     step_range_s: tuple
     tokens_per_s_range: tuple
     mfu_range: tuple
     sentence: str
     kernel_basis: tuple = ()    # what the attention (and Mamba scan) costs rest on (simulator/kernel_basis.py)
+    band80: tuple = (1.0, 1.0)  # measured step / predicted step at the band's ends
 
     @property
     def factor(self) -> float:
-        """The band's multiplicative half-width exp(q): the step lies in [t/f, t*f]."""
+        """The band's multiplicative half-width exp(q) = sqrt(band80[1] / band80[0]): the spread two
+        predictions on the same hardware are compared with (planners/ties.py)."""
         return math.exp(self.q80)
 
     @property
@@ -61,15 +66,17 @@ class Confidence:
         return (len(self.extrapolated), GPU_REGIMES.index(self.gpu_regime), round(self.q80, 4))
 
     def short(self) -> str:
-        """The band as a compact column: '±17%' or '×/÷2.75', with '!' when extrapolated."""
-        f = self.factor
-        text = f"+{f - 1:.0%}/-{1 - 1 / f:.0%}" if f < 1.5 else f"×/÷{f:.2f}"
+        """The band as a compact column: the measured step's range against the prediction,
+        '-12%..+25%' (or '×0.52..2.75' when it reaches 1.5×), with '!' when extrapolated."""
+        lo, hi = self.band80
+        text = f"{lo - 1:+.0%}..{hi - 1:+.0%}" if hi < 1.5 else f"×{lo:.2f}..{hi:.2f}"
         return text + ("!" if self.extrapolated else "")
 
     def to_dict(self) -> dict:
         return {"coverage": COVERAGE, "gpu_regime": self.gpu_regime, "workload": self.workload,
                 "tags": list(self.tags), "extrapolated": list(self.extrapolated), "validated": self.validated,
-                "band_factor": self.factor, "basis": self.basis, "step_time_range_s": list(self.step_range_s),
+                "band_factor": self.factor, "band_range": list(self.band80), "basis": self.basis,
+                "step_time_range_s": list(self.step_range_s),
                 "tokens_per_s_range": list(self.tokens_per_s_range), "mfu_range": list(self.mfu_range),
                 "sentence": self.sentence, "kernel_basis": list(self.kernel_basis)}
 
@@ -94,19 +101,26 @@ def _hardware(result) -> tuple:
     return (*worst, per_node)
 
 
+def applied_key(table: dict, regime: str, family: str, work: str) -> str:
+    """The band-table cell a prediction applies: its band regime (a datasheet GPU's family row,
+    validation/bands.py) and workload; a datasheet family without a row of its own takes ``datasheet``."""
+    key = f"{band_regime(regime, family)}/{work}"
+    return key if key in table["applied"] else f"{regime}/{work}"
+
+
 def extrapolations(acc, regime: str, prof: str | None, tags: list, plan, num_gpus: int, table: dict) -> list[str]:
     """Plain-words reasons a prediction lies outside the validated data."""
     out = []
     if regime in ("datasheet", "uncalibrated"):
         out.append(GPU_REGIME_WORDS[regime].format(acc=acc.name, prof=prof))
     feats = table["features"]
-    q80 = float(table["applied"][f"{regime}/{workload(tags, num_gpus)}"]["q80"])
+    applied = table["applied"][applied_key(table, regime, acc.family, workload(tags, num_gpus))]
     for t in tags:
         what = _DEGREE.get(t, "").format(tp=plan.tp, cp=plan.cp, ep=plan.ep) or describe_feature(t)
         feat = feats.get(t, {})
         if feat.get("n", 0) < table["feature_min_residuals"]:
             out.append(f"{what} not validated on real runs")
-        elif abs(feat.get("median_log_error", 0.0)) > q80:
+        elif not applied["lo80"] <= -feat.get("median_log_error", 0.0) <= applied["hi80"]:
             # the feature's own held-out runs sit outside the band: the band does not cover it
             off = math.exp(-feat["median_log_error"]) - 1     # measured / predicted step - 1
             out.append(f"{what}: its {feat['n']} held-out runs took a median {off:+.0%} "
@@ -123,40 +137,45 @@ def confidence_of(result) -> Confidence:
     acc, regime, prof, per_node = _hardware(result)
     tags = sorted(feature_tags(result.plan, result.num_gpus, per_node) + list(result.model_tags))
     work = workload(tags, result.num_gpus)
-    applied = table["applied"][f"{regime}/{work}"]
+    key = applied_key(table, regime, acc.family, work)
+    applied = table["applied"][key]
     q = float(applied["q80"])
-    f = math.exp(q)
+    lo, hi = math.exp(applied["lo80"]), math.exp(applied["hi80"])
     t = result.step_time_s
     extra = extrapolations(acc, regime, prof, tags, result.plan, result.num_gpus, table)
     if "+" in result.accelerator:
         extra.append(f"a pipeline over several GPU types ({result.accelerator.replace('+', ', ')}) "
                      "not validated on real runs")
-    cell = table["cells"][f"{regime}/{work}"]
-    rests = _rests(applied["basis"], cell["n"], regime, work)
-    band = f"{COVERAGE:.0%} band {_secs(t / f)} - {_secs(t * f)}"
+    cell = table["cells"].get(key, {"n": 0})
+    rests = _rests(applied["basis"], cell["n"], key.split("/")[0], work)
+    band = f"{COVERAGE:.0%} band {_secs(t * lo)} - {_secs(t * hi)}"
     if extra:
         sentence = f"EXTRAPOLATED: {'; '.join(extra)}. {band} ({rests})"
     else:
         sentence = f"{band}: {GPU_REGIME_WORDS[regime].format(acc=acc.name, prof=prof)}; features validated ({rests})"
     basis = kernel_basis(result)
     sentence += "".join(f". {line[0].upper()}{line[1:]}" for line in basis)
-    return Confidence(regime, work, tuple(tags), tuple(extra), q, applied["basis"], (t / f, t * f),
-                      (result.tokens_per_s / f, result.tokens_per_s * f), (result.mfu / f, result.mfu * f), sentence,
-                      basis)
+    return Confidence(regime, work, tuple(tags), tuple(extra), q, applied["basis"], (t * lo, t * hi),
+                      (result.tokens_per_s / hi, result.tokens_per_s / lo), (result.mfu / hi, result.mfu / lo), sentence,
+                      basis, (lo, hi))
 
 
 def _secs(x: float) -> str:
     return f"{x:.3g} s" if x >= 1 else f"{x * 1e3:.3g} ms"
 
 
-def _rests(basis: str, n: int, regime: str, work: str) -> str:
-    """Plain words for what a band rests on (the ladder step of validation/bands.py)."""
-    own = f"{n} held-out {WORKLOAD_WORDS[work]} on {regime} GPUs"
+def _rests(basis: str, n: int, row: str, work: str) -> str:
+    """Plain words for what a band rests on (the ladder step of validation/bands.py); ``row`` is the
+    band regime (``datasheet:<family>`` for a datasheet GPU's family)."""
+    gpus = f"{row.split(':')[1]} GPUs (datasheet)" if ":" in row else f"{row} GPUs"
+    own = f"{n} held-out {WORKLOAD_WORDS[work]} on {gpus}"
     if basis == "cell":
         return f"band from {own}"
     if basis.startswith("cell"):
-        return f"band from {own}, widened to a better-measured GPU regime's band"
+        return f"band from {own}, widened to a better-measured GPU regime's width"
     if basis.startswith("pooled"):
-        return (f"no {WORKLOAD_WORDS[work]} on {regime} GPUs validated: band pooled from the {regime} GPUs' "
+        return (f"{n} held-out {WORKLOAD_WORDS[work]} on {gpus}, too few: band pooled from the {gpus}' "
                 f"and the {WORKLOAD_WORDS[work]}' residuals")
-    return "no validation data: the widest band of the table"
+    if basis.startswith("a family"):
+        return "its family never validated: the union of the validated datasheet families' bands"
+    return "no validation data: the union of every band of the table"

@@ -50,6 +50,14 @@ def gpu_regime(accelerator, calibration_name: str) -> tuple[str, str | None]:
     return "datasheet", owner.name
 
 
+def band_regime(regime: str, family: str) -> str:
+    """The band-table row of a GPU regime (Mondrian conformal, Vovk et al. 2003: one band per
+    category known before the prediction): ``datasheet`` is split by the accelerator's family
+    (``datasheet:nvidia-blackwell``, ``datasheet:nvidia-ampere``), since borrowed efficiencies
+    transfer to one architecture better than to another; every other regime is its own row."""
+    return f"datasheet:{family}" if regime == "datasheet" else regime
+
+
 def feature_tags(plan, num_gpus: int, gpus_per_node: int) -> list[str]:
     """Feature tags of a plan on ``num_gpus`` GPUs with ``gpus_per_node`` per node (sorted);
     ``plan`` is a ParallelPlan or its to_dict() form. ``framework:<name>`` names the framework."""

@@ -84,4 +84,16 @@ def kernel_basis(result) -> tuple[str, ...]:
     lines = [attention_basis(result.plan.attention or "flash", acc, cal)]
     if "mamba" in result.model_tags:
         lines.append(ssd_basis(cal))
-    return tuple(lines)
+    return tuple(line + _elsewhere(acc, cal) for line in lines)
+
+
+def _elsewhere(accelerator, cal: Calibration) -> str:
+    """'; applied to A through its datasheet ...' where ``cal`` is another catalog GPU's profile
+    (transfer or datasheet regime, simulator.regimes.gpu_regime): the kernel's values were fitted on
+    other GPUs and reach this one only through its peaks and bandwidths; empty for the GPU's own
+    profile and for a profile of no catalog GPU (a candidate file, the defaults)."""
+    from simulator.regimes import gpu_regime
+    regime, _ = gpu_regime(accelerator, cal.name)
+    if regime not in ("transfer", "datasheet"):
+        return ""
+    return f"; applied to {accelerator.name} through its datasheet (peaks, bandwidths), never measured on it"

@@ -87,3 +87,25 @@ def test_an_explicit_profile_file_is_the_basis_named(capsys):
                  "--gbs", "8", "--seq", "4096", "--calibration", str(cand), "--json"]) == 0
     conf = json.loads(capsys.readouterr().out)["confidence"]
     assert conf["kernel_basis"] == ["attention: cuDNN fused attention, fitted on measurements with profile h200-sxm-tritonfa27"]
+
+
+def test_a_kernel_measured_on_another_gpu_says_which_and_how_it_is_scaled(capsys):
+    """On a GPU predicted with another GPU's profile (GB200 with h100-sxm, H200 with --calibration
+    h100-sxm), each basis line says the kernel was never measured on it and reaches it through its
+    datasheet; on its own profile, no line says so."""
+    import json
+
+    from meshcast.cli import main
+
+    def lines(*extra):
+        assert main(["simulate", "--model", "nemotron-3-nano-30b-a3b", "--ep", "8", "--mbs", "1", "--gbs", "64",
+                     "--seq", "4096", "--json", *extra]) == 0
+        return json.loads(capsys.readouterr().out)["confidence"]["kernel_basis"]
+    gb = lines("--cluster", "gb200-nvl72", "--gpus", "8")
+    tail = "; applied to {} through its datasheet (peaks, bandwidths), never measured on it"
+    gb = lines("--cluster", "gb200-nvl72", "--gpus", "8")
+    assert gb[0] == "attention: cuDNN fused attention, fitted on measurements with profile h100-sxm" + tail.format("gb200")
+    assert gb[1] == "Mamba-2 scan: parameters transferred from profile h200-sxm" + tail.format("gb200")
+    h200 = lines("--cluster", "dgx-h200", "--gpus", "8", "--calibration", "h100-sxm")
+    assert h200[0].endswith(tail.format("h200-sxm"))
+    assert not any("never measured" in x for x in lines("--cluster", "dgx-h200", "--gpus", "8"))

@@ -276,7 +276,7 @@ def test_seed_42_h100_without_interference():
 # ---- seeds 43-48: 43 registered by profile adopt23 (membound42 and gemm32 adopted), 44 by the committed model of
 # 4711a01, 45 by a0864ba, 46 by d2c033c (with candidate membound46 beside it; session 23), 47 by 02a236d (session 24,
 # membound46 adopted, candidate membound47 beside it), 48 by 989d851 and 49 by 5e9b868 (session 25; the same model),
-# 50 / 51 (session 27) and 52 / 53 (session 28, eea90da) likewise;
+# 50 / 51 (session 27), 52 / 53 (session 28, eea90da) and 54 / 55 (session 29, a913dcd) likewise;
 # all on newly lent machines;
 # 43-45 fit data since session 24
 AS_REGISTERED_SINCE_ADOPTION = {   # seed: gpu: pooled and per-kind MAPE of every timed case against its registration
@@ -318,16 +318,22 @@ AS_REGISTERED_SINCE_ADOPTION = {   # seed: gpu: pooled and per-kind MAPE of ever
                   "layernorm": 0.0520, "rmsnorm": 0.0509}},
     53: {"h100": {"all": 0.0373, "copy": 0.0339, "add": 0.0302, "gelu": 0.0213, "silu_mul": 0.0184, "softmax": 0.0372,
                   "layernorm": 0.0676, "rmsnorm": 0.0525}},
+    # session 29, registered by a913dcd, the same memory-bound model: one GPU each
+    54: {"h200": {"all": 0.0407, "copy": 0.0309, "add": 0.0259, "gelu": 0.0251, "silu_mul": 0.0157, "softmax": 0.0666,
+                  "layernorm": 0.0667, "rmsnorm": 0.0537}},
+    55: {"h100": {"all": 0.0543, "copy": 0.0574, "add": 0.0427, "gelu": 0.0212, "silu_mul": 0.0248, "softmax": 0.0824,
+                  "layernorm": 0.0735, "rmsnorm": 0.0779}},
 }
 # the kinds over the issue's 8% per draw and GPU (none on seeds 43, 47 and 48)
 OVER_8_PERCENT = {(43, "h200"): set(), (43, "h100"): set(), (44, "h200"): {"layernorm", "softmax", "copy"},
                   (44, "h100"): {"softmax"}, (45, "h200"): {"layernorm", "copy"}, (45, "h100"): {"layernorm"},
                   (46, "h200"): set(), (46, "h100"): {"silu_mul", "softmax"}, (47, "h200"): set(), (47, "h100"): set(),
                   (48, "h200"): set(), (48, "h100"): set(), (49, "h200"): set(), (49, "h100"): set(),
-                  (50, "h100"): {"softmax"}, (51, "h200"): set(), (52, "h200"): set(), (53, "h100"): set()}
+                  (50, "h100"): {"softmax"}, (51, "h200"): set(), (52, "h200"): set(), (53, "h100"): set(),
+                  (54, "h200"): set(), (55, "h100"): {"softmax"}}
 # draws whose records include calls that spread over 3x (validation.gemm_regimes.interference_suspect)
 INTERFERENCE = {(44, "h200"), (44, "h100"), (46, "h100"), (47, "h100"), (48, "h200"), (48, "h100"), (49, "h100"),
-                (50, "h100")}
+                (50, "h100"), (55, "h100")}
 
 
 @pytest.mark.parametrize("gpu", GPUS)
@@ -366,7 +372,10 @@ def test_draws_since_the_adoption_as_registered(seed, gpu):
     Seed 50 (session 27, H100 only): 4.03%, softmax 8.1% over (7.9% without the records whose calls spread over
     3x). Seed 51 (session 27, H200 only): 3.75%, every kind within 8% (softmax 6.7%, layernorm 6.3%).
     Seed 52 (session 28, H200): 4.3%, every kind within 8% (softmax 7.2%); seed 53 (session 28, H100): 3.7%,
-    every kind within 8% (layernorm 6.8%). Pooled within 8% on every draw."""
+    every kind within 8% (layernorm 6.8%). Seed 54 (session 29, H200): 4.07%, every kind within 8% (layernorm
+    6.7%, softmax 6.7%); seed 55 (session 29, H100): 5.4%, softmax 8.2% over (four records whose calls spread over
+    3x, among them a 373x552 layernorm at 111 us: without them 3.8% pooled, softmax 7.4%). Pooled within 8% on
+    every draw."""
     if seed == 44:
         assert "seed 44" in (LOGS / "prereg_membound44_h200.txt").read_text()
     got, _ = scored(gpu, seed)
@@ -377,11 +386,21 @@ def test_draws_since_the_adoption_as_registered(seed, gpu):
         assert scored(gpu, seed, drop_interference=True) == scored(gpu, seed)
 
 
+def test_seed_55_h100_without_interference():
+    """Seed 55 (H100, session 29): four records' calls spread over 3x (a 3.8 MiB copy, a 29699x920 softmax, a
+    373x552 layernorm measured 111 us, a 940x12088 rmsnorm); without them every kind is within 8% (softmax 7.4%
+    the worst) and 3.8% pooled, as registered."""
+    got, _ = scored("h100", 55, drop_interference=True)
+    assert_as_quoted(got, {"all": 0.0383, "copy": 0.0283, "softmax": 0.0737, "layernorm": 0.0362, "rmsnorm": 0.0425})
+    assert max(got.values()) <= 0.08
+
+
 @pytest.mark.parametrize("seed,gpu", sorted(k for k, v in OVER_8_PERCENT.items() if v))
 @pytest.mark.xfail(strict=True, reason="issue #12: memory-bound ops <= 8% per kind, registered draws since the "
                                        "membound42 adoption: seed 44 H200 layernorm 9.2%, softmax 8.8%, copy 8.3%, "
                                        "H100 softmax 9.7%; seed 45 H200 layernorm 9.2%, copy 8.6%, H100 layernorm 8.3%; "
-                                       "seed 46 H100 silu_mul 8.1%, softmax 9.1%; seed 50 H100 softmax 8.1%")
+                                       "seed 46 H100 silu_mul 8.1%, softmax 9.1%; seed 50 H100 softmax 8.1%; "
+                                       "seed 55 H100 softmax 8.2%")
 def test_draws_since_the_adoption_every_kind_within_the_target(seed, gpu):
     assert max(scored(gpu, seed)[0].values()) <= 0.08
 

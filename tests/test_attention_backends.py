@@ -646,3 +646,16 @@ def test_fresh_runs_were_never_fitted():
     from simulator.calibration import profile_fitted_on
     fitted = {Path(f).name for p in ("h200-sxm", "h100-sxm") for f in profile_fitted_on(p)}
     assert not {FRESH20.name, FRESH21.name, FRESH22.name, FRESH23.name} & fitted
+
+
+def test_mqa_draw_is_the_same_draw_with_one_kv_head(tmp_path):
+    """--mqa (session 29): the same shapes, backends and directions as the plain draw of the seed, each with
+    one KV head for all its query heads; its registration says so and runs the harness with --mqa."""
+    from validation.prereg_attention import read_prereg, write
+    plain, mqa = H.fresh_cases(29, 6), H.fresh_cases(29, 6, mqa=True)
+    assert len(plain) == len(mqa) and any(c["kv_heads"] > 1 for c in plain)
+    assert all(m == dict(p, kv_heads=1) for p, m in zip(plain, mqa))
+    reg = tmp_path / "prereg.txt"
+    assert write(29, 6, "h200-sxm", "NVIDIA H200", str(reg), 240.0, harness="attention_backends_mqa") == len(mqa)
+    assert "--fresh-seed 29 --fresh-n 6 --mqa" in reg.read_text()
+    assert {int(k[4]) for k in read_prereg(str(reg))} == {1}

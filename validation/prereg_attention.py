@@ -35,6 +35,9 @@ COLUMNS = KEY_FIELDS + ("predicted_s",)
 HARNESS_COMMANDS = {
     "attention_backends": "PYTHONUNBUFFERED=1 python3 attention_backends.py --fresh-seed {seed} --fresh-n {n} "
                           "--budget-s {budget:g} --out OUT.json",
+    # the same draw with one KV head per shape (multi-query attention)
+    "attention_backends_mqa": "PYTHONUNBUFFERED=1 python3 attention_backends.py --fresh-seed {seed} --fresh-n {n} "
+                              "--mqa --budget-s {budget:g} --out OUT.json",
     # llm-foundry's Triton FlashAttention beside SDPA's FlashAttention-2: the kernel staged by
     # stage_llmfoundry_triton_fa.sh into .devrun/llmf_triton, compiled to sm80 mma.sync as MPT's runs were
     "triton_attention": "TRITON_CACHE_DIR=tc_v2 DISABLE_MMA_V3=1 PYTHONUNBUFFERED=1 python3 triton_attention.py "
@@ -49,7 +52,13 @@ def _harness(name: str = "attention_backends"):
     if name not in HARNESS_COMMANDS:
         raise ValueError(f"unknown harness {name!r}; known: {', '.join(HARNESS_COMMANDS)}")
     sys.path.insert(0, str(ROOT / "validation" / "harness"))
-    return importlib.import_module(name)
+    return importlib.import_module(name.removesuffix("_mqa"))
+
+
+def fresh_cases(harness: str, seed: int, n: int) -> list[dict]:
+    """The cases the harness's fresh run of draw ``seed`` with ``n`` shapes times (``*_mqa``: with --mqa)."""
+    module = _harness(harness)
+    return module.fresh_cases(seed, n, mqa=True) if harness.endswith("_mqa") else module.fresh_cases(seed, n)
 
 
 def case_record(c: dict) -> dict:
@@ -72,7 +81,7 @@ def predictions(seed: int, n: int, profile: str, gpu: str, harness: str = "atten
     hw = hardware_for(MeasurementFile("prereg", {"gpu": gpu}, []))
     cal = load_calibration(profile)
     out = []
-    for c in _harness(harness).fresh_cases(seed, n):
+    for c in fresh_cases(harness, seed, n):
         rec = case_record(c)
         try:
             out.append((rec, predict_record(rec, hw, cal).time_s))

@@ -72,10 +72,11 @@ def sweep_shapes():
     return out
 
 
-def random_shapes(n: int = 14, seed: int = RANDOM_SEED):
+def random_shapes(n: int = 14, seed: int = RANDOM_SEED, mqa: bool = False):
     """The held-out draw: seq log-uniform in 512..16384 (half multiples of 128, half of 8),
     head_dim 64 or 128, causal or not, GQA group 1/4/8 (1 half the time), score elements
-    log-uniform in 0.5..1.2 x SCORES."""
+    log-uniform in 0.5..1.2 x SCORES. ``mqa``: the same draw (the same random numbers) with one
+    KV head for all the query heads of each shape (multi-query attention, Shazeer 2019)."""
     rng = random.Random(seed)
     out = []
     for _ in range(n):
@@ -86,7 +87,7 @@ def random_shapes(n: int = 14, seed: int = RANDOM_SEED):
         group = rng.choice((1, 1, 4, 8))
         scores = SCORES[hd] * math.exp(rng.uniform(math.log(0.5), math.log(1.2)))
         b, h, kv = shape(seq, hd, group=group, scores=scores)
-        out.append(dict(set="random", seq=seq, head_dim=hd, causal=causal, batch=b, heads=h, kv_heads=kv))
+        out.append(dict(set="random", seq=seq, head_dim=hd, causal=causal, batch=b, heads=h, kv_heads=1 if mqa else kv))
     return out
 
 
@@ -96,12 +97,12 @@ def small_shapes():
             dict(set="random", seq=96, head_dim=128, causal=False, batch=1, heads=2, kv_heads=2)]
 
 
-def fresh_cases(seed: int, n: int = 28):
+def fresh_cases(seed: int, n: int = 28, mqa: bool = False):
     """A fresh-run protocol (issue #12: a separate, later run of never-seen shapes): ``n`` random
     shapes of draw ``seed`` on every backend, forward and forward+backward; Megatron's local
     pattern at head_dim 128 only (as in the sweep). Records keep ``set: random`` and carry the seed."""
     out = []
-    for shp in random_shapes(n, seed):
+    for shp in random_shapes(n, seed, mqa):
         shp = dict(shp, seed=seed)
         for be in BACKENDS:
             if be == "unfused_torch" and shp["head_dim"] != 128:
@@ -362,6 +363,8 @@ def main():
                     help="fresh-run protocol: only a random draw of this seed, on every backend (fresh_cases)")
     ap.add_argument("--fresh-n", type=int, default=28,
                     help="shapes in the --fresh-seed draw (default 28)")
+    ap.add_argument("--mqa", action="store_true",
+                    help="with --fresh-seed: every shape with one KV head (multi-query attention)")
     args = ap.parse_args()
     chosen = args.backends.split(",")
     bad = [b for b in chosen if b not in BACKENDS]
@@ -369,7 +372,9 @@ def main():
         raise SystemExit(f"unknown backend(s) {bad}; choose from {BACKENDS}")
     if args.fresh_n < 1:
         raise SystemExit(f"--fresh-n must be at least 1, got {args.fresh_n}")
-    every = fresh_cases(args.fresh_seed, args.fresh_n) if args.fresh_seed is not None else cases(args.small)
+    if args.mqa and args.fresh_seed is None:
+        raise SystemExit("--mqa needs --fresh-seed")
+    every = fresh_cases(args.fresh_seed, args.fresh_n, args.mqa) if args.fresh_seed is not None else cases(args.small)
     cs = [c for c in every if c["backend"] in chosen]
     if args.dry_run:
         for c in cs:
@@ -397,7 +402,7 @@ def main():
     from torch.nn.attention import SDPBackend
     info = common.device_info(suite="attention_backends",
                               random_seed=RANDOM_SEED if args.fresh_seed is None else args.fresh_seed, backends=chosen,
-                              fresh_n=args.fresh_n if args.fresh_seed is not None else None,
+                              fresh_n=args.fresh_n if args.fresh_seed is not None else None, mqa=args.mqa,
                               cudnn=cudnn.version() if cudnn.is_available() else None,
                               sdpa_backends=sorted(SDPBackend.__members__),
                               timing="common.time_fn: L2 flush before each call, 2 warm-ups, median of 5..50 calls",

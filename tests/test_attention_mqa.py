@@ -1,0 +1,68 @@
+"""Multi-query attention (one KV head for all query heads), never in a measured draw before session 29: a
+draw per GPU registered before it ran (validation/harness/attention_backends.py --mqa; H200 seed 29, H100
+seed 30, 28 random shapes on every SDPA backend and Megatron's local attention, by the committed model of
+c0e4aff) and measured on newly lent machines. It checks session 28's FlashAttention-2 HBM bytes (K and V once
+per KV head) on the layout they were changed for. Figures: docs/validation.md, "Session 29"."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from validation.prereg_attention import score
+
+MEAS = Path(__file__).resolve().parent.parent / "validation" / "measurements"
+DRAWS = {"h200": ("prereg_attention29_h200_mqa.txt", "h200_attention_mqa29.json"),
+         "h100": ("prereg_attention30_h100_mqa.txt", "h100_attention_mqa30.json")}
+AS_REGISTERED = {   # gpu: {(backend, kind or pooled): (count, MAPE)}
+    "h200": {("cudnn", "attention_fwd"): (28, 0.039), ("cudnn", "attention_fwd_bwd"): (28, 0.060),
+             ("cudnn", "pooled"): (56, 0.050), ("flash", "attention_fwd"): (28, 0.067),
+             ("flash", "attention_fwd_bwd"): (28, 0.044), ("flash", "pooled"): (56, 0.055),
+             ("math", "attention_fwd"): (28, 0.082), ("math", "attention_fwd_bwd"): (28, 0.038),
+             ("math", "pooled"): (56, 0.060), ("unfused_torch", "attention_fwd"): (14, 0.065),
+             ("unfused_torch", "attention_fwd_bwd"): (14, 0.057), ("unfused_torch", "pooled"): (28, 0.061)},
+    "h100": {("cudnn", "attention_fwd"): (28, 0.036), ("cudnn", "attention_fwd_bwd"): (28, 0.052),
+             ("cudnn", "pooled"): (56, 0.044), ("flash", "attention_fwd"): (28, 0.068),
+             ("flash", "attention_fwd_bwd"): (28, 0.043), ("flash", "pooled"): (56, 0.055),
+             ("math", "attention_fwd"): (28, 0.068), ("math", "attention_fwd_bwd"): (28, 0.060),
+             ("math", "pooled"): (56, 0.064), ("unfused_torch", "attention_fwd"): (12, 0.029),
+             ("unfused_torch", "attention_fwd_bwd"): (12, 0.029), ("unfused_torch", "pooled"): (24, 0.029)},
+}
+
+
+def _score(gpu: str) -> dict:
+    log, run = DRAWS[gpu]
+    return score(str(MEAS / "logs" / log), str(MEAS / "repeat" / run))
+
+
+@pytest.mark.parametrize("gpu", sorted(DRAWS))
+def test_mqa_draws_as_registered(gpu):
+    """Pinned as registered (to the 0.1 point the docs quote). Every case the run reached was registered
+    and timed, except memory-efficient attention, which PyTorch refuses for a KV head count other than the
+    query heads' (all 56 of its cases on each GPU: refused, not scored)."""
+    got = _score(gpu)
+    assert got["missing"] == {} and got["refused"] == {"efficient": 56}
+    assert set(got["table"]) == set(AS_REGISTERED[gpu])
+    for key, (n, mape) in AS_REGISTERED[gpu].items():
+        assert got["table"][key]["count"] == n, key
+        assert got["table"][key]["mape"] == pytest.approx(mape, abs=0.0006), key
+
+
+@pytest.mark.parametrize("gpu", sorted(DRAWS))
+def test_mqa_every_backend_pooled_within_8_percent(gpu):
+    """Issue #12's attention target (<= 8% per backend) on the MQA draws: cuDNN 5.0% / 4.4%, FlashAttention-2
+    5.5% / 5.5%, math 6.0% / 6.4%, Megatron local 6.1% / 2.9% (H200 / H100)."""
+    table = _score(gpu)["table"]
+    assert max(v["mape"] for (b, k), v in table.items() if k == "pooled") <= 0.08
+
+
+def test_mqa_h100_every_backend_and_direction_within_8_percent():
+    """The H100 draw within 8% per backend and direction (math forward 6.8% the worst)."""
+    assert max(v["mape"] for v in _score("h100")["table"].values()) <= 0.08
+
+
+@pytest.mark.xfail(strict=True, reason="issue #12: attention <= 8% per backend and direction: the H200 MQA draw's "
+                                       "math forward is 8.2% (predicted a mean 8% too fast); every other backend "
+                                       "and direction on both GPUs within 8%")
+def test_mqa_h200_every_backend_and_direction_within_8_percent():
+    assert max(v["mape"] for v in _score("h200")["table"].values()) <= 0.08

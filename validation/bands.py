@@ -26,12 +26,13 @@ import argparse
 import glob
 import statistics
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
-from simulator.regimes import GPU_REGIMES, WORKLOADS, band_regime, feature_tags, gpu_regime, workload
+from simulator.regimes import WORKLOADS, band_regime, feature_tags, gpu_regime, workload
 
 ROOT = Path(__file__).resolve().parent.parent
 BANDS_FILE = ROOT / "simulator" / "confidence_bands.yaml"
@@ -173,10 +174,7 @@ def _band(rs: list[Residual]) -> dict:
         d[f"q{level}"] = round((b[1] - b[0]) / 2, 4) if b else None
         d[f"lo{level}"], d[f"hi{level}"] = (round(b[0], 4), round(b[1], 4)) if b else (None, None)
         d[f"band{level}"] = [round(math.exp(b[0]), 4), round(math.exp(b[1]), 4)] if b else None
-    sources: dict = {}
-    for r in rs:
-        sources[r.source] = sources.get(r.source, 0) + 1
-    d["sources"] = dict(sorted(sources.items()))
+    d["sources"] = dict(sorted(Counter(r.source for r in rs).items()))
     return d
 
 
@@ -257,6 +255,7 @@ def _ladder(cell: dict, regime_pool: dict, work_pool: dict) -> dict:
 
 
 def _union(bands: list[dict], basis: str) -> dict:
+    """The smallest band holding every finite band of ``bands`` (rules 3-4 of :func:`applied_bands`)."""
     finite = [b for b in bands if math.isfinite(b["lo80"])]
     return _applied(min(b["lo80"] for b in finite), max(b["hi80"] for b in finite), basis)
 

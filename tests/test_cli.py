@@ -93,11 +93,30 @@ def test_console_script_runs_in_a_subprocess():
 
 
 def test_does_not_fit_is_reported(capsys):
-    code, out, _ = run_cli(capsys, "simulate", "--model", "llama3-70b", "--cluster", "dgx-h100", "--gpus", "8",
-                           "--tp", "8", "--gbs", "8", "--zero", "0", "--json")
-    assert code == 0
+    """A plan that runs out of memory: the prediction is still printed (it says why), then one line on
+    stderr names the largest part and what shrinks it, and the exit status is 3 (docs/errors.md)."""
+    code, out, err = run_cli(capsys, "simulate", "--model", "llama3-70b", "--cluster", "dgx-h100", "--gpus", "8",
+                             "--tp", "8", "--gbs", "8", "--zero", "0", "--json")
+    assert code == 3
     d = json.loads(out)
     assert d["fits"] is False and d["memory"]["total_bytes"] > d["memory"]["capacity_bytes"]
+    assert err.count("\n") == 1 and err.startswith("error: memory: the plan does not fit: stage 0 needs ")
+    # tp=8 on 8 GPUs leaves dp=1, so ZeRO cannot shard the Adam states: the message says what would
+    assert "largest part is optimizer states" in err and "data parallelism with the distributed optimizer" in err
+
+
+def test_a_plan_that_does_not_fit_exports_no_launch_config(tmp_path, capsys):
+    """--export of a plan predicted to run out of memory writes nothing: a launch config is a promise
+    that the plan runs."""
+    target = tmp_path / "launch.sh"
+    code, out, err = run_cli(capsys, "simulate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8",
+                             "--mbs", "4", "--gbs", "128", "--export", "megatron", "-O", str(target))
+    assert code == 3 and not target.exists()
+    assert "DOES NOT FIT" in out and "no launch config exported" in err
+    assert "largest part is activations" in err and "recompute (selective or full)" in err
+    code, _, _ = run_cli(capsys, "simulate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8",
+                         "--mbs", "1", "--gbs", "128", "--tp", "2", "--export", "megatron", "-O", str(target))
+    assert code == 0 and target.exists()
 
 
 def test_plan_writes_a_trace_of_the_best_plan(tmp_path, capsys):
@@ -111,7 +130,7 @@ def test_plan_writes_a_trace_of_the_best_plan(tmp_path, capsys):
 
 def test_ep_comm_overlap_hides_all_to_all(capsys):
     base = ["simulate", "--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--gpus", "64", "--tp", "1",
-            "--ep", "8", "--gbs", "64", "--seq", "4096", "--json"]
+            "--ep", "8", "--gbs", "64", "--seq", "4096", "--zero", "2", "--json"]
     code, out, _ = run_cli(capsys, *base)
     plain = json.loads(out)
     code2, out2, _ = run_cli(capsys, *base, "--ep-comm-overlap")

@@ -58,7 +58,8 @@ def test_megatron_spellings_give_the_same_plan(capsys):
 def test_megatron_spellings_in_moe_and_plan(capsys):
     code, out, err = run_cli(capsys, "simulate", "--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--gpus", "64",
                              "--tensor-model-parallel-size", "1", "--expert-model-parallel-size", "8",
-                             "--expert-tensor-parallel-size", "1", "--global-batch-size", "64", "--json")
+                             "--expert-tensor-parallel-size", "1", "--global-batch-size", "64", "--seq-length", "4096",
+                             "--recompute-granularity", "full", "--json")
     assert code == 0, err
     assert json.loads(out)["plan"]["ep"] == 8
     code, out, err = run_cli(capsys, "plan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "16",
@@ -135,7 +136,7 @@ def _reject(token):
 
 MEAS = "validation/measurements/h200_train_extra.json"
 JSON_COMMANDS = {
-    "simulate": ["simulate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "16", "--gbs", "32"],
+    "simulate": ["simulate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "16", "--gbs", "32", "--tp", "2"],
     "plan": ["plan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "16", "--gbs", "64", "--top", "1",
              "--max-tp", "2", "--no-progress"],
     "whatif": ["whatif", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "16", "--gbs", "32",

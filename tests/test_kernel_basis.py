@@ -67,8 +67,8 @@ def test_simulate_reports_the_basis_in_its_sentence_and_json(capsys):
     import json
 
     from meshcast.cli import main
-    assert main(["simulate", "--model", "nemotron-3-nano-30b-a3b", "--cluster", "dgx-h100", "--gpus", "8",
-                 "--ep", "8", "--mbs", "1", "--gbs", "64", "--seq", "4096", "--json"]) == 0
+    assert main(["simulate", "--model", "nemotron-3-nano-30b-a3b", "--cluster", "dgx-h100", "--gpus", "16",
+                 "--ep", "8", "--mbs", "1", "--gbs", "64", "--seq", "4096", "--recompute", "full", "--json"]) == 0
     conf = json.loads(capsys.readouterr().out)["confidence"]
     assert conf["kernel_basis"][0].startswith("attention: cuDNN fused attention, fitted on measurements with profile h100-sxm")
     assert conf["kernel_basis"][1] == "Mamba-2 scan: parameters transferred from profile h200-sxm"
@@ -83,8 +83,8 @@ def test_an_explicit_profile_file_is_the_basis_named(capsys):
 
     from meshcast.cli import main
     cand = Path(__file__).resolve().parent.parent / "validation" / "candidates" / "h200-sxm-tritonfa27.yaml"
-    assert main(["simulate", "--model", "llama3-8b", "--cluster", "h200-1gpu", "--gpus", "1", "--mbs", "1",
-                 "--gbs", "8", "--seq", "4096", "--calibration", str(cand), "--json"]) == 0
+    assert main(["simulate", "--model", "llama2-7b", "--cluster", "h200-1gpu", "--gpus", "1", "--mbs", "1",
+                 "--gbs", "8", "--seq", "4096", "--recompute", "full", "--calibration", str(cand), "--json"]) == 0
     conf = json.loads(capsys.readouterr().out)["confidence"]
     assert conf["kernel_basis"] == ["attention: cuDNN fused attention, fitted on measurements with profile h200-sxm-tritonfa27"]
 
@@ -101,7 +101,6 @@ def test_a_kernel_measured_on_another_gpu_says_which_and_how_it_is_scaled(capsys
         assert main(["simulate", "--model", "nemotron-3-nano-30b-a3b", "--ep", "8", "--mbs", "1", "--gbs", "64",
                      "--seq", "4096", "--json", *extra]) == 0
         return json.loads(capsys.readouterr().out)["confidence"]["kernel_basis"]
-    gb = lines("--cluster", "gb200-nvl72", "--gpus", "8")
     tail = "; applied to {} through its datasheet (peaks, bandwidths), never measured on it"
     gb = lines("--cluster", "gb200-nvl72", "--gpus", "8")
     assert gb[0] == "attention: cuDNN fused attention, fitted on measurements with profile h100-sxm" + tail.format("gb200")

@@ -75,9 +75,10 @@ def run(args: argparse.Namespace) -> int:
         from simulator.trace import write_chrome_trace
         write_chrome_trace(result, args.trace, ops=args.trace_ops)
     if args.json:
-        emit_export(args, model, result.plan, to_stdout=False)
+        if result.fits:   # a launch config of a plan that would run out of memory is not written
+            emit_export(args, model, result.plan, to_stdout=False)
         doc = {**result.to_dict(), "calibration_note": cal_note, "cost": cost}
-        if args.export and not args.export_file:
+        if args.export and not args.export_file and result.fits:
             from simulator.frameworks.launch import export_config
             cfg = export_config(model, result.plan)
             doc["launch_config"] = {"format": cfg.format, "text": cfg.text, "notes": list(cfg.notes)}
@@ -86,8 +87,53 @@ def run(args: argparse.Namespace) -> int:
         print(format_result(result))
         print(f"calibration: {cal_note}")
         print(format_cost(cost))
-        emit_export(args, model, result.plan)
+        if result.fits:
+            emit_export(args, model, result.plan)
+    if not result.fits:
+        print(f"error: memory: {does_not_fit_reason(result, bool(args.export))}", file=sys.stderr)
+        return EXIT_DOES_NOT_FIT
     return 0
+
+
+EXIT_DOES_NOT_FIT = 3     # docs/errors.md: the prediction is printed, the plan would run out of memory
+
+def memory_levers(part: str, p) -> str:
+    """What shrinks ``part`` of a device's memory under plan ``p``, leaving out what it already uses
+    (docs/cost_model.md, memory)."""
+    split = "a larger tp, pp" + (" or ep" if p.ep > 1 else "")
+    if part == "weights":
+        return f"shard the weights: {split}" + ("" if p.zero_stage >= 3 else ", or ZeRO-3 / FSDP")
+    if part == "gradients":
+        return f"shard the gradients: {split}" + ("" if p.zero_stage >= 2 else ", or ZeRO-2 / -3")
+    if part == "optimizer states":
+        sharded = (f"(sharded over dp={p.dp} already) a larger dp, {split}" if p.zero_stage >= 1 and p.dp > 1
+                   else f"{split}, or data parallelism with the distributed optimizer (ZeRO-1)")
+        return f"shard the optimizer states: {sharded}"
+    if part == "activations":
+        levers = ([] if p.recompute == "full" else ["recompute (selective or full)"]) + \
+                 (["a smaller micro-batch"] if p.mbs > 1 else []) + \
+                 (["sequence parallelism"] if p.tp > 1 and not p.sp else ["a larger tp with sequence parallelism"]) + \
+                 ["cp", "pp"]
+        return "shrink the activations: " + ", ".join(levers)
+    if part == "logits / loss":
+        return "shrink the logits: " + ("a smaller micro-batch, " if p.mbs > 1 else "") + "tp (vocabulary-parallel) or pp"
+    return "a smaller micro-batch" if p.mbs > 1 else "fewer tensors in flight"
+
+
+def does_not_fit_reason(r, export: bool = False) -> str:
+    """One sentence for a plan whose fullest device runs out of memory: what it needs against what
+    the device has, its largest part and what shrinks that part (GB = 1e9 bytes, as the report)."""
+    m = r.memory
+    parts = {"weights": m.weights_bytes, "gradients": m.gradients_bytes, "optimizer states": m.optimizer_bytes,
+             "activations": m.activations_bytes, "logits / loss": m.logits_bytes,
+             "workspace + fragmentation": m.total_bytes - m.peak_allocated_bytes}
+    largest = max(parts, key=parts.get)
+    borderline = " (within the memory model's margin: the verdict may go either way)" if m.borderline else ""
+    unexported = "; no launch config exported" if export else ""
+    return (f"the plan does not fit: stage {m.stage} needs {fmt_bytes(m.total_bytes)} per GPU, the "
+            f"{r.accelerator} has {fmt_bytes(m.capacity_bytes)}{borderline}; the largest part is {largest} "
+            f"({fmt_bytes(parts[largest])}): {memory_levers(largest, r.plan)}; or more GPUs; `meshcast plan` searches "
+            f"for a plan that fits{unexported}")
 
 
 def imported_source(args: argparse.Namespace) -> bool:
@@ -137,6 +183,9 @@ def format_result(r) -> str:
         f"  throughput       {r.tokens_per_s:,.0f} tokens/s ({r.tokens_per_s / r.num_gpus:,.0f} per GPU)",
         f"  model TFLOP/s    {r.tflops_per_gpu:.1f} per GPU",
         f"  MFU / HFU        {r.mfu:.1%} / {r.hfu:.1%} (of dense bf16 peak)",
+        *([f"  (over 100%: the FLOP count (Megatron's convention, simulator/flops.py) takes causal attention as "
+           f"the full s x s product, about twice what the kernels compute; at long sequences it exceeds the work done)"]
+          if max(r.mfu, r.hfu) > 1.0 and p.precision in ("bf16", "fp16") else []),
         *confidence_lines(r),
         "",
         f"memory per device (stage {mem.stage}, the fullest): {fmt_bytes(mem.total_bytes)} of "

@@ -7,7 +7,8 @@ recomputed layers per stage, ``recompute_layers``):
   gpus   the GPU count (one value, or a range ``lo:hi[:step]`` of whole nodes)
   tp     tensor parallel, sequence parallelism on; divides the attention heads (and the KV
          heads, or is divided by them); inside one NVLink domain unless relaxed
-  cp     context parallel; 2*cp divides the sequence (load-balanced causal CP)
+  cp     context parallel; 2*cp divides the sequence (load-balanced causal CP), and with sequence
+         parallelism tp divides each rank's seq/cp tokens (Megatron-Core splits them evenly)
   pp     pipeline stages; dp = gpus / (tp*cp*pp) must be a whole number
   ep/etp expert parallel and expert tensor parallel (MoE models only); ep divides the experts,
          ep*etp divides tp*cp*dp and stays inside the NVLink domain unless relaxed
@@ -300,6 +301,10 @@ def enumerate_shapes(model: ModelSpec, c: Constraints, gpus_per_domain: int,
             for cp in _allowed(c, "cp", [x for x in divisors(rest) if x <= c.max_cp or c.fix("cp")]):
                 if cp > 1 and seq % (2 * cp):
                     rej.add("cp", f"sequence {seq} is not divisible by 2*cp = {2 * cp}", 2)
+                    continue
+                if tp > 1 and c.base.sequence_parallel and (seq // cp) % tp:
+                    rej.add("seq", f"sequence parallelism splits {seq // cp} tokens per rank over tp={tp}: "
+                                   "not divisible", 2)
                     continue
                 rest2 = rest // cp
                 pp_cands = [x for x in divisors(rest2) if x <= L and (c.max_pp is None or x <= c.max_pp)]

@@ -433,6 +433,12 @@ def _check_model_fit(model: ModelSpec, plan: ParallelPlan, edge_chunks: bool = F
         raise PlanError("gbs", f"global batch {plan.gbs} is not divisible by dp*mbs = {plan.dp}*{plan.mbs}")
     if plan.seq % (2 * cp if cp > 1 else 1):
         raise PlanError("cp", f"sequence {plan.seq} is not divisible by 2*cp = {2 * cp} (load-balanced causal CP)")
+    if plan.sp and (plan.seq // cp) % tp:
+        # Megatron-Core splits the [s, b, h] activations along s over the tp ranks and asserts the split
+        # is even (tensor_parallel/mappings.py _split_along_first_dim: "First dimension of the tensor
+        # should be divisible by tensor parallel size")
+        raise PlanError("seq", f"sequence parallelism splits each rank's {plan.seq // cp} tokens over tp={tp}: "
+                               f"not divisible (a multiple of {tp * cp} tokens, or --no-sp)")
     if plan.layers_per_stage is not None:
         if len(plan.layers_per_stage) != pp:
             raise PlanError("layers_per_stage", f"has {len(plan.layers_per_stage)} entries for pp={pp}")

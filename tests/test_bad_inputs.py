@@ -293,7 +293,10 @@ def _cases() -> list[tuple[str, list[str], str]]:
     add(("simulate-torchtitan-nvfp4", ["simulate", "--model", "llama3-8b", "--cluster", "gb200-nvl72", "--gpus", "64",
                                        "--gbs", "256", "--framework", "torchtitan", "--precision", "nvfp4"],
          "torchtitan: nvfp4 is not modelled"))
-    add(("simulate-unknown-model", ["simulate", "--model", "llama9", "--cluster", "dgx-h100"], "model"))
+    # sequence parallelism splits each rank's tokens evenly over tp (a 3-token split over tp=2 ran before, a
+    # 1-token one divided by zero)
+    add(("simulate-seq-not-split-by-tp", SIM + ["--tp", "2", "--seq", "3"], "seq: sequence parallelism splits"))
+    add(("simulate-model-unknown", ["simulate", "--model", "llama9", "--cluster", "dgx-h100"], "model"))
     add(("simulate-unknown-cluster", ["simulate", "--model", "llama3-8b", "--cluster", "dgx-z900"], "cluster"))
     add(("simulate-unknown-calibration", SIM + ["--calibration", "no-such-profile"], "calibration"))
     for argv, field in ((["--top", "0"], "top"), (["--days", "3"], "days"), (["--tokens", "-1"], "tokens"),

@@ -231,3 +231,17 @@ def test_cli_heterogeneous_pools(capsys):
     rc, out, err = _cli(["plan", "--model", "llama3-70b", "--pool", "dgx-h100:64", "--pool", "dgx-a100-superpod:64",
                          "--tp", "8", "--pp", "8", "--dp", "8", "--gbs", "512"], capsys)
     assert rc == 2 and err.startswith("error: pool: 8 stages")
+
+
+@pytest.mark.parametrize("seq", [1, 2, 3, 7])
+def test_sequences_too_short_to_split_leave_only_plans_that_split_them(seq):
+    """With sequence parallelism Megatron-Core splits each rank's seq/cp tokens evenly over tp: a
+    2-token sequence has no tp=4 plan (the planner used to cost such plans, with no token on a rank,
+    and divide by zero); every plan it returns splits the sequence, and simulate accepts it."""
+    model = load_model("llama3-8b")
+    res = search(model, "dgx-h100", make_constraints(model, "dgx-h100", gpus=8, gbs=64, seq=seq), top=5)
+    assert res.candidates
+    for cand in res.candidates:
+        p = cand.plan
+        assert not p.sp or (seq // p.cp) % p.tp == 0
+        assert simulate(model, load_hardware("dgx-h100", 8), p).step_time_s > 0

@@ -54,6 +54,8 @@ DRAWS = {  # seed: (profile, measured file, registered predictions)
     51: ("h100-sxm", REPEAT / "h100_gemm_random51.json", LOGS / "prereg_gemm_random51_h100.txt"),
     52: ("h200-sxm", REPEAT / "h200_gemm_random52.json", LOGS / "prereg_gemm_random52_h200.txt"),
     53: ("h100-sxm", REPEAT / "h100_gemm_random53.json", LOGS / "prereg_gemm_random53_h100.txt"),
+    54: ("h200-sxm", REPEAT / "h200_gemm_random54.json", LOGS / "prereg_gemm_random54_h200.txt"),
+    55: ("h100-sxm", REPEAT / "h100_gemm_random55.json", LOGS / "prereg_gemm_random55_h100.txt"),
 }
 # the draws session 23's adoption of the gemm32 candidate made fit data (its restricted fits of the unaligned
 # rate and fixed costs ran on H200 seeds 24-30 and H100 seeds 21-31; fit blocks of the committed profiles)
@@ -130,6 +132,12 @@ REGISTERED = {
          "other": 0.0976},
     53: {"all": 0.0913, "small_mn_large_k": 0.1025, "fp8_small": 0.0497, "misaligned": 0.1082, "large": 0.1144,
          "other": 0.0716},
+    # session 30, second pair, by the committed model of 87b03f2 (the same GEMM model), candidate knn53 beside it
+    # (tests/test_gemm_knn_candidate.py)
+    54: {"all": 0.0744, "small_mn_large_k": 0.0690, "fp8_small": 0.0532, "misaligned": 0.0831, "large": 0.0988,
+         "other": 0.0822},
+    55: {"all": 0.0922, "small_mn_large_k": 0.1118, "fp8_small": 0.0719, "misaligned": 0.0837, "large": 0.1079,
+         "other": 0.0743},
 }
 # the gemm40 candidate (the unaligned fallback kernels' serial C store and small-tile load factor;
 # validation/gemm40_fit.py on every draw through seed 39) registered beside seeds 40 / 41
@@ -179,6 +187,8 @@ TODAY_23 = {
     51: {"all": 0.0976, "small_mn_large_k": 0.1143, "fp8_small": 0.0510, "misaligned": 0.1659, "large": 0.1195, "other": 0.0731},
     52: {"all": 0.0919, "small_mn_large_k": 0.0728, "fp8_small": 0.0949, "misaligned": 0.1383, "large": 0.0941, "other": 0.0975},
     53: {"all": 0.0913, "small_mn_large_k": 0.1025, "fp8_small": 0.0496, "misaligned": 0.1082, "large": 0.1144, "other": 0.0716},
+    54: {"all": 0.0744, "small_mn_large_k": 0.0690, "fp8_small": 0.0532, "misaligned": 0.0831, "large": 0.0988, "other": 0.0822},
+    55: {"all": 0.0922, "small_mn_large_k": 0.1118, "fp8_small": 0.0719, "misaligned": 0.0837, "large": 0.1079, "other": 0.0743},
 }
 # the gemm32 candidate registered beside seeds 32 / 33 (validation/candidates/*-sxm-gemm32.yaml)
 REGISTERED_GEMM32 = {
@@ -263,7 +273,8 @@ TARGET_MET = {40, 46}
                                        "8.8%, seed 43 (H100) 7.6% (session 24); seed 44 (H200) 7.3%, seed 45 (H100) 9.85% "
                                        "(session 25); seed 47 (H100) 8.9% (session 27); seed 48 (H200) 8.5%, "
                                        "seed 49 (H100) 7.7% (session 28); seed 50 (H200) 7.8%, seed 51 (H100) "
-                                       "9.8% (session 29); seed 52 (H200) 9.2%, seed 53 (H100) 9.1% (session 30)")
+                                       "9.8% (session 29); seed 52 (H200) 9.2%, seed 53 (H100) 9.1%, seed 54 (H200) 7.4%, "
+                                       "seed 55 (H100) 9.2% (session 30; candidate knn53 4.6% / 5.8%)")
 def test_fresh_draw_target(seed):
     _, path, log = DRAWS[seed]
     adopted = LOGS / log.name.replace(".txt", "_cand.txt") if seed in (36, 37) else log     # gemm36's registration
@@ -369,6 +380,11 @@ NEXT = {  # log: (seed, --like file, --profile or None)
     # Session 30: seeds 52 (H200) / 53 (H100), the committed model alone (cd7f481)
     "prereg_gemm_random52_h200.txt": (52, "h200_gemm_random.json", None),
     "prereg_gemm_random53_h100.txt": (53, "h100_gemm_random3.json", None),
+    # Session 30, second pair: seeds 54 (H200) / 55 (H100), the committed model (87b03f2); knn53 beside it
+    "prereg_gemm_random54_h200.txt": (54, "h200_gemm_random.json", None),
+    "prereg_gemm_random55_h100.txt": (55, "h100_gemm_random3.json", None),
+    "prereg_gemm_random54_h200_knn.txt": (54, "h200_gemm_random.json", None),
+    "prereg_gemm_random55_h100_knn.txt": (55, "h100_gemm_random3.json", None),
 }
 GEMM32_PAIRS = {32: ("prereg_gemm_random32_h200.txt", "prereg_gemm_random32_h200_cand.txt"),
                 33: ("prereg_gemm_random33_h100.txt", "prereg_gemm_random33_h100_cand.txt")}

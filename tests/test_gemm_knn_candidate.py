@@ -1,0 +1,86 @@
+"""Candidate knn53 (validation/gemm_residual_knn.py, issue #12 session 30): the committed GEMM model times
+a nearest-neighbour correction learned from the GPU's earlier random draws, registered beside the committed
+model before GEMM seeds 54 (H200) and 55 (H100) ran. Also the evidence it rests on: the same 156 H100 shapes
+measured twice agree far more closely than the model does. Figures: docs/validation.md, "Session 30"."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from validation.gemm_regimes import mape_by_regime, random_set_pairs, registered_pairs
+from validation.gemm_residual_knn import DEV_SEEDS, cross_validate, register
+
+MEAS = Path(__file__).resolve().parent.parent / "validation" / "measurements"
+LOGS, REPEAT = MEAS / "logs", MEAS / "repeat"
+DRAWS = {54: "h200", 55: "h100"}
+# as registered (commit d41c0e5, before the draws ran): seed: {regime: MAPE}
+COMMITTED = {54: {"all": 0.0744, "large": 0.0988, "misaligned": 0.0831, "other": 0.0822},
+             55: {"all": 0.0922, "large": 0.1079, "misaligned": 0.0837, "small_mn_large_k": 0.1118}}
+CANDIDATE = {54: {"all": 0.0456, "fp8_small": 0.0170, "large": 0.0677, "misaligned": 0.0633, "other": 0.0334,
+                  "small_mn_large_k": 0.0545},
+             55: {"all": 0.0583, "fp8_small": 0.0280, "large": 0.1044, "misaligned": 0.0657, "other": 0.0312,
+                  "small_mn_large_k": 0.0767}}
+
+
+def _scores(seed: int, tag: str) -> dict:
+    gpu = DRAWS[seed]
+    got = mape_by_regime(registered_pairs(LOGS / f"prereg_gemm_random{seed}_{gpu}{tag}.txt",
+                                          REPEAT / f"{gpu}_gemm_random{seed}.json"))
+    return {k: v[1] for k, v in got.items()}
+
+
+@pytest.mark.parametrize("seed", sorted(DRAWS))
+def test_registered_draws_as_measured(seed):
+    """Both registrations scored on the draw they predicted: the committed model and the candidate."""
+    committed, candidate = _scores(seed, ""), _scores(seed, "_knn")
+    for regime, mape in COMMITTED[seed].items():
+        assert committed[regime] == pytest.approx(mape, abs=1e-4), regime
+    for regime, mape in CANDIDATE[seed].items():
+        assert candidate[regime] == pytest.approx(mape, abs=1e-4), regime
+
+
+@pytest.mark.parametrize("seed", sorted(DRAWS))
+def test_candidate_meets_the_gemm_target_where_the_model_does_not(seed):
+    """Issue #12's 7% on a fresh draw: the candidate 4.56% (H200) and 5.83% (H100, the first H100 draw within
+    7%), the committed model 7.44% / 9.22% on the same shapes; the candidate is better pooled and in every
+    regime but H100's large shapes (10.4% against 10.8%)."""
+    committed, candidate = _scores(seed, ""), _scores(seed, "_knn")
+    assert candidate["all"] <= 0.07 < committed["all"]
+    assert all(candidate[r] <= committed[r] for r in committed)
+
+
+@pytest.mark.parametrize("seed", sorted(DRAWS))
+def test_the_candidate_log_is_what_the_module_writes(seed, tmp_path):
+    """The registered candidate rows are the module's correction of the committed rows (its development
+    draws end at seed 53: the scored draws were never read)."""
+    gpu = DRAWS[seed]
+    assert max(DEV_SEEDS[gpu]) < seed
+    out = tmp_path / "knn.txt"
+    register(LOGS / f"prereg_gemm_random{seed}_{gpu}.txt", out, gpu, [])
+    rows = lambda p: [line for line in p.read_text().splitlines() if line and not line.startswith("#")]  # noqa: E731
+    assert rows(out) == rows(LOGS / f"prereg_gemm_random{seed}_{gpu}_knn.txt")
+
+
+@pytest.mark.parametrize("gpu,committed,corrected", [("h100", 0.0875, 0.0641), ("h200", 0.0779, 0.0550)])
+def test_leave_one_draw_out(gpu, committed, corrected):
+    """Each development draw predicted with a table of the others: H100 (14 draws) 8.75% -> 6.41%, H200
+    (15 draws) 7.79% -> 5.50% pooled; ratchets at those figures."""
+    res = cross_validate(gpu)
+    mean = lambda i: sum(v[i] for v in res.values()) / len(res)  # noqa: E731
+    assert mean(0) == pytest.approx(committed, abs=5e-4)
+    assert mean(1) <= corrected + 5e-4
+
+
+def test_the_same_shapes_measured_twice_agree_to_two_percent():
+    """H100 seed 53's 156 shapes timed again on a later machine start (same harness and software): the first
+    run 'predicts' the second to 1.82% MAPE (median 1.0%), with the same cuBLAS kernel on every shape, while
+    the committed model misses both runs by 9.1-9.2%: its GEMM error is not measurement noise."""
+    first = {(r["m"], r["n"], r["k"], r["dtype"]): r for r, _ in random_set_pairs(REPEAT / "h100_gemm_random53.json")}
+    again = {(r["m"], r["n"], r["k"], r["dtype"]): (r, p)
+             for r, p in random_set_pairs(REPEAT / "h100_gemm_random53_rerun.json")}
+    assert set(first) == set(again) and len(first) == 156
+    cross = mape_by_regime([(again[k][0], first[k]["time_s"]) for k in first])["all"][1]
+    model = mape_by_regime(list(again.values()))["all"][1]
+    assert cross <= 0.0185 and model >= 0.09
+    assert all(first[k]["kernels"][0]["name"] == again[k][0]["kernels"][0]["name"] for k in first)

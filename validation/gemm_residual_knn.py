@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from simulator.compute import TORCH_DTYPES, gemm_aligned
+from validation.gemm_regimes import _dims
 
 K = 8
 D0 = 0.5
@@ -89,9 +90,8 @@ def _registered_rows(log: Path):
         if line.startswith("#") or not line.strip():
             yield line, None
             continue
-        dtype, rest = line.split(None, 1)
-        m, n, k = (int(x) for x in re.findall(r"(\d+)x?", rest)[:3])
-        yield line, (dtype, m, n, k, float(line.split()[-2]))
+        m, n, k = _dims(line)
+        yield line, (line.split()[0], m, n, k, float(line.split()[-2]))
 
 
 def register(log: Path, out: Path, gpu: str, header: list[str]) -> int:

@@ -97,6 +97,14 @@ def run(args: argparse.Namespace) -> int:
 
 EXIT_DOES_NOT_FIT = 3     # docs/errors.md: the prediction is printed, the plan would run out of memory
 
+
+def memory_parts(m) -> dict[str, float]:
+    """Bytes of the fullest device by part (a :class:`simulator.memory.MemoryBreakdown`), in report order."""
+    return {"weights": m.weights_bytes, "gradients": m.gradients_bytes, "optimizer states": m.optimizer_bytes,
+            "activations": m.activations_bytes, "logits / loss": m.logits_bytes,
+            "workspace + fragmentation": m.total_bytes - m.peak_allocated_bytes}
+
+
 def memory_levers(part: str, p) -> str:
     """What shrinks ``part`` of a device's memory under plan ``p``, leaving out what it already uses
     (docs/cost_model.md, memory)."""
@@ -124,9 +132,7 @@ def does_not_fit_reason(r, export: bool = False) -> str:
     """One sentence for a plan whose fullest device runs out of memory: what it needs against what
     the device has, its largest part and what shrinks that part (GB = 1e9 bytes, as the report)."""
     m = r.memory
-    parts = {"weights": m.weights_bytes, "gradients": m.gradients_bytes, "optimizer states": m.optimizer_bytes,
-             "activations": m.activations_bytes, "logits / loss": m.logits_bytes,
-             "workspace + fragmentation": m.total_bytes - m.peak_allocated_bytes}
+    parts = memory_parts(m)
     largest = max(parts, key=parts.get)
     borderline = " (within the memory model's margin: the verdict may go either way)" if m.borderline else ""
     unexported = "; no launch config exported" if export else ""
@@ -195,11 +201,9 @@ def format_result(r) -> str:
            f"~5% on measured plan steps; the allocator reserves 1-9% more): the verdict may go either way"]
           if mem.borderline else []),
     ]
-    for label, value in (("weights", mem.weights_bytes), ("gradients", mem.gradients_bytes),
-                         ("optimizer states", mem.optimizer_bytes),
-                         (f"activations ({mem.in_flight_microbatches:g} micro-batches in flight)", mem.activations_bytes),
-                         ("logits / loss", mem.logits_bytes),
-                         ("workspace + fragmentation", mem.total_bytes - mem.peak_allocated_bytes)):
+    for label, value in memory_parts(mem).items():
+        if label == "activations":
+            label = f"activations ({mem.in_flight_microbatches:g} micro-batches in flight)"
         lines.append(f"  {label:<44} {fmt_bytes(value):>10}")
     lines += ["", "time breakdown (exposed, critical path):"]
     for key, value in sorted(r.breakdown.items(), key=lambda kv: -kv[1]):

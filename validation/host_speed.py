@@ -89,8 +89,9 @@ TWIN_KEY_FIELDS = ("framework", "seq", "layers", "world", "tp", "pp", "vp", "cp"
 def twin_key(rec: dict, moe: bool = True) -> tuple:
     """What a plan and its twin share: MLP family (gated or not), framework, plan, sequence, layers;
     with ``moe``, also the expert count and top-k (a MoE plan's own twin runs its MoE layers' host
-    code: the harness's host-moe-E models, session 20)."""
-    key = (rec.get("activation") == "swiglu",) + tuple(rec.get(k) for k in TWIN_KEY_FIELDS)
+    code: the harness's host-moe-E models, session 20). The expert-parallel degree ``ep`` (absent
+    before session 31: 1) is part of the plan."""
+    key = (rec.get("activation") == "swiglu",) + tuple(rec.get(k) for k in TWIN_KEY_FIELDS) + (int(rec.get("ep", 1)),)
     return key + (rec.get("experts"), rec.get("topk")) if moe else key
 
 

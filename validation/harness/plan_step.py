@@ -83,6 +83,9 @@ MODELS = {
     # H200 holds, so on two it needs the distributed optimizer, tensor or pipeline parallelism
     "llama3-8b": dict(layers=32, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336, vocab=128256,
                       norm="rmsnorm", activation="swiglu", position="rope", linear_bias=False),
+    # Qwen2.5-3B's shape (36 layers, GQA 8:1, ffn 11008, vocab 151936; untied here): session 31's set 15
+    "qwen-3b": dict(layers=36, hidden=2048, heads=16, kv_heads=2, ffn_hidden=11008, vocab=151936,
+                    norm="rmsnorm", activation="swiglu", position="rope", linear_bias=False),
     "gpt-2.7b": dict(layers=32, hidden=2560, heads=32, kv_heads=32, ffn_hidden=10240, vocab=50304,
                      norm="layernorm", activation="gelu", position="learned", linear_bias=True),
     "gpt-1.3b": dict(layers=24, hidden=2048, heads=16, kv_heads=16, ffn_hidden=8192, vocab=50304,
@@ -121,16 +124,17 @@ MOE_AUX_LOSS_COEFF = 1e-2
 
 
 def case(framework, model, seq, world, tp=1, pp=1, vp=1, cp=1, zero=0, sp=False, recompute="none", mbs=1, gbs=8,
-         risky=False, layers=None, topk=None):
+         risky=False, layers=None, topk=None, ep=1):
     """One case: framework, model (a MODELS name), sequence, world and plan fields; dp is what is
-    left of the world after tp * pp * cp. ``topk`` overrides a MoE model's experts per token."""
+    left of the world after tp * pp * cp. ``topk`` overrides a MoE model's experts per token; ``ep``
+    (MoE, Megatron-Core only) splits the experts over ep ranks of the data-parallel group."""
     dp = world // (tp * pp * cp)
     m = dict(MODELS[model], seq=seq, tied_embeddings=False)
     if layers is not None:
         m["layers"] = layers
     if topk is not None:
         m["topk"] = topk
-    plan = dict(world=world, tp=tp, pp=pp, vp=vp, cp=cp, dp=dp, sequence_parallel=bool(sp and tp > 1),
+    plan = dict(world=world, tp=tp, pp=pp, vp=vp, cp=cp, dp=dp, ep=ep, sequence_parallel=bool(sp and tp > 1),
                 zero_stage=zero, recompute=recompute, mbs=mbs, gbs=gbs,
                 schedule=("interleaved" if vp > 1 else "1f1b") if pp > 1 else None)
     return dict(framework=framework, name=model, model=m, plan=plan, risky=risky)
@@ -142,6 +146,10 @@ def unsupported_reason(c: dict) -> str | None:
     p = c["plan"]
     if c["framework"] == "torchtitan" and c["model"]["position"] == "learned" and (p["tp"] > 1 or p.get("cp", 1) > 1):
         return "the torch-native runner has no learned positions under tensor or context parallelism"
+    if p.get("ep", 1) > 1 and not c["model"].get("experts"):
+        return "expert parallelism needs a MoE model"
+    if p.get("ep", 1) > 1 and c["framework"] == "torchtitan":
+        return "the torch-native runner has no MoE layers, so no expert parallelism"
     return None
 
 
@@ -398,6 +406,42 @@ def native13_grid() -> list[dict]:
     return [x for c in megatron + native for x in (c, twin_of(c))]
 
 
+def native14_grid() -> list[dict]:
+    """A fifteenth pre-registered two-GPU set (logs/prereg15_h200x2_plan.txt, session 31): Qwen2.5-3B's
+    shape (qwen-3b) at s4096, never run under either framework, every plan family a team weighs on
+    two GPUs. Megatron-Core local: interleaved (first, in a fresh process), pp, tp, tp + sp, dp +
+    distributed optimizer, the same with selective recompute, tp + sp with full recompute, and,
+    alone at the end (risky: predicted within 2% of the memory), plain DDP; torch-native: DDP, FSDP2, DTensor TP + SP, pp, interleaved, cp. Each plan followed at once
+    by its twin, so that a budget stop leaves whole pairs; run with ``--only`` per framework."""
+    F, T = "megatron-core-local", "torchtitan"
+    m, s = "qwen-3b", 4096
+    megatron = [case(F, m, s, 2, pp=2, vp=2, gbs=8), case(F, m, s, 2, pp=2, gbs=8), case(F, m, s, 2, tp=2, gbs=8),
+                case(F, m, s, 2, tp=2, sp=True, gbs=8), case(F, m, s, 2, zero=1, gbs=8),
+                case(F, m, s, 2, zero=1, gbs=8, recompute="selective"),
+                case(F, m, s, 2, tp=2, sp=True, gbs=8, recompute="full"), case(F, m, s, 2, zero=0, gbs=8, risky=True)]
+    native = [case(T, m, s, 2, zero=0, gbs=8), sync_each(case(T, m, s, 2, zero=3, gbs=8)),
+              case(T, m, s, 2, tp=2, sp=True, gbs=8), case(T, m, s, 2, pp=2, gbs=8),
+              case(T, m, s, 2, pp=2, vp=2, gbs=8), sync_each(case(T, m, s, 2, cp=2, zero=3, gbs=8))]
+    return [x for c in megatron + native for x in (c, twin_of(c))]
+
+
+def moe3_grid() -> list[dict]:
+    """The first MoE steps with expert parallelism (session 31, logs/prereg_moe3_h200x2_plan.txt):
+    Megatron-Core local on two GPUs, the experts replicated (ep 1, distributed optimizer) or split
+    over the two ranks (ep 2: the alltoall dispatcher's all-to-all over NVLink), beside tp + sp and
+    pp, for three expert layouts already run on one GPU (moe2 / moe1), at micro-batch 4 (8,192 tokens,
+    so that the experts' GEMMs, not the host, set most steps): 16 experts top-4, the
+    Mixtral-like 8 experts top-2 and the fine-grained 64 experts top-8. Each plan runs alone (a MoE
+    case leaves memory behind in its process); the MoE twins (host-moe-E, the same plan) run first."""
+    F = "megatron-core-local"
+    plans = [case(F, "moe-16x4", 2048, 2, zero=1, mbs=4, gbs=32), case(F, "moe-16x4", 2048, 2, zero=1, ep=2, mbs=4, gbs=32),
+             case(F, "moe-16x4", 2048, 2, zero=0, ep=2, mbs=4, gbs=32), case(F, "moe-16x4", 2048, 2, tp=2, sp=True, mbs=4, gbs=32),
+             case(F, "moe-16x4", 2048, 2, pp=2, mbs=4, gbs=32),
+             case(F, "moe-8x2", 2048, 2, zero=1, mbs=4, gbs=32), case(F, "moe-8x2", 2048, 2, zero=1, ep=2, mbs=4, gbs=32),
+             case(F, "moe-64x8", 2048, 2, zero=1, ep=2, mbs=4, gbs=32)]
+    return [dict(c, risky=True) for c in plans] + [twin_of(c) for c in plans]
+
+
 def native12b_grid() -> list[dict]:
     """Set 13 again on a second machine, the plans whose records the first run lost (its launcher
     was stopped by the call's time limit before it wrote them; their times are in
@@ -644,7 +688,7 @@ NAMED_GRIDS = {"host": host_grid, "prereg": prereg_grid, "prereg2": prereg2_grid
                "native6": native6_grid, "native7": native7_grid, "native8": native8_grid,
                "native9": native9_grid, "native10": native10_grid,
                "native11": native11_grid, "native12": native12_grid, "native12b": native12b_grid,
-               "native13": native13_grid,
+               "native13": native13_grid, "native14": native14_grid, "moe3": moe3_grid,
                "h100a": h100a_grid}
 
 
@@ -659,7 +703,7 @@ def twin_of(c: dict) -> dict:
     p = c["plan"]
     twin = case(c["framework"], family, c["model"]["seq"], p["world"], tp=p["tp"], pp=p["pp"], vp=p["vp"],
                 cp=p.get("cp", 1), zero=p["zero_stage"], sp=p["sequence_parallel"], recompute=p["recompute"],
-                mbs=p["mbs"], gbs=p["gbs"], layers=c["model"]["layers"], topk=topk)
+                mbs=p["mbs"], gbs=p["gbs"], layers=c["model"]["layers"], topk=topk, ep=p.get("ep", 1))
     return {**{k: v for k, v in c.items() if k not in ("model", "plan", "name", "risky", "profile", "host_profile",
                                                     "gemm_trace")},
             **twin}
@@ -698,6 +742,8 @@ def case_label(c: dict) -> str:
     if p.get("cp", 1) > 1:
         bits.append(f"cp{p['cp']}")
     bits += [f"dp{p['dp']}", f"z{p['zero_stage']}"]
+    if p.get("ep", 1) > 1:
+        bits.append(f"ep{p['ep']}")
     if p["sequence_parallel"]:
         bits.append("sp")
     if p["recompute"] != "none":
@@ -964,16 +1010,17 @@ class MegatronRunner:
                     moe_token_dispatcher_type="alltoall", moe_router_load_balancing_type="aux_loss",
                     moe_aux_loss_coeff=MOE_AUX_LOSS_COEFF, moe_grouped_gemm=False)
 
-    def _layout(self, tp, pp, vp):
+    def _layout(self, tp, pp, vp, ep=1):
         from megatron.core import parallel_state as ps
         from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
-        if self.layout != (tp, pp, vp):
+        if self.layout != (tp, pp, vp, ep):
             if self.layout is not None:
                 ps.destroy_model_parallel()
             ps.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
                                          virtual_pipeline_model_parallel_size=vp if vp > 1 else None,
+                                         expert_model_parallel_size=ep,
                                          create_gloo_process_groups=False, distributed_timeout_minutes=2)
-            self.layout = (tp, pp, vp)
+            self.layout = (tp, pp, vp, ep)
         model_parallel_cuda_manual_seed(1234)
 
     def build(self, c: dict):
@@ -990,8 +1037,8 @@ class MegatronRunner:
         from megatron.core.transformer.transformer_config import TransformerConfig
 
         m, p = c["model"], c["plan"]
-        tp, pp, vp = p["tp"], p["pp"], p["vp"]
-        self._layout(tp, pp, vp)
+        tp, pp, vp, ep = p["tp"], p["pp"], p["vp"], p.get("ep", 1)
+        self._layout(tp, pp, vp, ep)
         llama = m["activation"] == "swiglu"
         rc = p["recompute"]
         cfg = TransformerConfig(
@@ -1001,7 +1048,7 @@ class MegatronRunner:
             gated_linear_unit=llama, activation_func=Fn.silu if llama else Fn.gelu,
             add_bias_linear=m["linear_bias"], hidden_dropout=0.0, attention_dropout=0.0,
             tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
-            virtual_pipeline_model_parallel_size=vp if vp > 1 else None,
+            virtual_pipeline_model_parallel_size=vp if vp > 1 else None, expert_model_parallel_size=ep,
             sequence_parallel=p["sequence_parallel"], bf16=True, params_dtype=torch.bfloat16,
             pipeline_dtype=torch.bfloat16, autocast_dtype=torch.bfloat16,
             recompute_granularity=None if rc == "none" else rc,

@@ -1101,8 +1101,11 @@ class MegatronRunner:
                                   bf16=True, params_dtype=torch.bfloat16, clip_grad=1.0,
                                   use_distributed_optimizer=p["zero_stage"] == 1)
         optimizer = get_megatron_optimizer(opt_cfg, model, use_gloo_process_groups=False)
-        self.optimizer_class = type(getattr(optimizer, "optimizer", optimizer)).__module__ + "." + \
-            type(getattr(optimizer, "optimizer", optimizer)).__name__
+        # a ChainedOptimizer (expert parallelism: one optimizer for the dense and one for the expert
+        # parameters) refuses `.optimizer`; name the torch optimizer of each part
+        parts = list(getattr(optimizer, "chained_optimizers", None) or [optimizer])
+        self.optimizer_class = ", ".join(sorted({type(getattr(o, "optimizer", o)).__module__ + "." +
+                                                 type(getattr(o, "optimizer", o)).__name__ for o in parts}))
         fwd_bwd = get_forward_backward_func()
         mbs, seq = p["mbs"], m["seq"]
         nmb = p["gbs"] // (p["dp"] * mbs)

@@ -298,12 +298,13 @@ def _predicted_to_fit(r: RecordResult, usable: float | None) -> bool:
 
 # ---- plan families (issue #11) ---------------------------------------------------------------
 PLAN_FAMILIES = ("1 GPU", "dp", "dp + distributed optimizer", "FSDP / ZeRO-3", "tp", "tp + sp", "pp 1F1B",
-                 "pp interleaved", "cp", "recompute full", "recompute selective")
+                 "pp interleaved", "cp", "ep", "recompute full", "recompute selective")
 
 
 def plan_families_of(rec: dict) -> list[str]:
     """The plan families a plan_step record belongs to: its structure (the first of pipeline,
-    tensor, context, sharded or plain data parallelism that it uses) and its recompute, if any."""
+    tensor, context, sharded or plain data parallelism that it uses), expert parallelism (ep > 1)
+    and its recompute, if any."""
     pp, tp, cp, world = (int(rec.get(k, 1)) for k in ("pp", "tp", "cp", "world"))
     zero = int(rec.get("zero_stage", 0))
     if pp > 1:
@@ -316,6 +317,8 @@ def plan_families_of(rec: dict) -> list[str]:
         out = ["1 GPU"]
     else:
         out = ["FSDP / ZeRO-3" if zero == 3 else "dp + distributed optimizer" if zero else "dp"]
+    if int(rec.get("ep", 1)) > 1:
+        out.append("ep")
     if rec.get("recompute", "none") != "none":
         out.append(f"recompute {rec['recompute']}")
     return out

@@ -212,6 +212,12 @@ class Calibration:
                                  collective (crosses no link, same kernel); 0 = none
     Communication (per tier kind: nvlink, pcie, xgmi, scale_out):
       links[kind]                LinkEfficiency
+    Not a fitted parameter:
+      gemm_residuals             absolute path of the GEMM residual table the profile names with its
+                                 top-level ``gemm_residuals:`` key (a file name resolved next to the
+                                 profile, else in hardware_specs/profiles/; simulator/gemm_residual.py,
+                                 docs/cost_model.md "GEMM residual correction"); "" (the default): no
+                                 correction. Not part of to_dict()
     """
 
     gemm_peak_fraction: dict = field(default_factory=lambda: {
@@ -274,6 +280,7 @@ class Calibration:
         "scale_out": LinkEfficiency(alpha_s=15.0e-6, bandwidth_fraction=0.85),
     })
     name: str = "defaults"
+    gemm_residuals: str = ""
 
     def link(self, kind: str) -> LinkEfficiency:
         """Efficiency of a tier kind; unknown kinds fall back to ``scale_out``."""
@@ -293,7 +300,10 @@ class Calibration:
         return replace(self, **{k: getattr(self, k) * factor for k in HOST_PARAMETERS})
 
     def to_dict(self) -> dict:
+        """The parameters as a mapping (links as mappings); without ``gemm_residuals``, which names a data
+        file, not a parameter (a profile written from it carries no residual table)."""
         d = asdict(self)
+        d.pop("gemm_residuals")
         d["links"] = {k: asdict(v) for k, v in self.links.items()}
         return d
 
@@ -389,11 +399,14 @@ def _check_step_power(sp: dict | None, origin: str) -> None:
             raise SpecError(f"{origin}: parameters.step_power.{key}", "unknown parameter of the step power model")
 
 
-def calibration_from_dict(data: dict, origin: str = "profile") -> Calibration:
+def calibration_from_dict(data: dict, origin: str = "profile", base_dir: Path | None = None) -> Calibration:
     """Build a :class:`Calibration` from a profile mapping (parameters under ``parameters:`` or
-    at the top level); unknown keys, wrong types and unphysical values raise SpecError."""
+    at the top level); unknown keys, wrong types and unphysical values raise SpecError. A top-level
+    ``gemm_residuals`` names the profile's GEMM residual table (:func:`_residual_table_path`, relative
+    to ``base_dir``)."""
     base = DEFAULT.to_dict()
-    params = _check_parameters(data.get("parameters", data), origin)
+    raw = data.get("parameters", {k: v for k, v in data.items() if k != "gemm_residuals"})
+    params = _check_parameters(raw, origin)
     params = {k: v for k, v in params.items() if v is not None}
     merged = {**base, **params}
     for key in DICT_PARAMETERS:
@@ -404,7 +417,23 @@ def calibration_from_dict(data: dict, origin: str = "profile") -> Calibration:
     for k, v in list(merged.items()):
         if isinstance(v, int) and not isinstance(v, bool):
             merged[k] = float(v)
-    return Calibration(**merged)
+    return Calibration(**merged, gemm_residuals=_residual_table_path(data.get("gemm_residuals"), origin, base_dir))
+
+
+def _residual_table_path(name, origin: str, base_dir: Path | None) -> str:
+    """The absolute path of the GEMM residual table a profile names (``gemm_residuals: <file>``): relative to
+    ``base_dir`` (the profile's directory; else the working directory), else in PROFILE_DIR (a copy of a
+    shipped profile elsewhere still finds its table); "" when it names none. SpecError when the value is not
+    a file name or no such file exists."""
+    if name is None:
+        return ""
+    if not isinstance(name, str) or not name:
+        raise SpecError(f"{origin}: gemm_residuals", f"expected the file name of a GEMM residual table, got {name!r}")
+    for path in (Path(name) if base_dir is None else Path(base_dir) / name, PROFILE_DIR / name):
+        if path.is_file():
+            return str(path.resolve())
+    raise SpecError(f"{origin}: gemm_residuals",
+                    f"no such GEMM residual table: {name} (next to the profile or in {PROFILE_DIR})")
 
 
 def load_calibration(name_or_path: str | None) -> Calibration:
@@ -425,7 +454,7 @@ def load_calibration(name_or_path: str | None) -> Calibration:
 def _read_profile(path: str, mtime_ns: int) -> Calibration:
     """One profile file, parsed once per version of the file: every caller then shares the same
     Calibration object, and with it the cost model's identity-keyed caches."""
-    cal = calibration_from_dict(read_yaml_mapping(Path(path)), path)
+    cal = calibration_from_dict(read_yaml_mapping(Path(path)), path, Path(path).parent)
     return replace(cal, name=Path(path).stem)
 
 

@@ -27,6 +27,7 @@ from functools import lru_cache
 
 from hardware_specs.schema import Accelerator
 from simulator.calibration import DEFAULT, Calibration
+from simulator.gemm_residual import residual_factor
 from simulator.power import time_ratio
 
 DTYPE_BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "fp4": 0.5}
@@ -136,7 +137,8 @@ def gemm_bytes(m: int, n: int, k: int, dtype: str, batch: int = 1, out_dtype: st
 
 
 def gemm_time(dev: DeviceModel, m: int, n: int, k: int, dtype: str = "bf16", batch: int = 1) -> float:
-    """Predicted time of a (batched) GEMM, seconds: tiled waves vs HBM roofline + launch."""
+    """Predicted time of a (batched) GEMM, seconds: tiled waves vs HBM roofline + launch, times the
+    measured-residual correction of :func:`gemm_residual_factor` where the profile names a table."""
     return _gemm_time(dev, int(m), int(n), int(k), dtype, int(batch))
 
 
@@ -144,7 +146,21 @@ def gemm_time(dev: DeviceModel, m: int, n: int, k: int, dtype: str = "bf16", bat
 def _gemm_time(dev: DeviceModel, m: int, n: int, k: int, dtype: str, batch: int) -> float:
     if min(m, n, k, batch) <= 0:
         return 0.0
-    return gemm_with_roofline_s(dev, gemm_plan(dev, m, n, k, dtype, batch)[0], m, n, k, dtype, batch)
+    t = gemm_with_roofline_s(dev, gemm_plan(dev, m, n, k, dtype, batch)[0], m, n, k, dtype, batch)
+    if dev.cal.gemm_residuals and batch == 1:
+        t *= gemm_residual_factor(dev, m, n, k, dtype)
+    return t
+
+
+def gemm_residual_factor(dev: DeviceModel, m: int, n: int, k: int, dtype: str) -> float:
+    """Dimensionless factor on the modelled seconds of one (unbatched) GEMM: exp(r), r the
+    distance-weighted mean log-residual of the nearest development GEMMs in the residual table
+    ``dev.cal.gemm_residuals`` names (simulator/gemm_residual.py; candidate knn53 of issue #12
+    session 30 with a zero-residual prior); 1.0 when the profile names none or the table was
+    measured on another accelerator (a datasheet-only GPU borrowing the profile)."""
+    if not dev.cal.gemm_residuals:
+        return 1.0
+    return residual_factor(dev.cal.gemm_residuals, dev.accelerator.name, m, n, k, dtype)
 
 
 def gemm_with_roofline_s(dev: DeviceModel, compute_s: float, m: int, n: int, k: int, dtype: str,

@@ -56,6 +56,8 @@ DRAWS = {  # seed: (profile, measured file, registered predictions)
     53: ("h100-sxm", REPEAT / "h100_gemm_random53.json", LOGS / "prereg_gemm_random53_h100.txt"),
     54: ("h200-sxm", REPEAT / "h200_gemm_random54.json", LOGS / "prereg_gemm_random54_h200.txt"),
     55: ("h100-sxm", REPEAT / "h100_gemm_random55.json", LOGS / "prereg_gemm_random55_h100.txt"),
+    56: ("h200-sxm", REPEAT / "h200_gemm_random56.json", LOGS / "prereg_gemm_random56_h200.txt"),
+    57: ("h100-sxm", REPEAT / "h100_gemm_random57.json", LOGS / "prereg_gemm_random57_h100.txt"),
 }
 # the draws session 23's adoption of the gemm32 candidate made fit data (its restricted fits of the unaligned
 # rate and fixed costs ran on H200 seeds 24-30 and H100 seeds 21-31; fit blocks of the committed profiles)
@@ -138,6 +140,12 @@ REGISTERED = {
          "other": 0.0822},
     55: {"all": 0.0922, "small_mn_large_k": 0.1118, "fp8_small": 0.0719, "misaligned": 0.0837, "large": 0.1079,
          "other": 0.0743},
+    # session 31, by the committed model of 161615c (the same GEMM model), candidate knnskip beside it
+    # (tests/test_gemm_knn_candidate.py)
+    56: {"all": 0.0751, "small_mn_large_k": 0.0782, "fp8_small": 0.0554, "misaligned": 0.1234, "large": 0.0751,
+         "other": 0.0621},
+    57: {"all": 0.0845, "small_mn_large_k": 0.0890, "fp8_small": 0.0379, "misaligned": 0.0972, "large": 0.1571,
+         "other": 0.0802},
 }
 # the gemm40 candidate (the unaligned fallback kernels' serial C store and small-tile load factor;
 # validation/gemm40_fit.py on every draw through seed 39) registered beside seeds 40 / 41
@@ -189,6 +197,8 @@ TODAY_23 = {
     53: {"all": 0.0913, "small_mn_large_k": 0.1025, "fp8_small": 0.0496, "misaligned": 0.1082, "large": 0.1144, "other": 0.0716},
     54: {"all": 0.0744, "small_mn_large_k": 0.0690, "fp8_small": 0.0532, "misaligned": 0.0831, "large": 0.0988, "other": 0.0822},
     55: {"all": 0.0922, "small_mn_large_k": 0.1118, "fp8_small": 0.0719, "misaligned": 0.0837, "large": 0.1079, "other": 0.0743},
+    56: {"all": 0.0751, "small_mn_large_k": 0.0782, "fp8_small": 0.0554, "misaligned": 0.1234, "large": 0.0751, "other": 0.0621},
+    57: {"all": 0.0845, "small_mn_large_k": 0.0890, "fp8_small": 0.0379, "misaligned": 0.0972, "large": 0.1571, "other": 0.0802},
 }
 # the gemm32 candidate registered beside seeds 32 / 33 (validation/candidates/*-sxm-gemm32.yaml)
 REGISTERED_GEMM32 = {
@@ -274,7 +284,8 @@ TARGET_MET = {40, 46}
                                        "(session 25); seed 47 (H100) 8.9% (session 27); seed 48 (H200) 8.5%, "
                                        "seed 49 (H100) 7.7% (session 28); seed 50 (H200) 7.8%, seed 51 (H100) "
                                        "9.8% (session 29); seed 52 (H200) 9.2%, seed 53 (H100) 9.1%, seed 54 (H200) 7.4%, "
-                                       "seed 55 (H100) 9.2% (session 30; candidate knn53 4.6% / 5.8%)")
+                                       "seed 55 (H100) 9.2% (session 30; candidate knn53 4.6% / 5.8%); seed 56 (H200) "
+                                       "7.5%, seed 57 (H100) 8.45% (session 31; candidate knnskip 5.2% / 6.2%)")
 def test_fresh_draw_target(seed):
     _, path, log = DRAWS[seed]
     adopted = LOGS / log.name.replace(".txt", "_cand.txt") if seed in (36, 37) else log     # gemm36's registration
@@ -385,6 +396,11 @@ NEXT = {  # log: (seed, --like file, --profile or None)
     "prereg_gemm_random55_h100.txt": (55, "h100_gemm_random3.json", None),
     "prereg_gemm_random54_h200_knn.txt": (54, "h200_gemm_random.json", None),
     "prereg_gemm_random55_h100_knn.txt": (55, "h100_gemm_random3.json", None),
+    # Session 31: seeds 56 (H200) / 57 (H100), the committed model (161615c); knnskip beside it
+    "prereg_gemm_random56_h200.txt": (56, "h200_gemm_random.json", None),
+    "prereg_gemm_random57_h100.txt": (57, "h100_gemm_random3.json", None),
+    "prereg_gemm_random56_h200_knnskip.txt": (56, "h200_gemm_random.json", None),
+    "prereg_gemm_random57_h100_knnskip.txt": (57, "h100_gemm_random3.json", None),
 }
 GEMM32_PAIRS = {32: ("prereg_gemm_random32_h200.txt", "prereg_gemm_random32_h200_cand.txt"),
                 33: ("prereg_gemm_random33_h100.txt", "prereg_gemm_random33_h100_cand.txt")}

@@ -86,3 +86,47 @@ def test_the_same_shapes_measured_twice_agree_to_two_percent():
     model = mape_by_regime(list(again.values()))["all"][1]
     assert cross <= 0.0185 and model >= 0.09
     assert all(first[k]["kernels"][0]["name"] == again[k][0]["kernels"][0]["name"] for k in first)
+
+
+# ---- candidate knnskip (session 31): knn53 with round shapes left alone, the form behind the profile switch ----
+SKIP_DRAWS = {56: "h200", 57: "h100"}
+# as registered (commit 161615c and its registration commit, before the draws ran): seed: {regime: MAPE}
+SKIP_COMMITTED = {56: {"all": 0.0751, "large": 0.0751, "misaligned": 0.1234, "other": 0.0621, "small_mn_large_k": 0.0782},
+                  57: {"all": 0.0845, "large": 0.1571, "misaligned": 0.0972, "other": 0.0802, "small_mn_large_k": 0.0890}}
+SKIP_CANDIDATE = {56: {"all": 0.0523, "fp8_small": 0.0225, "large": 0.0867, "misaligned": 0.0837, "other": 0.0346,
+                       "small_mn_large_k": 0.0594},
+                  57: {"all": 0.0622, "fp8_small": 0.0279, "large": 0.1258, "misaligned": 0.0741, "other": 0.0420,
+                       "small_mn_large_k": 0.0740}}
+
+
+def _skip_scores(seed: int, tag: str) -> dict:
+    gpu = SKIP_DRAWS[seed]
+    got = mape_by_regime(registered_pairs(LOGS / f"prereg_gemm_random{seed}_{gpu}{tag}.txt",
+                                          REPEAT / f"{gpu}_gemm_random{seed}.json"))
+    return {k: v[1] for k, v in got.items()}
+
+
+@pytest.mark.parametrize("seed", sorted(SKIP_DRAWS))
+def test_knnskip_registered_draws_as_measured(seed):
+    """Seeds 56 (H200) / 57 (H100), registered by the committed model and by the switch's form beside it before
+    they ran: committed 7.51% / 8.45%, knnskip 5.23% / 6.22%, both within issue #12's 7%; every regime better
+    but H200's large shapes (8.67% against 7.51%)."""
+    committed, candidate = _skip_scores(seed, ""), _skip_scores(seed, "_knnskip")
+    for regime, mape in SKIP_COMMITTED[seed].items():
+        assert committed[regime] == pytest.approx(mape, abs=1e-4), regime
+    for regime, mape in SKIP_CANDIDATE[seed].items():
+        assert candidate[regime] == pytest.approx(mape, abs=1e-4), regime
+    assert candidate["all"] <= 0.07 < committed["all"]
+    worse = {r for r in committed if candidate[r] > committed[r]}
+    assert worse == ({"large"} if seed == 56 else set())
+
+
+@pytest.mark.parametrize("seed", sorted(SKIP_DRAWS))
+def test_the_knnskip_log_is_what_the_module_writes(seed, tmp_path):
+    from validation.gemm_residual_knn import SWITCH
+    gpu = SKIP_DRAWS[seed]
+    assert max(DEV_SEEDS[gpu]) < seed
+    out = tmp_path / "knnskip.txt"
+    register(LOGS / f"prereg_gemm_random{seed}_{gpu}.txt", out, gpu, [], SWITCH)
+    rows = lambda p: [line for line in p.read_text().splitlines() if line and not line.startswith("#")]  # noqa: E731
+    assert rows(out) == rows(LOGS / f"prereg_gemm_random{seed}_{gpu}_knnskip.txt")

@@ -15,6 +15,7 @@ from validation.gemm_residual_knn import DEV_SEEDS, KNN53, cross_validate, regis
 MEAS = Path(__file__).resolve().parent.parent / "validation" / "measurements"
 LOGS, REPEAT = MEAS / "logs", MEAS / "repeat"
 DRAWS = {54: "h200", 55: "h100"}
+SKIP_DRAWS = {56: "h200", 57: "h100"}      # candidate knnskip (session 31), below
 # as registered (commit d41c0e5, before the draws ran): seed: {regime: MAPE}
 COMMITTED = {54: {"all": 0.0744, "large": 0.0988, "misaligned": 0.0831, "other": 0.0822},
              55: {"all": 0.0922, "large": 0.1079, "misaligned": 0.0837, "small_mn_large_k": 0.1118}}
@@ -25,7 +26,8 @@ CANDIDATE = {54: {"all": 0.0456, "fp8_small": 0.0170, "large": 0.0677, "misalign
 
 
 def _scores(seed: int, tag: str) -> dict:
-    gpu = DRAWS[seed]
+    """MAPE per regime of a registration (``tag``: "" the committed model, "_knn" knn53, "_knnskip" knnskip)."""
+    gpu = {**DRAWS, **SKIP_DRAWS}[seed]
     got = mape_by_regime(registered_pairs(LOGS / f"prereg_gemm_random{seed}_{gpu}{tag}.txt",
                                           REPEAT / f"{gpu}_gemm_random{seed}.json"))
     return {k: v[1] for k, v in got.items()}
@@ -89,7 +91,6 @@ def test_the_same_shapes_measured_twice_agree_to_two_percent():
 
 
 # ---- candidate knnskip (session 31): knn53 with round shapes left alone, the form behind the profile switch ----
-SKIP_DRAWS = {56: "h200", 57: "h100"}
 # as registered (commit 161615c and its registration commit, before the draws ran): seed: {regime: MAPE}
 SKIP_COMMITTED = {56: {"all": 0.0751, "large": 0.0751, "misaligned": 0.1234, "other": 0.0621, "small_mn_large_k": 0.0782},
                   57: {"all": 0.0845, "large": 0.1571, "misaligned": 0.0972, "other": 0.0802, "small_mn_large_k": 0.0890}}
@@ -99,19 +100,13 @@ SKIP_CANDIDATE = {56: {"all": 0.0523, "fp8_small": 0.0225, "large": 0.0867, "mis
                        "small_mn_large_k": 0.0740}}
 
 
-def _skip_scores(seed: int, tag: str) -> dict:
-    gpu = SKIP_DRAWS[seed]
-    got = mape_by_regime(registered_pairs(LOGS / f"prereg_gemm_random{seed}_{gpu}{tag}.txt",
-                                          REPEAT / f"{gpu}_gemm_random{seed}.json"))
-    return {k: v[1] for k, v in got.items()}
-
 
 @pytest.mark.parametrize("seed", sorted(SKIP_DRAWS))
 def test_knnskip_registered_draws_as_measured(seed):
     """Seeds 56 (H200) / 57 (H100), registered by the committed model and by the switch's form beside it before
     they ran: committed 7.51% / 8.45%, knnskip 5.23% / 6.22%, both within issue #12's 7%; every regime better
     but H200's large shapes (8.67% against 7.51%)."""
-    committed, candidate = _skip_scores(seed, ""), _skip_scores(seed, "_knnskip")
+    committed, candidate = _scores(seed, ""), _scores(seed, "_knnskip")
     for regime, mape in SKIP_COMMITTED[seed].items():
         assert committed[regime] == pytest.approx(mape, abs=1e-4), regime
     for regime, mape in SKIP_CANDIDATE[seed].items():

@@ -210,3 +210,18 @@ def test_the_study_grid_and_why_round_shapes_are_left_alone():
     for name in off:
         if not name.startswith("lodo"):
             assert skip[0.0][1][name] == pytest.approx(off[name], abs=1e-9)
+
+
+def test_calibrate_fits_the_uncorrected_model():
+    """A start profile with the switch on is fitted with the correction off (its table's residuals are against
+    the uncorrected model): the report's profile names no table."""
+    import dataclasses
+    from validation.calibrate import calibrate
+    from validation.hardware import hardware_for
+    from validation.records import load_measurements
+    mf = load_measurements(Path(__file__).resolve().parent.parent / "validation" / "measurements" / "h200_instep_conditions.json")
+    start = load_calibration(str(CANDIDATES / "h200-sxm-knn.yaml"))
+    assert start.gemm_residuals
+    report = calibrate([(mf, hardware_for(mf))], "h200-sxm", start=dataclasses.replace(start, softmax_masked_cost=1.0),
+                       only=("softmax_masked_cost",))
+    assert report.calibration.gemm_residuals == ""

@@ -67,8 +67,10 @@ def calibrate(files: list[tuple[MeasurementFile, Hardware]], name: str, start: C
     """Fit on (1 - 1/holdout_every) of the records of every file; report on the rest. ``only``
     (groups of validation.fit.PARAMETER_GROUPS or parameter paths/prefixes) restricts the fit to
     those parameters: every other one keeps its value in ``start``. ``fit_seeds``: draws of a
-    random held-out set that are fitted instead (:func:`_select`); every other draw stays held out."""
-    cal = start
+    random held-out set that are fitted instead (:func:`_select`); every other draw stays held out.
+    A start profile's GEMM residual correction is turned off: its table holds residuals against the
+    uncorrected model, so the fit is of that model (regenerate the table after a GEMM refit)."""
+    cal = replace(start, gemm_residuals="") if start.gemm_residuals else start
     report = CalibrationReport(cal, files=[mf.path for mf, _ in files], draws=fitted_draws(files, tuple(fit_seeds)))
 
     def seeds_of(params, seeds):

@@ -116,8 +116,9 @@ def test_moe3_as_registered_meets_the_moe_target():
 def test_moe3_tp_sp_plan_ran_faster_than_its_own_twin():
     """Why tp + sp is +62% under the registered rule: its MoE twin (host-moe-16, the same plan at
     microsecond kernel sizes) took 1.63 s a step, 1.97x its prediction, while the real plan took
-    1.01 s; the only other twin slower than its plan is moe-64x8's (1.31 s against 1.19 s). Under the reference host the plan is
-    -10%: the twin, not the plan, carried a cost the model does not see. Not explained: one layout."""
+    1.01 s; the only other twin slower than its plan is moe-64x8's (1.31 s against 1.19 s). Under the
+    reference host the plan is -10%: the twin, not the plan, carried a cost the model does not see. Not
+    explained: one layout."""
     mf = load_measurements(MOE3)
     hw = hardware_for(mf)
     cal = calibration_for(hw.accelerator)[0]
@@ -142,7 +143,8 @@ def test_moe3_misses_the_plan_family_target():
 
 
 def _registered_collectives():
-    rows = [line.split() for line in PREREG_COLL19.read_text().splitlines() if line.strip() and not line.startswith("#")]
+    lines = PREREG_COLL19.read_text().splitlines()
+    rows = [line.split() for line in lines if line.strip() and not line.startswith("#")]
     return {(k, int(b)): (float(p), float(c)) for k, b, _, p, c in rows}
 
 

@@ -301,7 +301,8 @@ def record_plan(rec: dict) -> ParallelPlan:
         raise Unsupported(f"unknown framework {framework!r}")
     world = int(rec["world"])
     return ParallelPlan(tp=int(rec["tp"]), pp=int(rec["pp"]), dp=int(rec["dp"]), vp=int(rec.get("vp", 1)),
-                        cp=int(rec.get("cp", 1)), ep=int(rec.get("ep", 1)), sequence_parallel=bool(rec.get("sequence_parallel", False)),
+                        cp=int(rec.get("cp", 1)), ep=int(rec.get("ep", 1)),
+                        sequence_parallel=bool(rec.get("sequence_parallel", False)),
                         zero_stage=int(rec["zero_stage"]), recompute=rec.get("recompute", "none"),
                         mbs=int(rec["mbs"]), gbs=int(rec["gbs"]), seq=int(rec["seq"]),
                         schedule=rec.get("schedule") if int(rec["pp"]) > 1 else None,

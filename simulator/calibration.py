@@ -299,6 +299,11 @@ class Calibration:
             raise ValueError(f"host speed factor must be positive, got {factor}")
         return replace(self, **{k: getattr(self, k) * factor for k in HOST_PARAMETERS})
 
+    def without_gemm_residuals(self) -> "Calibration":
+        """This profile with the GEMM residual correction off (itself where it is off already): the model
+        a residual table's residuals are taken against, and the one ``calibrate`` fits."""
+        return replace(self, gemm_residuals="") if self.gemm_residuals else self
+
     def to_dict(self) -> dict:
         """The parameters as a mapping (links as mappings); without ``gemm_residuals``, which names a data
         file, not a parameter (a profile written from it carries no residual table)."""

@@ -70,7 +70,7 @@ def calibrate(files: list[tuple[MeasurementFile, Hardware]], name: str, start: C
     random held-out set that are fitted instead (:func:`_select`); every other draw stays held out.
     A start profile's GEMM residual correction is turned off: its table holds residuals against the
     uncorrected model, so the fit is of that model (regenerate the table after a GEMM refit)."""
-    cal = replace(start, gemm_residuals="") if start.gemm_residuals else start
+    cal = start.without_gemm_residuals()
     report = CalibrationReport(cal, files=[mf.path for mf, _ in files], draws=fitted_draws(files, tuple(fit_seeds)))
 
     def seeds_of(params, seeds):

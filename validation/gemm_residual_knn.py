@@ -69,17 +69,12 @@ def profile_name(gpu: str) -> str:
     return f"{gpu}-sxm"
 
 
-def uncorrected(cal):
-    """``cal`` with the GEMM residual correction off (the same object where it is off already)."""
-    return replace(cal, gemm_residuals="") if cal.gemm_residuals else cal
-
-
 @lru_cache(maxsize=None)
 def draw_rows(gpu: str, seed: int) -> tuple:
     """(m, n, k, dtype, ln(measured / model)) of every record of one development draw of ``gpu``, in file
     order, against its profile with the correction off."""
     from validation.gemm_regimes import random_set_pairs
-    cal = uncorrected(load_calibration(profile_name(gpu)))
+    cal = load_calibration(profile_name(gpu)).without_gemm_residuals()
     return tuple((int(rec["m"]), int(rec["n"]), int(rec["k"]), rec["dtype"], math.log(rec["time_s"] / pred))
                  for rec, pred in random_set_pairs(REPEAT / f"{gpu}_gemm_random{seed}.json", cal))
 
@@ -181,7 +176,8 @@ def instep_calls() -> tuple:
     hw, cal, recs = profiled_steps(DEFAULT_FILE, "gemm_calls")
     out = []
     for rec in recs:
-        dev = _step(plan_model(rec), replace(hw, num_gpus=rec["world"]), record_plan(rec), uncorrected(cal)).ctx.dev
+        hw_rec, cal_off = replace(hw, num_gpus=rec["world"]), cal.without_gemm_residuals()
+        dev = _step(plan_model(rec), hw_rec, record_plan(rec), cal_off).ctx.dev
         for c in rec["gemm_calls"]:
             m, n, k, batch = gemm_dims(c["shapes"])
             if c.get("in_step_s") and c["op"] not in ("bmm", "baddbmm"):
@@ -201,7 +197,7 @@ def grouped_records(name: str, impl: str | None) -> tuple:
     from validation.records import load_measurements
     mf = load_measurements(Path(__file__).resolve().parent / "measurements" / name)
     hw = hardware_for(mf)
-    cal = uncorrected(load_calibration(profile_name(GROUPED_FILES[name])))
+    cal = load_calibration(profile_name(GROUPED_FILES[name])).without_gemm_residuals()
     dev = device_model(hw.accelerator, cal)
     out = []
     for r in mf.records:

@@ -436,9 +436,20 @@ def _residual_table_path(name, origin: str, base_dir: Path | None) -> str:
         raise SpecError(f"{origin}: gemm_residuals", f"expected the file name of a GEMM residual table, got {name!r}")
     for path in (Path(name) if base_dir is None else Path(base_dir) / name, PROFILE_DIR / name):
         if path.is_file():
-            return str(path.resolve())
+            return _checked_residual_table(str(path.resolve()), origin)
     raise SpecError(f"{origin}: gemm_residuals",
                     f"no such GEMM residual table: {name} (next to the profile or in {PROFILE_DIR})")
+
+
+def _checked_residual_table(path: str, origin: str) -> str:
+    """``path`` once the GEMM residual table there has been read (simulator.gemm_residual.load_table, cached):
+    a file that is not one is the profile's error, reported at load, not a traceback inside a GEMM's cost."""
+    from simulator.gemm_residual import load_table
+    try:
+        load_table(path)
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
+        raise SpecError(f"{origin}: gemm_residuals", f"{path} is not a GEMM residual table: {exc}") from None
+    return path
 
 
 def load_calibration(name_or_path: str | None) -> Calibration:

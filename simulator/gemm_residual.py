@@ -122,7 +122,7 @@ def load_table(path: str) -> ResidualTable:
     """The residual table file at ``path`` (:func:`table_to_json`'s format), read once per process."""
     doc = json.loads(Path(path).read_text())
     if doc.get("format") != FORMAT:
-        raise ValueError(f"{path}: not a GEMM residual table ({FORMAT})")
+        raise ValueError(f"its format is {doc.get('format')!r}, not {FORMAT!r}")
     return build_table(doc["accelerator"], [(m, n, k, dt, r) for dt, _aligned, m, n, k, r in doc["records"]])
 
 

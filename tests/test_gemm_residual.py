@@ -225,3 +225,17 @@ def test_calibrate_fits_the_uncorrected_model():
     report = calibrate([(mf, hardware_for(mf))], "h200-sxm", start=dataclasses.replace(start, softmax_masked_cost=1.0),
                        only=("softmax_masked_cost",))
     assert report.calibration.gemm_residuals == ""
+
+
+@pytest.mark.parametrize("body,why", [("not json", "Expecting value"),
+                                      ('{"format": "nope"}', "its format is 'nope'"),
+                                      ('{"format": "meshcast-gemm-residuals/1", "accelerator": "h200-sxm", '
+                                       '"records": [[1, 2]]}', "not enough values")])
+def test_a_malformed_table_is_the_profiles_error_at_load(tmp_path, body, why):
+    """A table that cannot be read is reported when the profile loads, naming the field, not as a
+    traceback from inside a GEMM's cost."""
+    from hardware_specs.errors import SpecError
+    from simulator.calibration import calibration_from_dict
+    (tmp_path / "t.json").write_text(body)
+    with pytest.raises(SpecError, match=f"gemm_residuals.*is not a GEMM residual table: .*{why}"):
+        calibration_from_dict({"gemm_residuals": "t.json"}, "p.yaml", tmp_path)

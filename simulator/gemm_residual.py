@@ -86,11 +86,13 @@ def build_table(accelerator: str, rows) -> ResidualTable:
 
 def log_residual(table: ResidualTable, m: int, n: int, k: int, dtype: str, *, neighbours: int = K,
                  d0: float = D0, prior_weight: float = PRIOR_WEIGHT, prior_distance: float = PRIOR_DISTANCE,
-                 round_multiple: int = ROUND_MULTIPLE) -> float:
+                 round_multiple: int = ROUND_MULTIPLE, max_distance: float | None = None) -> float:
     """r of the module docstring for one GEMM: the inverse-distance-weighted (1 / (d + d0)) mean of the
     log-residuals of the ``neighbours`` nearest records of its class, shrunk towards 0 by a pseudo-neighbour
-    of weight ``prior_weight`` / (``prior_distance`` + d0); 0.0 where the class has no record. Dimensionless
-    (a natural log of a time ratio). Source: candidate knn53, validation/gemm_residual_knn.py."""
+    of weight ``prior_weight`` / (``prior_distance`` + d0); 0.0 where the class has no record, or (with
+    ``max_distance``, log2 units) where its nearest record is farther than that: no extrapolation beyond
+    the measured shapes. Dimensionless (a natural log of a time ratio). Source: candidate knn53,
+    validation/gemm_residual_knn.py."""
     if round_multiple and n % round_multiple == 0 and k % round_multiple == 0:
         return 0.0
     found = table.classes.get(shape_class(m, n, k, dtype))
@@ -99,6 +101,8 @@ def log_residual(table: ResidualTable, m: int, n: int, k: int, dtype: str, *, ne
     points, residuals = found
     d = np.linalg.norm(points - shape_point(m, n, k), axis=1)
     idx = np.argsort(d)[:neighbours]
+    if max_distance is not None and d[idx[0]] > max_distance:
+        return 0.0
     w = 1.0 / (d[idx] + d0)
     prior = prior_weight / (prior_distance + d0)
     return float(np.sum(w * residuals[idx]) / (np.sum(w) + prior))

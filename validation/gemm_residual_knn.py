@@ -26,6 +26,13 @@ class in (log2 m, log2 n, log2 k), w_i = 1 / (d_i + 0.5), r_i = ln(t_measured / 
   6.42%, H200 5.52%, the real-workload sets unchanged. Registered beside the committed model on seeds 56
   (H200) / 57 (H100) before they ran; no shipped profile turns it on.
 
+* near (:data:`NEAR`, session 32): the switch's form with no correction where the nearest development record
+  is more than one binade away (Euclidean, log2 units): the correction interpolates measured residuals and
+  does not extrapolate them to shapes beyond the draws' range (the output heads and large-m GEMMs of real
+  steps). Leave-one-draw-out H100 6.74%, H200 5.75% (the draws are dense, so the gate costs a little there).
+  Registered beside the committed model and the switch's form on the real training GEMMs' set
+  (validation/real_gemms.py, seed 60) before it ran.
+
 Development records: every committed random draw of the GPU through session 30 (DEV_SEEDS), each
 reduced to its faster pass median (validation.gemm_regimes.reproduced_times), residuals taken against
 the profile with the correction off. The profiles' tables (hardware_specs/profiles/<gpu>-sxm_gemm_residuals.json)
@@ -60,7 +67,9 @@ DEV_SEEDS = {
 }
 KNN53 = {"prior_weight": 0.0, "round_multiple": 0}   # the candidate as registered beside seeds 54 and 55
 SWITCH = {"prior_weight": PRIOR_WEIGHT, "prior_distance": PRIOR_DISTANCE, "round_multiple": ROUND_MULTIPLE}
+NEAR = dict(SWITCH, max_distance=1.0)   # the switch's form, no correction beyond one binade of the records (session 32)
 STUDY_PRIOR = {"prior_weight": 8.0, "prior_distance": PRIOR_DISTANCE, "round_multiple": 0}   # the study's first form
+FORMS = {"knn53": KNN53, "switch": SWITCH, "near": NEAR}
 PRIOR_GRID = (0.0, 0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 16.0, 24.0, 32.0)
 
 
@@ -270,15 +279,16 @@ def main(argv=None) -> int:
     r.add_argument("out", type=Path)
     r.add_argument("--gpu", choices=sorted(DEV_SEEDS), required=True)
     r.add_argument("--header", action="append", default=[], help="a comment line for the file (repeatable)")
-    r.add_argument("--form", choices=("knn53", "switch"), default="knn53",
-                   help="knn53 (as registered beside seeds 54 / 55) or the switch's form (round shapes left alone)")
+    r.add_argument("--form", choices=tuple(FORMS), default="knn53",
+                   help="knn53 (as registered beside seeds 54 / 55), the switch's form (round shapes left alone), "
+                        "or near (the switch's form only within one binade of a record)")
     args = p.parse_args(argv)
     if args.cmd == "table":
         out = args.out or PROFILE_DIR / f"{profile_name(args.gpu)}_gemm_residuals.json"
         print(f"wrote {write_table(args.gpu, out)} records to {out}")
     elif args.cmd == "register":
         n = register(args.log, args.out, args.gpu, [h if h.startswith("#") else "# " + h for h in args.header],
-                     KNN53 if args.form == "knn53" else SWITCH)
+                     FORMS[args.form])
         print(f"wrote {n} rows to {args.out}")
     elif args.cmd == "cv":
         res = cross_validate(args.gpu, **(KNN53 if args.knn53 else SWITCH))

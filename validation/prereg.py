@@ -111,8 +111,10 @@ def kernel_rows(suite: str, like: str, seed: int | None = None, profile: str | N
     return [(h.label(c), kernel_time(record(c), hw, cal)) for c in cases]
 
 
-def gemm_draw_rows(seed: int, like: str, profile: str | None = None) -> list[tuple[str, str, float]]:
-    """(case label, regime, predicted seconds) for every GEMM of the random draw ``seed`` on the
+def gemm_draw_rows(seed: int, like: str, profile: str | None = None,
+                   suite: str = "random") -> list[tuple[str, str, float]]:
+    """(case label, regime, predicted seconds) for every GEMM of the draw ``seed`` of ``suite`` (random:
+    gemm_cases.random_cases; real: gemm_cases.real_cases, real training GEMMs) on the
     hardware of the measurement file ``like`` (the record sustained.py writes, kind ``gemm``);
     ``profile``: a calibration profile (name or path) instead of the accelerator's own, to register
     a candidate beside the committed model."""
@@ -122,7 +124,7 @@ def gemm_draw_rows(seed: int, like: str, profile: str | None = None) -> list[tup
     hw = hardware_for(load_measurements(like))
     cal = load_calibration(profile) if profile else calibration_for(hw.accelerator)[0]
     out = []
-    for case in h.random_cases(seed):
+    for case in h.suite_cases(suite, seed):
         m, n, k, dtn, _ = case
         rec = dict(kind="gemm", m=m, n=n, k=k, dtype=dtn)
         out.append((h.label(case), gemm_regime(rec), kernel_time(rec, hw, cal)))
@@ -134,6 +136,8 @@ def main(argv=None) -> int:
     ap.add_argument("--grid", help="a plan_step.py grid")
     ap.add_argument("--kernels", metavar="SUITE", help="a single-GPU kernel suite of validation/harness instead")
     ap.add_argument("--gemm-seed", type=int, metavar="SEED", help="the random GEMM draw of this seed instead")
+    ap.add_argument("--gemm-suite", choices=("random", "real"), default="random",
+                    help="--gemm-seed: the random draw (default) or the real training GEMMs' set (sustained.py --suite)")
     ap.add_argument("--like", required=True, help="a measurement file of the machine the grid will run on")
     ap.add_argument("--world", type=int, default=None)
     ap.add_argument("--profile", help="--gemm-seed or --kernels: a calibration profile (name or path) instead of "
@@ -175,7 +179,7 @@ def _seeded(suite: str) -> bool:
 def _print_predictions(a) -> int:
     """Print the registered predictions the parsed arguments ask for; 1 when a grid case has none."""
     if a.gemm_seed is not None:
-        for label, regime, t in gemm_draw_rows(a.gemm_seed, a.like, a.profile):
+        for label, regime, t in gemm_draw_rows(a.gemm_seed, a.like, a.profile, a.gemm_suite):
             print(f"{label:<64} {regime:<18} {t * 1e6:10.2f} us")
         return 0
     if a.kernels:

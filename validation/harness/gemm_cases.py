@@ -62,3 +62,29 @@ def label(case) -> str:
     """The log's name of one case: dtype, m x n x k and the draw's group."""
     m, n, k, dtn, group = case
     return f"{dtn:14s} {m:6d}x{n:6d}x{k:6d} {group}"
+
+
+REAL_POOL = "real_gemm_pool.json"      # written by python -m validation.real_gemms
+
+
+def real_cases(seed=60, n_round=63, small=False):
+    """(m, n, k, dtype, group) of a registered set of real training GEMMs: every entry of the pool
+    (validation/real_gemms.py: the unbatched GEMMs the simulator costs for the catalog's models under
+    tp 1-8) whose n or k is off the 64-grid (group ``offgrid <model> tp<N>``), then ``n_round`` of the
+    rest drawn with ``seed`` (group ``round <model> tp<N>``)."""
+    import json
+    import os
+    if small:
+        return [(2048, 288, 2304, "bfloat16", "offgrid small"), (2048, 2304, 2048, "bfloat16", "round small")]
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), REAL_POOL)
+    entries = json.load(open(path))["entries"]
+    off = [e for e in entries if not e["round"]]
+    rest = [e for e in entries if e["round"]]
+    picked = random.Random(seed).sample(rest, min(n_round, len(rest)))
+    return ([(e["m"], e["n"], e["k"], e["dtype"], "offgrid " + e["source"].replace(" ", "_")) for e in off]
+            + [(e["m"], e["n"], e["k"], e["dtype"], "round " + e["source"].replace(" ", "_")) for e in picked])
+
+
+def suite_cases(suite, seed, small=False):
+    """The cases of the GEMM draw ``suite`` (``random``: :func:`random_cases`; ``real``: :func:`real_cases`)."""
+    return (real_cases if suite == "real" else random_cases)(seed, small=small)

@@ -1,6 +1,6 @@
 """Clocks, power and GEMMs beyond the fitted shapes (issue #12).
 
-Two suites, each writing a measurement file of format version 1 (records of kind ``gemm``):
+Three suites, each writing a measurement file of format version 1 (records of kind ``gemm``):
 
 * ``sustained``: a handful of large bf16 / fp8 GEMMs, each measured
   - ``regime: burst``: after ``--idle-s`` seconds of idle, timed exactly as kernels.py times a
@@ -13,6 +13,9 @@ Two suites, each writing a measurement file of format version 1 (records of kind
   - ``regime: after_sustained``: timed as the burst record, right after the sustained run
     (a hot GPU, L2 flushed).
   An ``info.idle_nvml`` sample is taken before anything runs.
+* ``real``: the random suite's timing over a registered set of real training GEMMs
+  (gemm_cases.real_cases: the pool validation/real_gemms.py writes, every shape off the 64-grid and
+  a seeded sample of the rest).
 * ``random``: a held-out random set of GEMM shapes (seeded, ``--seed``), timed as kernels.py
   times GEMMs, each record with the NVML sample taken right after it. bf16: m, n, k log-uniform
   over 16..16384 (a third of them small-MN / large-K: m, n in 16..1024, k in 4096..65536), 30% of
@@ -35,7 +38,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
-from gemm_cases import random_cases  # noqa: E402
+from gemm_cases import suite_cases  # noqa: E402
 from common import fmt_rate, log, run_case, time_fn  # noqa: E402
 from nvml import Nvml, Sampler, summarize_samples  # noqa: E402
 
@@ -319,16 +322,16 @@ def trace_kernels(fn, calls: int = 3) -> list[dict] | None:
     return out or None
 
 
-def bench_random(nvml, flush, m, n, k, dtn, group, pass_no=1, seed=12):
+def bench_random(nvml, flush, m, n, k, dtn, group, pass_no=1, seed=12, suite="random"):
     fn = make_gemm(m, n, k, dtn)
     st = time_fn(fn, flush=flush)
     s = nvml.sample()
     r = base_record(m, n, k, dtn, st, group)
-    r.update(set="random", seed=seed, pass_no=pass_no, time_graph_s=common.time_graph(fn))
+    r.update(set=suite, seed=seed, pass_no=pass_no, time_graph_s=common.time_graph(fn))
     if s:
         r.update(sm_clock_mhz=s["sm_clock_mhz"], power_w=s["power_w"], temperature_c=s["temperature_c"],
                  throttle_reasons=nvml.names(s["reasons"]))
-    log(f"  random {dtn:14s} {m:6d}x{n:6d}x{k:6d} {group:24s} {st['time_s'] * 1e6:10.1f} us "
+    log(f"  {suite} {dtn:14s} {m:6d}x{n:6d}x{k:6d} {group:24s} {st['time_s'] * 1e6:10.1f} us "
         f"{fmt_rate(r['flops'] / st['time_s'], 'FLOP/s')} {r.get('sm_clock_mhz')} MHz")
     return r
 
@@ -341,7 +344,7 @@ def suite_random(args, rec, nvml, flush, dl, sampler=None):
     every pass is timed: once torch.profiler has run, CUPTI's callbacks stay and lengthen later
     timings (session 22's trace run, which traced between timings: fp8 calls 1.5-2.3x, graph
     replays 7-21% slower; its times are not measurements)."""
-    cases = [(c, seed) for seed in args.seeds for c in random_cases(seed, small=args.small)]
+    cases = [(c, seed) for seed in args.seeds for c in suite_cases(args.suite, seed, small=args.small)]
     for pass_no in range(1, args.passes + 1):
         order = list(range(len(cases)))
         random.Random(args.seeds[0] + pass_no).shuffle(order)   # no drift confounded with the groups
@@ -351,7 +354,7 @@ def suite_random(args, rec, nvml, flush, dl, sampler=None):
                 rec.error(f"budget reached: pass {pass_no}: {left} random cases not run")
                 return
             c, seed = cases[i]
-            run_case(rec, f"random {c}", lambda: bench_random(nvml, flush, *c, pass_no=pass_no, seed=seed))
+            run_case(rec, f"random {c}", lambda: bench_random(nvml, flush, *c, pass_no=pass_no, seed=seed, suite=args.suite))
             left -= 1
     if args.kernel_names:
         attach_kernel_names(rec, dl)
@@ -379,13 +382,13 @@ def attach_kernel_names(rec, dl):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--suite", choices=("sustained", "random"))
+    ap.add_argument("--suite", choices=("sustained", "random", "real"))
     ap.add_argument("--out")
     ap.add_argument("--budget-s", type=float, default=200)
     ap.add_argument("--sustain-s", type=float, default=40)
     ap.add_argument("--window-s", type=float, default=2.0)
     ap.add_argument("--idle-s", type=float, default=8.0)
-    ap.add_argument("--seed", default="12", help="random suite: seed(s), comma-separated")
+    ap.add_argument("--seed", default="12", help="random / real suite: seed(s), comma-separated")
     ap.add_argument("--passes", type=int, default=1, help="random suite: passes over the cases")
     ap.add_argument("--kernel-names", action="store_true",
                     help="random suite: record each shape's device kernels (names, grid, block) under torch.profiler")
@@ -407,7 +410,7 @@ def main():
     if idle:
         idle = {**{k: v for k, v in idle.items() if k != "t"}, "reasons": nvml.names(idle.get("reasons"))}
     info = common.device_info(suite=f"gemm_{args.suite}", nvml=nvml.static(), idle_nvml=idle or None,
-                              seed=args.seeds if args.suite == "random" else None, passes=args.passes, kernel_names=args.kernel_names or None,
+                              seed=args.seeds if args.suite != "sustained" else None, passes=args.passes, kernel_names=args.kernel_names or None,
                               sustain_s=args.sustain_s if args.suite == "sustained" else None,
                               window_s=args.window_s if args.suite == "sustained" else None,
                               idle_s=args.idle_s if args.suite == "sustained" else None)

@@ -23,7 +23,10 @@ the actual residual -0.24 on the in-step GEMMs, 0.0-0.16 on the loops, against 0
 leave-one-draw-out), and correcting them made the never-fitted real-workload sets worse (H200 per-expert
 loops 12.7% -> 18.2%). Leave-one-draw-out with this form: H100 8.75% -> 6.42%, H200 7.79% -> 5.52%.
 The form was found by looking at those real sets: it is a candidate, registered beside the committed
-model on fresh draws (seeds 56 / 57) before either was measured; no shipped profile turns it on.
+model on fresh draws (seeds 56 / 57, 58 / 59) before either was measured; no shipped profile turns it on. On the
+registered real training GEMMs (session 32: validation/real_gemms.py, every off-grid GEMM of the catalog's models
+under tp 1-8) it is worse than the uncorrected model on both GPUs (H200 5.83% -> 6.01%, H100 7.12% -> 7.46%), and
+with ``max_distance`` = 1 (no extrapolation) too (6.19% / 7.42%): it stays off.
 
 Where it does not apply (factor 1): a dtype or alignment class with no record, a batched GEMM
 (batch > 1: the draws are single products), grouped GEMMs (another kernel family), and any

@@ -4,7 +4,8 @@ seed 30, 28 random shapes on every SDPA backend and Megatron's local attention, 
 c0e4aff) and measured on newly lent machines. It checks session 28's FlashAttention-2 HBM bytes (K and V once
 per KV head) on the layout they were changed for. Session 30: the next pair (H200 seed 31, H100 seed 32), registered
 by the committed model of cd7f481 (commit 4b9b158) before they ran. Figures: docs/validation.md, "Session 29" and
-"Session 30"."""
+"Session 30". Session 32: H200 seed 33, H100 seed 34, registered by the committed model of 0c24860 (commit 26e156b)
+before they ran ("Session 32")."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,6 +20,9 @@ DRAWS = {"h200": ("prereg_attention29_h200_mqa.txt", "h200_attention_mqa29.json"
 # session 30 (registered by cd7f481 in commit 4b9b158, the same attention model)
 DRAWS_30 = {"h200": ("prereg_attention31_h200_mqa.txt", "h200_attention_mqa31.json"),
             "h100": ("prereg_attention32_h100_mqa.txt", "h100_attention_mqa32.json")}
+# session 32 (registered by 0c24860 in commit 26e156b, the same attention model)
+DRAWS_32 = {"h200": ("prereg_attention33_h200_mqa.txt", "h200_attention_mqa33.json"),
+            "h100": ("prereg_attention34_h100_mqa.txt", "h100_attention_mqa34.json")}
 AS_REGISTERED = {   # gpu: {(backend, kind or pooled): (count, MAPE)}
     "h200": {("cudnn", "attention_fwd"): (28, 0.039), ("cudnn", "attention_fwd_bwd"): (28, 0.060),
              ("cudnn", "pooled"): (56, 0.050), ("flash", "attention_fwd"): (28, 0.067),
@@ -46,6 +50,21 @@ AS_REGISTERED_30 = {   # the session-30 draws: gpu: {(backend, kind or pooled): 
              ("math", "attention_fwd"): (28, 0.057), ("math", "attention_fwd_bwd"): (28, 0.050),
              ("math", "pooled"): (56, 0.053), ("unfused_torch", "attention_fwd"): (20, 0.032),
              ("unfused_torch", "attention_fwd_bwd"): (20, 0.041), ("unfused_torch", "pooled"): (40, 0.036)},
+}
+
+AS_REGISTERED_32 = {   # the session-32 draws: gpu: {(backend, kind or pooled): (count, MAPE)}
+    "h200": {("cudnn", "attention_fwd"): (28, 0.038), ("cudnn", "attention_fwd_bwd"): (28, 0.059),
+             ("cudnn", "pooled"): (56, 0.048), ("flash", "attention_fwd"): (28, 0.038),
+             ("flash", "attention_fwd_bwd"): (28, 0.040), ("flash", "pooled"): (56, 0.039),
+             ("math", "attention_fwd"): (28, 0.088), ("math", "attention_fwd_bwd"): (28, 0.037),
+             ("math", "pooled"): (56, 0.063), ("unfused_torch", "attention_fwd"): (14, 0.035),
+             ("unfused_torch", "attention_fwd_bwd"): (14, 0.025), ("unfused_torch", "pooled"): (28, 0.030)},
+    "h100": {("cudnn", "attention_fwd"): (28, 0.053), ("cudnn", "attention_fwd_bwd"): (28, 0.063),
+             ("cudnn", "pooled"): (56, 0.058), ("flash", "attention_fwd"): (28, 0.060),
+             ("flash", "attention_fwd_bwd"): (28, 0.034), ("flash", "pooled"): (56, 0.047),
+             ("math", "attention_fwd"): (28, 0.065), ("math", "attention_fwd_bwd"): (28, 0.066),
+             ("math", "pooled"): (56, 0.066), ("unfused_torch", "attention_fwd"): (14, 0.020),
+             ("unfused_torch", "attention_fwd_bwd"): (14, 0.022), ("unfused_torch", "pooled"): (28, 0.021)},
 }
 
 
@@ -105,3 +124,34 @@ def test_session_30_mqa_every_backend_and_direction_within_8_percent(gpu):
     5.4% / 3.3%, FlashAttention-2 4.4% / 5.4%, math 6.0% / 5.3%, Megatron local 3.0% / 3.6%; the worst single
     direction H200 cuDNN forward+backward 7.2%, H100 FlashAttention-2 forward 6.4%."""
     assert max(v["mape"] for v in _score(gpu, DRAWS_30)["table"].values()) <= 0.08
+
+
+@pytest.mark.parametrize("gpu", sorted(DRAWS_32))
+def test_session_32_mqa_draws_as_registered(gpu):
+    """The third pair, registered by 0c24860 before it ran (H200 seed 33, H100 seed 34), pinned as registered (to
+    the 0.1 point the docs quote); memory-efficient refuses all 56 of its cases on each GPU again."""
+    got = _score(gpu, DRAWS_32)
+    assert got["missing"] == {} and got["refused"] == {"efficient": 56}
+    assert set(got["table"]) == set(AS_REGISTERED_32[gpu])
+    for key, (n, mape) in AS_REGISTERED_32[gpu].items():
+        assert got["table"][key]["count"] == n, key
+        assert got["table"][key]["mape"] == pytest.approx(mape, abs=0.0006), key
+
+
+@pytest.mark.parametrize("gpu", sorted(DRAWS_32))
+def test_session_32_mqa_every_backend_pooled_within_8_percent(gpu):
+    """Issue #12's attention target per backend on both session-32 draws: pooled H200 / H100 cuDNN 4.8% / 5.8%,
+    FlashAttention-2 3.9% / 4.7%, math 6.3% / 6.6%, Megatron local 3.0% / 2.1%."""
+    got = _score(gpu, DRAWS_32)["table"]
+    assert max(v["mape"] for (_, kind), v in got.items() if kind == "pooled") <= 0.08
+
+
+def test_session_32_mqa_h100_every_direction_within_8_percent():
+    """H100 seed 34: every backend and direction within 8% (worst math forward+backward 6.6%)."""
+    assert max(v["mape"] for v in _score("h100", DRAWS_32)["table"].values()) <= 0.08
+
+
+@pytest.mark.xfail(strict=True, reason="issue #12: attention <= 8% per backend and direction: the H200 MQA draw 33's "
+                                       "math forward is 8.8% (its pooled math 6.3%), as draw 29's math forward was 8.2%")
+def test_session_32_mqa_h200_every_direction_within_8_percent():
+    assert max(v["mape"] for v in _score("h200", DRAWS_32)["table"].values()) <= 0.08

@@ -125,3 +125,69 @@ def test_the_knnskip_log_is_what_the_module_writes(seed, tmp_path):
     register(LOGS / f"prereg_gemm_random{seed}_{gpu}.txt", out, gpu, [], SWITCH)
     rows = lambda p: [line for line in p.read_text().splitlines() if line and not line.startswith("#")]  # noqa: E731
     assert rows(out) == rows(LOGS / f"prereg_gemm_random{seed}_{gpu}_knnskip.txt")
+
+
+# ---- session 32: seeds 58 (H200) / 59 (H100), knnskip and knnnear (no correction beyond one binade) beside the
+# committed model (0c24860, registered in 26e156b before the draws ran); the real training GEMMs: test_gemm_real_set.py
+NEAR_DRAWS = {58: "h200", 59: "h100"}
+NEAR_AS_REGISTERED = {   # seed: tag: {regime: MAPE}
+    58: {"": {"all": 0.0725, "large": 0.1045, "other": 0.0806, "small_mn_large_k": 0.0741},
+         "_knnskip": {"all": 0.0523, "fp8_small": 0.0213, "large": 0.0870, "misaligned": 0.0579, "other": 0.0346,
+                      "small_mn_large_k": 0.0615},
+         "_knnnear": {"all": 0.0515, "fp8_small": 0.0229, "large": 0.0793, "misaligned": 0.0606, "other": 0.0338,
+                      "small_mn_large_k": 0.0615}},
+    59: {"": {"all": 0.0888, "large": 0.1314, "misaligned": 0.0743, "small_mn_large_k": 0.1059},
+         "_knnskip": {"all": 0.0740, "fp8_small": 0.0461, "large": 0.1420, "misaligned": 0.0776, "other": 0.0464,
+                      "small_mn_large_k": 0.0863},
+         "_knnnear": {"all": 0.0746, "fp8_small": 0.0461, "large": 0.1397, "misaligned": 0.0827, "other": 0.0536,
+                      "small_mn_large_k": 0.0822}},
+}
+
+
+def _near_scores(seed: int, tag: str) -> dict:
+    gpu = NEAR_DRAWS[seed]
+    got = mape_by_regime(registered_pairs(LOGS / f"prereg_gemm_random{seed}_{gpu}{tag}.txt",
+                                          REPEAT / f"{gpu}_gemm_random{seed}.json"))
+    return {k: v[1] for k, v in got.items()}
+
+
+@pytest.mark.parametrize("seed", sorted(NEAR_DRAWS))
+def test_session_32_draws_as_registered(seed):
+    """Seeds 58 (H200) / 59 (H100): committed 7.25% / 8.88%, knnskip 5.23% / 7.40%, knnnear 5.15% / 7.46%. On H200
+    both candidates meet issue #12's 7%; on H100 neither does (the first knn-family miss in six registered draws),
+    and both are worse than the committed model on its large shapes (14.2% / 14.0% against 13.1%)."""
+    for tag, want in NEAR_AS_REGISTERED[seed].items():
+        got = _near_scores(seed, tag)
+        for regime, mape in want.items():
+            assert got[regime] == pytest.approx(mape, abs=1e-4), (tag, regime)
+    skip, near, committed = (_near_scores(seed, t)["all"] for t in ("_knnskip", "_knnnear", ""))
+    assert max(skip, near) < committed
+    assert (max(skip, near) <= 0.07) == (seed == 58)
+
+
+@pytest.mark.parametrize("seed", sorted(NEAR_DRAWS))
+@pytest.mark.parametrize("form,tag", [("switch", "_knnskip"), ("near", "_knnnear")])
+def test_the_session_32_candidate_logs_are_what_the_module_writes(seed, form, tag, tmp_path):
+    from validation.gemm_residual_knn import FORMS
+    gpu = NEAR_DRAWS[seed]
+    assert max(DEV_SEEDS[gpu]) < seed
+    out = tmp_path / "cand.txt"
+    register(LOGS / f"prereg_gemm_random{seed}_{gpu}.txt", out, gpu, [], FORMS[form])
+    rows = lambda p: [line for line in p.read_text().splitlines() if line and not line.startswith("#")]  # noqa: E731
+    assert rows(out) == rows(LOGS / f"prereg_gemm_random{seed}_{gpu}{tag}.txt")
+
+
+def test_the_near_gate_only_removes_corrections():
+    """knnnear is knnskip with the correction dropped (factor 1) where the nearest record is over one binade away:
+    every factor is either knnskip's or exactly 1, and the gate drops some on the real training GEMMs' set."""
+    import sys
+    from validation.gemm_residual_knn import NEAR, SWITCH, correction, development_table
+    sys.path.insert(0, str(MEAS.parent / "harness"))
+    import gemm_cases
+    table = development_table("h100")
+    dropped = 0
+    for m, n, k, dt, _ in gemm_cases.real_cases(60):
+        skip, near = (correction(table, m, n, k, dt, **v) for v in (SWITCH, NEAR))
+        assert near == skip or near == 1.0
+        dropped += near == 1.0 != skip
+    assert dropped > 10

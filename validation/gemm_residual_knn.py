@@ -30,8 +30,10 @@ class in (log2 m, log2 n, log2 k), w_i = 1 / (d_i + 0.5), r_i = ln(t_measured / 
   is more than one binade away (Euclidean, log2 units): the correction interpolates measured residuals and
   does not extrapolate them to shapes beyond the draws' range (the output heads and large-m GEMMs of real
   steps). Leave-one-draw-out H100 6.74%, H200 5.75% (the draws are dense, so the gate costs a little there).
-  Registered beside the committed model and the switch's form on the real training GEMMs' set
-  (validation/real_gemms.py, seed 60) before it ran.
+  Registered beside the committed model and the switch's form on GEMM seeds 58 / 59 and on the real training
+  GEMMs' set (validation/real_gemms.py, seed 60) before they ran: random draws H200 7.25 -> 5.15%, H100 8.88 ->
+  7.46%; real training GEMMs 5.83 -> 6.19%, 7.12 -> 7.42% (the switch's form 6.01%, 7.46%): worse where it
+  would act in training, so neither form is switched on (tests/test_gemm_real_set.py).
 
 Development records: every committed random draw of the GPU through session 30 (DEV_SEEDS), each
 reduced to its faster pass median (validation.gemm_regimes.reproduced_times), residuals taken against

@@ -1,0 +1,105 @@
+"""Real training GEMMs as a registered set (issue #12, session 32).
+
+validation/real_gemms.py lists every unbatched GEMM the simulator costs for one layer of each kind and the output
+head of every catalog model under tensor parallelism 1, 2, 4 and 8 (2,146 distinct shapes, 137 with n or k off the
+64-grid: output heads over tp-split vocabularies, tp-split FFN widths, MoE routers). Seed 60 of the ``real`` suite
+(gemm_cases.real_cases: all 137 off-grid shapes and 63 round ones) was registered by the committed model of
+0c24860 in commit 26e156b, with the residual-correction candidates knnskip and knnnear beside it, then timed on one
+H200 and one H100 (sustained.py --suite real --passes 2). It asks whether the correction, which improves every random
+draw, carries over to the shapes it would change in training. It does not: both candidates are worse than the
+committed model on both GPUs. Figures: docs/validation.md, "Session 32"."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from validation.gemm_regimes import mape_by_regime, registered_pairs
+from validation.records import load_measurements
+
+MEAS = Path(__file__).resolve().parent.parent / "validation" / "measurements"
+LOGS = MEAS / "logs"
+sys.path.insert(0, str(MEAS.parent / "harness"))
+import gemm_cases  # noqa: E402
+
+GPUS = ("h200", "h100")
+AS_REGISTERED = {   # gpu: tag: MAPE over the 200 shapes ("" the committed model)
+    "h200": {"": 0.0583, "_knnskip": 0.0601, "_knnnear": 0.0619},
+    "h100": {"": 0.0712, "_knnskip": 0.0746, "_knnnear": 0.0742},
+}
+OFFGRID_FP8 = {   # gpu: tag: MAPE over the 30 off-grid fp8 shapes, where the candidates lose most
+    "h200": {"": 0.0737, "_knnskip": 0.0837, "_knnnear": 0.0937},
+    "h100": {"": 0.1078, "_knnskip": 0.1189, "_knnnear": 0.1244},
+}
+
+
+def _errors(gpu: str, tag: str, keep=lambda r: True) -> list[float]:
+    pairs = registered_pairs(LOGS / f"prereg_gemm_real60_{gpu}{tag}.txt", MEAS / f"{gpu}_gemm_real60.json")
+    return [t / r["time_s"] - 1 for r, t in pairs if keep(r)]
+
+
+def _mape(errs: list[float]) -> float:
+    return sum(abs(e) for e in errs) / len(errs)
+
+
+def test_the_set_is_every_off_grid_pool_shape_and_a_seeded_round_sample():
+    cases = gemm_cases.real_cases(60)
+    assert len(cases) == len({c[:4] for c in cases}) == 200
+    off = [c for c in cases if c[4].startswith("offgrid")]
+    assert len(off) == 137 and all(c[1] % 64 or c[2] % 64 for c in off)
+    assert all(c[1] % 64 == 0 and c[2] % 64 == 0 for c in cases if c[4].startswith("round"))
+    assert gemm_cases.real_cases(60) == cases and gemm_cases.real_cases(61)[137:] != cases[137:]
+
+
+@pytest.mark.parametrize("source", ["llama2-7b tp8", "gpt3-175b tp8", "mixtral-8x7b tp1", "nemotron-3-nano-30b-a3b tp4"])
+def test_pool_shapes_are_the_simulators_gemms(source):
+    """Every off-grid pool entry named after ``source`` is a GEMM the simulator costs for that model and degree
+    (in bf16 or fp8), e.g. llama2-7b's 11008-wide FFN over tp 8 (n or k = 1376) and its 32000-token head (4000)."""
+    import json
+    from validation.real_gemms import POOL, PRECISIONS, TORCH_NAMES, step_gemms
+    name, tp = source.split(" tp")
+    shapes = {(m, n, k, TORCH_NAMES[dt]) for p in PRECISIONS for m, n, k, dt in step_gemms(name, int(tp), p)}
+    entries = [e for e in json.loads(POOL.read_text())["entries"] if e["source"] == source and not e["round"]]
+    assert entries and all((e["m"], e["n"], e["k"], e["dtype"]) in shapes for e in entries)
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+def test_registered_and_measured_cover_the_same_200_shapes(gpu):
+    mf = load_measurements(MEAS / f"{gpu}_gemm_real60.json")
+    assert mf.info["seed"] == [60] and mf.info["passes"] == 2 and mf.info["suite"] == "gemm_real"
+    assert {(r["m"], r["n"], r["k"], r["dtype"]) for r in mf.records} == {c[:4] for c in gemm_cases.real_cases(60)}
+    for tag in AS_REGISTERED[gpu]:
+        assert len(_errors(gpu, tag)) == 200
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+def test_as_registered(gpu):
+    """The committed model: H200 5.83%, H100 7.12% over the 200 real training GEMMs (off-grid bf16 6.2% / 7.1%,
+    off-grid fp8 7.4% / 10.8%, round 4.4-5.4%), biased slow by a median 1-4%."""
+    for tag, mape in AS_REGISTERED[gpu].items():
+        assert _mape(_errors(gpu, tag)) == pytest.approx(mape, abs=1e-4), tag
+        fp8 = _errors(gpu, tag, lambda r: r["dtype"] == "float8_e4m3fn" and r["group"].startswith("offgrid"))
+        assert len(fp8) == 30 and _mape(fp8) == pytest.approx(OFFGRID_FP8[gpu][tag], abs=1e-4), tag
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+def test_the_correction_does_not_carry_over_to_real_shapes(gpu):
+    """Why no shipped profile turns the residual correction on: on the shapes it changes in training, both forms
+    are worse than the committed model on both GPUs, while on the random draws beside them (seeds 58 / 59) both are
+    better. The round shapes take no correction, so the candidates' figures there equal the committed model's."""
+    committed = _mape(_errors(gpu, ""))
+    assert all(_mape(_errors(gpu, tag)) > committed for tag in ("_knnskip", "_knnnear"))
+    is_round = lambda r: r["group"].startswith("round")  # noqa: E731
+    assert _errors(gpu, "_knnskip", is_round) == _errors(gpu, "", is_round) == _errors(gpu, "_knnnear", is_round)
+
+
+def test_h200_real_set_within_the_gemm_target():
+    """Issue #12's 7% on a fresh run, met by the committed model on the H200's real training GEMMs (5.83%)."""
+    assert _mape(_errors("h200", "")) <= 0.07
+
+
+@pytest.mark.xfail(strict=True, reason="issue #12 target 7% on a fresh run: the H100's real training GEMMs are 7.12% "
+                                       "as registered (off-grid fp8 10.8%); H200 5.83% meets it")
+def test_h100_real_set_within_the_gemm_target():
+    assert _mape(_errors("h100", "")) <= 0.07

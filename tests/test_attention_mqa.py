@@ -67,6 +67,8 @@ AS_REGISTERED_32 = {   # the session-32 draws: gpu: {(backend, kind or pooled): 
              ("unfused_torch", "attention_fwd_bwd"): (14, 0.022), ("unfused_torch", "pooled"): (28, 0.021)},
 }
 
+LATER = {30: (DRAWS_30, AS_REGISTERED_30), 32: (DRAWS_32, AS_REGISTERED_32)}
+
 
 def _score(gpu: str, draws: dict = DRAWS) -> dict:
     log, run = draws[gpu]
@@ -106,14 +108,16 @@ def test_mqa_h200_every_backend_and_direction_within_8_percent():
     assert max(v["mape"] for v in _score("h200")["table"].values()) <= 0.08
 
 
-@pytest.mark.parametrize("gpu", sorted(DRAWS_30))
-def test_session_30_mqa_draws_as_registered(gpu):
-    """The next pair, registered by cd7f481 before it ran (H200 seed 31, H100 seed 32), pinned as registered (to
-    the 0.1 point the docs quote); memory-efficient refuses all 56 of its cases on each GPU again."""
-    got = _score(gpu, DRAWS_30)
+@pytest.mark.parametrize("session,gpu", [(30, "h200"), (30, "h100"), (32, "h200"), (32, "h100")])
+def test_later_mqa_draws_as_registered(session, gpu):
+    """The later pairs, each registered before it ran, pinned as registered (to the 0.1 point the docs quote):
+    session 30 by cd7f481 (H200 seed 31, H100 seed 32), session 32 by 0c24860 (H200 seed 33, H100 seed 34);
+    memory-efficient refuses all 56 of its cases on each GPU every time."""
+    draws, want = LATER[session]
+    got = _score(gpu, draws)
     assert got["missing"] == {} and got["refused"] == {"efficient": 56}
-    assert set(got["table"]) == set(AS_REGISTERED_30[gpu])
-    for key, (n, mape) in AS_REGISTERED_30[gpu].items():
+    assert set(got["table"]) == set(want[gpu])
+    for key, (n, mape) in want[gpu].items():
         assert got["table"][key]["count"] == n, key
         assert got["table"][key]["mape"] == pytest.approx(mape, abs=0.0006), key
 
@@ -124,18 +128,6 @@ def test_session_30_mqa_every_backend_and_direction_within_8_percent(gpu):
     5.4% / 3.3%, FlashAttention-2 4.4% / 5.4%, math 6.0% / 5.3%, Megatron local 3.0% / 3.6%; the worst single
     direction H200 cuDNN forward+backward 7.2%, H100 FlashAttention-2 forward 6.4%."""
     assert max(v["mape"] for v in _score(gpu, DRAWS_30)["table"].values()) <= 0.08
-
-
-@pytest.mark.parametrize("gpu", sorted(DRAWS_32))
-def test_session_32_mqa_draws_as_registered(gpu):
-    """The third pair, registered by 0c24860 before it ran (H200 seed 33, H100 seed 34), pinned as registered (to
-    the 0.1 point the docs quote); memory-efficient refuses all 56 of its cases on each GPU again."""
-    got = _score(gpu, DRAWS_32)
-    assert got["missing"] == {} and got["refused"] == {"efficient": 56}
-    assert set(got["table"]) == set(AS_REGISTERED_32[gpu])
-    for key, (n, mape) in AS_REGISTERED_32[gpu].items():
-        assert got["table"][key]["count"] == n, key
-        assert got["table"][key]["mape"] == pytest.approx(mape, abs=0.0006), key
 
 
 @pytest.mark.parametrize("gpu", sorted(DRAWS_32))

@@ -52,7 +52,8 @@ def test_the_set_is_every_off_grid_pool_shape_and_a_seeded_round_sample():
     assert gemm_cases.real_cases(60) == cases and gemm_cases.real_cases(61)[137:] != cases[137:]
 
 
-@pytest.mark.parametrize("source", ["llama2-7b tp8", "gpt3-175b tp8", "mixtral-8x7b tp1", "nemotron-3-nano-30b-a3b tp4"])
+@pytest.mark.parametrize("source", ["llama2-7b tp8", "gpt3-175b tp8", "mixtral-8x7b tp1",
+                                    "nemotron-3-nano-30b-a3b tp4"])
 def test_pool_shapes_are_the_simulators_gemms(source):
     """Every off-grid pool entry named after ``source`` is a GEMM the simulator costs for that model and degree
     (in bf16 or fp8), e.g. llama2-7b's 11008-wide FFN over tp 8 (n or k = 1376) and its 32000-token head (4000)."""

@@ -354,7 +354,8 @@ def suite_random(args, rec, nvml, flush, dl, sampler=None):
                 rec.error(f"budget reached: pass {pass_no}: {left} random cases not run")
                 return
             c, seed = cases[i]
-            run_case(rec, f"random {c}", lambda: bench_random(nvml, flush, *c, pass_no=pass_no, seed=seed, suite=args.suite))
+            run_case(rec, f"{args.suite} {c}",
+                     lambda: bench_random(nvml, flush, *c, pass_no=pass_no, seed=seed, suite=args.suite))
             left -= 1
     if args.kernel_names:
         attach_kernel_names(rec, dl)

@@ -104,3 +104,10 @@ def test_h200_real_set_within_the_gemm_target():
                                        "as registered (off-grid fp8 10.8%); H200 5.83% meets it")
 def test_h100_real_set_within_the_gemm_target():
     assert _mape(_errors("h100", "")) <= 0.07
+
+
+def test_pool_writer_reports_an_unwritable_path_in_one_line(tmp_path, capsys):
+    from validation.real_gemms import main
+    assert main(["--out", str(tmp_path / "missing" / "pool.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --out: cannot write") and "Traceback" not in err

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 POOL = Path(__file__).resolve().parent / "harness" / "real_gemm_pool.json"
@@ -87,8 +88,12 @@ def main(argv=None) -> int:
                           "kind and the output head), as simulator.lowering costs them",
            "generated_by": "python -m validation.real_gemms", "entries": entries}
     body = ",\n".join("  " + json.dumps(e) for e in entries)
-    args.out.write_text(json.dumps({k: v for k, v in doc.items() if k != "entries"}, indent=1)[:-2]
-                        + f',\n "entries": [\n{body}\n ]\n}}\n')
+    try:
+        args.out.write_text(json.dumps({k: v for k, v in doc.items() if k != "entries"}, indent=1)[:-2]
+                            + f',\n "entries": [\n{body}\n ]\n}}\n')
+    except OSError as exc:
+        print(f"error: --out: cannot write {args.out}: {exc.strerror}", file=sys.stderr)
+        return 2
     off = sum(1 for e in entries if not e["round"])
     print(f"wrote {len(entries)} GEMMs ({off} off the 64-grid) to {args.out}")
     return 0

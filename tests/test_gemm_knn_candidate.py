@@ -26,8 +26,9 @@ CANDIDATE = {54: {"all": 0.0456, "fp8_small": 0.0170, "large": 0.0677, "misalign
 
 
 def _scores(seed: int, tag: str) -> dict:
-    """MAPE per regime of a registration (``tag``: "" the committed model, "_knn" knn53, "_knnskip" knnskip)."""
-    gpu = {**DRAWS, **SKIP_DRAWS}[seed]
+    """MAPE per regime of a registration (``tag``: "" the committed model, "_knn" knn53, "_knnskip" knnskip,
+    "_knnnear" knnnear)."""
+    gpu = {**DRAWS, **SKIP_DRAWS, **NEAR_DRAWS}[seed]
     got = mape_by_regime(registered_pairs(LOGS / f"prereg_gemm_random{seed}_{gpu}{tag}.txt",
                                           REPEAT / f"{gpu}_gemm_random{seed}.json"))
     return {k: v[1] for k, v in got.items()}
@@ -116,17 +117,6 @@ def test_knnskip_registered_draws_as_measured(seed):
     assert worse == ({"large"} if seed == 56 else set())
 
 
-@pytest.mark.parametrize("seed", sorted(SKIP_DRAWS))
-def test_the_knnskip_log_is_what_the_module_writes(seed, tmp_path):
-    from validation.gemm_residual_knn import SWITCH
-    gpu = SKIP_DRAWS[seed]
-    assert max(DEV_SEEDS[gpu]) < seed
-    out = tmp_path / "knnskip.txt"
-    register(LOGS / f"prereg_gemm_random{seed}_{gpu}.txt", out, gpu, [], SWITCH)
-    rows = lambda p: [line for line in p.read_text().splitlines() if line and not line.startswith("#")]  # noqa: E731
-    assert rows(out) == rows(LOGS / f"prereg_gemm_random{seed}_{gpu}_knnskip.txt")
-
-
 # ---- session 32: seeds 58 (H200) / 59 (H100), knnskip and knnnear (no correction beyond one binade) beside the
 # committed model (0c24860, registered in 26e156b before the draws ran); the real training GEMMs: test_gemm_real_set.py
 NEAR_DRAWS = {58: "h200", 59: "h100"}
@@ -144,32 +134,28 @@ NEAR_AS_REGISTERED = {   # seed: tag: {regime: MAPE}
 }
 
 
-def _near_scores(seed: int, tag: str) -> dict:
-    gpu = NEAR_DRAWS[seed]
-    got = mape_by_regime(registered_pairs(LOGS / f"prereg_gemm_random{seed}_{gpu}{tag}.txt",
-                                          REPEAT / f"{gpu}_gemm_random{seed}.json"))
-    return {k: v[1] for k, v in got.items()}
-
-
 @pytest.mark.parametrize("seed", sorted(NEAR_DRAWS))
 def test_session_32_draws_as_registered(seed):
     """Seeds 58 (H200) / 59 (H100): committed 7.25% / 8.88%, knnskip 5.23% / 7.40%, knnnear 5.15% / 7.46%. On H200
     both candidates meet issue #12's 7%; on H100 neither does (the first knn-family miss in six registered draws),
     and both are worse than the committed model on its large shapes (14.2% / 14.0% against 13.1%)."""
     for tag, want in NEAR_AS_REGISTERED[seed].items():
-        got = _near_scores(seed, tag)
+        got = _scores(seed, tag)
         for regime, mape in want.items():
             assert got[regime] == pytest.approx(mape, abs=1e-4), (tag, regime)
-    skip, near, committed = (_near_scores(seed, t)["all"] for t in ("_knnskip", "_knnnear", ""))
+    skip, near, committed = (_scores(seed, t)["all"] for t in ("_knnskip", "_knnnear", ""))
     assert max(skip, near) < committed
     assert (max(skip, near) <= 0.07) == (seed == 58)
 
 
-@pytest.mark.parametrize("seed", sorted(NEAR_DRAWS))
-@pytest.mark.parametrize("form,tag", [("switch", "_knnskip"), ("near", "_knnnear")])
-def test_the_session_32_candidate_logs_are_what_the_module_writes(seed, form, tag, tmp_path):
+@pytest.mark.parametrize("seed,form,tag", [(56, "switch", "_knnskip"), (57, "switch", "_knnskip"),
+                                           (58, "switch", "_knnskip"), (59, "switch", "_knnskip"),
+                                           (58, "near", "_knnnear"), (59, "near", "_knnnear")])
+def test_the_candidate_logs_are_what_the_module_writes(seed, form, tag, tmp_path):
+    """knnskip's (seeds 56-59) and knnnear's (58, 59) registrations are what ``register`` writes today from the
+    committed model's registration of the same draw, with a table of draws older than the seed."""
     from validation.gemm_residual_knn import FORMS
-    gpu = NEAR_DRAWS[seed]
+    gpu = {**SKIP_DRAWS, **NEAR_DRAWS}[seed]
     assert max(DEV_SEEDS[gpu]) < seed
     out = tmp_path / "cand.txt"
     register(LOGS / f"prereg_gemm_random{seed}_{gpu}.txt", out, gpu, [], FORMS[form])

@@ -122,6 +122,10 @@ class Calibration:
       gemm_clock_bound_fraction  share of a large GEMM's burst time that scales with the SM
                                  clock (the rest, memory and synchronisation, does not)
       hbm_fraction               achievable fraction of datasheet HBM bandwidth (streaming)
+      gemm_floor_fraction        a memory-bound GEMM's HBM rate for transfers of at least
+                                 ``gemm_floor_full_bytes``, as a fraction of the datasheet; below,
+                                 times (bytes / gemm_floor_full_bytes) ** gemm_floor_size_exponent
+                                 (simulator.compute.gemm_floor_Bps); 0 = off: hbm_fraction
       attention_fwd_fraction     FlashAttention forward: fraction of bf16 peak at long sequences
       attention_bwd_fraction     FlashAttention backward: fraction of bf16 peak
       attention_softmax_fraction achieved fraction of the special-function units' exp rate
@@ -242,6 +246,9 @@ class Calibration:
     step_power: dict = field(default_factory=dict)
     gemm_clock_bound_fraction: float = 1.0
     hbm_fraction: float = 0.90
+    gemm_floor_fraction: float = 0.0
+    gemm_floor_size_exponent: float = 0.0
+    gemm_floor_full_bytes: float = 0.0
     attention_fwd_fraction: float = 0.65
     attention_bwd_fraction: float = 0.50
     attention_softmax_fraction: float = 0.50
@@ -348,7 +355,8 @@ def _profile_schema() -> type:
                                  ramp_s=(nonneg, None), ramp_tau_s=(nonneg, None))
     spec = {name: (Optional[fraction if name in FRACTIONS else nonneg], None)
             for name, value in DEFAULT.to_dict().items() if isinstance(value, float)}
-    spec.update(gemm_peak_fraction=(Optional[dict[str, fraction]], None),
+    spec.update(gemm_floor_fraction=(Optional[Annotated[float, Field(ge=0, le=1)]], None),
+                gemm_peak_fraction=(Optional[dict[str, fraction]], None),
                 memory_op_fraction=(Optional[dict[str, fraction]], None),
                 attention_kernel_fraction=(Optional[dict[str, fraction]], None),
                 attention_kernel_overlap=(Optional[dict[str, Annotated[float, Field(ge=0, le=1)]]], None),

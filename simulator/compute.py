@@ -166,8 +166,30 @@ def gemm_residual_factor(dev: DeviceModel, m: int, n: int, k: int, dtype: str) -
 def gemm_with_roofline_s(dev: DeviceModel, compute_s: float, m: int, n: int, k: int, dtype: str,
                          batch: int = 1) -> float:
     """Seconds of a GEMM whose tiles take ``compute_s``: floored by streaming its operands and
-    output through HBM once (:func:`gemm_bytes`), plus its fixed costs (:func:`gemm_fixed_s`)."""
-    return max(compute_s, gemm_bytes(m, n, k, dtype, batch) / dev.hbm_Bps) + gemm_fixed_s(dev.cal, m, n, k, dtype)
+    output through HBM once (:func:`gemm_bytes` at :func:`gemm_floor_Bps`), plus its fixed costs
+    (:func:`gemm_fixed_s`)."""
+    nbytes = gemm_bytes(m, n, k, dtype, batch)
+    return max(compute_s, nbytes / gemm_floor_Bps(dev, nbytes)) + gemm_fixed_s(dev.cal, m, n, k, dtype)
+
+
+def gemm_floor_Bps(dev: DeviceModel, nbytes: float) -> float:
+    """HBM rate (B/s) at which a memory-bound GEMM moving ``nbytes`` streams them. Default (profile's
+    ``gemm_floor_fraction`` 0): the achievable streaming rate of every kernel, ``dev.hbm_Bps``
+    (datasheet x ``hbm_fraction``). With ``gemm_floor_fraction`` f > 0: the datasheet bandwidth x
+    f x min(1, nbytes / ``gemm_floor_full_bytes``) ** ``gemm_floor_size_exponent``, an empirical law
+    (issue #12 session 33, validation/gemm_floor_fit.py): on the development GEMM draws of both
+    GPUs the memory-bound GEMMs' achieved fraction of the datasheet rises with the bytes they move,
+    from ~0.25-0.4 under 1 MB through ~0.5 at 4-64 MB to ~0.8 for the 0.3-0.8 GB MoE-router GEMMs,
+    where one rate (hbm_fraction, 0.65) leaves the mid sizes 6-12% fast and the largest 15-30% slow.
+    Not derived from a mechanism: a fit of the rate's size dependence, registered on fresh draws
+    before any adoption."""
+    cal = dev.cal
+    if cal.gemm_floor_fraction <= 0:
+        return dev.hbm_Bps
+    rate = dev.accelerator.hbm_bandwidth_Bps * cal.gemm_floor_fraction
+    if cal.gemm_floor_full_bytes > 0 and nbytes < cal.gemm_floor_full_bytes:
+        rate *= (max(nbytes, 1.0) / cal.gemm_floor_full_bytes) ** cal.gemm_floor_size_exponent
+    return rate
 
 
 def gemm_fixed_s(cal: Calibration, m: int, n: int, k: int, dtype: str) -> float:

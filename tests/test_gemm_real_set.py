@@ -111,3 +111,29 @@ def test_pool_writer_reports_an_unwritable_path_in_one_line(tmp_path, capsys):
     assert main(["--out", str(tmp_path / "missing" / "pool.json")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: --out: cannot write") and "Traceback" not in err
+
+
+def test_mbs2_pool_is_micro_batch_2_without_the_first_pools_shapes():
+    """Session 33's pool (suite ``real_mbs2``): the simulator's GEMMs at micro-batch 2, none a shape of the first pool,
+    so its registered set (seed 62) is shapes never timed before; real_cases draws it as it draws the first."""
+    import json
+    from validation.real_gemms import POOL, shape, step_gemms
+    first = {shape(e) for e in json.loads(POOL.read_text())["entries"]}
+    doc = json.loads((POOL.parent / gemm_cases.REAL_POOLS["real_mbs2"]).read_text())
+    assert "--mbs 2" in doc["generated_by"] and not first & {shape(e) for e in doc["entries"]}
+    llama = {(m, n, k) for m, n, k, dt in step_gemms("llama2-7b", 8, "bf16", mbs=2)}
+    assert {(e["m"], e["n"], e["k"]) for e in doc["entries"] if e["source"] == "llama2-7b tp8"} <= llama
+    assert (8192, 1376, 4096) in llama and (8192, 1376, 4096) not in {(m, n, k) for m, n, k, _ in step_gemms("llama2-7b", 8, "bf16")}
+    cases = gemm_cases.suite_cases("real_mbs2", 62)
+    off = [c for c in cases if c[4].startswith("offgrid")]
+    assert len(cases) == len(off) + 63 and all(c[1] % 64 or c[2] % 64 for c in off)
+    assert not first & {c[:4] for c in cases}
+
+
+def test_pool_writer_rejects_an_unreadable_exclude_in_one_line(tmp_path, capsys):
+    from validation.real_gemms import main
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2")
+    with pytest.raises(SystemExit) as exc:
+        main(["--exclude", str(bad), "--out", str(tmp_path / "p.json")])
+    assert exc.value.code == 2 and "--exclude: cannot read a pool" in capsys.readouterr().err

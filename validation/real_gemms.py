@@ -12,12 +12,13 @@ This module lists those GEMMs from the simulator itself: every unbatched GEMM op
 one transformer layer of each kind and of the last pipeline stage (output head), for every catalog model
 under tensor-parallel degrees 1, 2, 4 and 8 (sequence parallel on, micro-batch 1, the model's sequence
 length, bf16 and fp8 layers), on one DGX H100 node. Each distinct (m, n, k, dtype) is one entry, named by
-the first model and degree that produced it. ``python -m validation.real_gemms`` writes the pool
+the first model and degree that produced it; ``--mbs 2 --exclude real_gemm_pool.json`` gives session 33's
+pool: micro-batch 2, without the shapes the first pool already holds. ``python -m validation.real_gemms`` writes the pool
 (validation/harness/real_gemm_pool.json); validation/harness/gemm_cases.real_cases draws a registered set
 from it. The committed pool is the one seed 60 was registered and measured on: after a change to the lowered
 GEMMs, write a new pool to another file (``--out``) for the next registered set rather than over it.
 
-    python -m validation.real_gemms [--out FILE]
+    python -m validation.real_gemms [--out FILE] [--mbs N] [--exclude POOL]
 """
 from __future__ import annotations
 
@@ -34,9 +35,9 @@ TORCH_NAMES = {"bf16": "bfloat16", "fp8": "float8_e4m3fn"}
 CLUSTER = "dgx-h100"
 
 
-def step_gemms(model_name: str, tp: int, precision: str) -> set[tuple[int, int, int, str]]:
+def step_gemms(model_name: str, tp: int, precision: str, mbs: int = 1) -> set[tuple[int, int, int, str]]:
     """(m, n, k, meshcast dtype) of every unbatched GEMM the simulator costs for one layer of each kind and
-    the last stage of ``model_name`` under tensor parallelism ``tp`` (sequence parallel, micro-batch 1)."""
+    the last stage of ``model_name`` under tensor parallelism ``tp`` (sequence parallel, micro-batch ``mbs``)."""
     from hardware_specs.catalog import load_hardware
     from models.catalog import load_model
     from simulator.calibration import load_calibration
@@ -45,7 +46,7 @@ def step_gemms(model_name: str, tp: int, precision: str) -> set[tuple[int, int, 
     from simulator.memory import layer_kind_params
     from simulator.plan import ParallelPlan
     model, hw = load_model(model_name), load_hardware(CLUSTER, 8)
-    plan = ParallelPlan(tp=tp, dp=8 // tp, sequence_parallel=tp > 1, mbs=1, gbs=64, precision=precision)
+    plan = ParallelPlan(tp=tp, dp=8 // tp, sequence_parallel=tp > 1, mbs=mbs, gbs=64 * mbs, precision=precision)
     ctx = _step(model, hw, plan, load_calibration("h100-sxm")).ctx
     ops = [op for kind in layer_kind_params(model) for op in layer_ops(ctx, kind)] + last_stage_ops(ctx)
     return {(m, n, k, dt) for op in ops if op.kind == "gemm"
@@ -58,8 +59,9 @@ def runnable(m: int, n: int, k: int, dtype: str) -> bool:
     return 2.0 * m * n * k <= MAX_FLOPS and (dtype != "fp8" or (n % 16 == 0 and k % 16 == 0))
 
 
-def pool(models=None) -> list[dict]:
-    """Every distinct runnable GEMM of :func:`step_gemms` over the catalog (``models``: names, default all),
+def pool(models=None, mbs: int = 1) -> list[dict]:
+    """Every distinct runnable GEMM of :func:`step_gemms` at micro-batch ``mbs`` over the catalog (``models``:
+    names, default all),
     each {m, n, k, dtype (torch's name), source ("<model> tp<N>"), round (n and k multiples of 64)}, in
     the order first met (models sorted, degrees and precisions ascending)."""
     from hardware_specs.errors import PlanError
@@ -69,7 +71,7 @@ def pool(models=None) -> list[dict]:
         for tp in TP_DEGREES:
             for precision in PRECISIONS:
                 try:
-                    shapes = step_gemms(name, tp, precision)
+                    shapes = step_gemms(name, tp, precision, mbs)
                 except PlanError:          # a degree the model's heads do not divide
                     continue
                 for m, n, k, dt in sorted(shapes):
@@ -79,14 +81,29 @@ def pool(models=None) -> list[dict]:
             for (m, n, k, dt), src in seen.items()]
 
 
+def shape(entry: dict) -> tuple:
+    """(m, n, k, dtype) of a pool entry."""
+    return entry["m"], entry["n"], entry["k"], entry["dtype"]
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=POOL)
+    p.add_argument("--mbs", type=int, default=1, help="micro-batch size of the steps (default 1: the committed pool's)")
+    p.add_argument("--exclude", type=Path, help="a pool file whose shapes are left out (a set already measured)")
     args = p.parse_args(argv)
-    entries = pool()
+    if args.mbs < 1:
+        p.error("--mbs: must be a positive integer")
+    try:
+        seen = {shape(e) for e in json.loads(args.exclude.read_text())["entries"]} if args.exclude else set()
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        p.error(f"--exclude: cannot read a pool from {args.exclude}: {exc}")
+    entries = [e for e in pool(mbs=args.mbs) if shape(e) not in seen]
     doc = {"description": "distinct unbatched GEMMs of the catalog's models under tp 1/2/4/8 (one layer of each "
-                          "kind and the output head), as simulator.lowering costs them",
-           "generated_by": "python -m validation.real_gemms", "entries": entries}
+                          f"kind and the output head) at micro-batch {args.mbs}, as simulator.lowering costs them",
+           "generated_by": "python -m validation.real_gemms" + (f" --mbs {args.mbs}" if args.mbs != 1 else "")
+                           + (f" --exclude {args.exclude.name}" if args.exclude else ""),
+           "entries": entries}
     body = ",\n".join("  " + json.dumps(e) for e in entries)
     try:
         args.out.write_text(json.dumps({k: v for k, v in doc.items() if k != "entries"}, indent=1)[:-2]

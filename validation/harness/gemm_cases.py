@@ -64,19 +64,24 @@ def label(case) -> str:
     return f"{dtn:14s} {m:6d}x{n:6d}x{k:6d} {group}"
 
 
-REAL_POOL = "real_gemm_pool.json"      # written by python -m validation.real_gemms
+# the pools of real training GEMMs, written by python -m validation.real_gemms, by suite: ``real`` at
+# micro-batch 1 (session 32, seed 60), ``real_mbs2`` at micro-batch 2 (session 33: the same models' GEMMs
+# with twice the tokens, none of them a shape of the first pool)
+REAL_POOLS = {"real": "real_gemm_pool.json", "real_mbs2": "real_gemm_pool_mbs2.json"}
+REAL_POOL = REAL_POOLS["real"]
+SUITES = ("random",) + tuple(REAL_POOLS)
 
 
-def real_cases(seed=60, n_round=63, small=False):
-    """(m, n, k, dtype, group) of a registered set of real training GEMMs: every entry of the pool
-    (validation/real_gemms.py: the unbatched GEMMs the simulator costs for the catalog's models under
-    tp 1-8) whose n or k is off the 64-grid (group ``offgrid <model> tp<N>``), then ``n_round`` of the
-    rest drawn with ``seed`` (group ``round <model> tp<N>``)."""
+def real_cases(seed=60, n_round=63, small=False, pool=REAL_POOL):
+    """(m, n, k, dtype, group) of a registered set of real training GEMMs: every entry of the pool file
+    ``pool`` (validation/real_gemms.py: the unbatched GEMMs the simulator costs for the catalog's models
+    under tp 1-8) whose n or k is off the 64-grid (group ``offgrid <model> tp<N>``), then ``n_round`` of
+    the rest drawn with ``seed`` (group ``round <model> tp<N>``)."""
     import json
     import os
     if small:
         return [(2048, 288, 2304, "bfloat16", "offgrid small"), (2048, 2304, 2048, "bfloat16", "round small")]
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), REAL_POOL)
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), pool)
     entries = json.load(open(path))["entries"]
     off = [e for e in entries if not e["round"]]
     rest = [e for e in entries if e["round"]]
@@ -86,5 +91,8 @@ def real_cases(seed=60, n_round=63, small=False):
 
 
 def suite_cases(suite, seed, small=False):
-    """The cases of the GEMM draw ``suite`` (``random``: :func:`random_cases`; ``real``: :func:`real_cases`)."""
-    return (real_cases if suite == "real" else random_cases)(seed, small=small)
+    """The cases of the GEMM draw ``suite`` (``random``: :func:`random_cases`; ``real`` and ``real_mbs2``:
+    :func:`real_cases` over that suite's pool of :data:`REAL_POOLS`)."""
+    if suite in REAL_POOLS:
+        return real_cases(seed, small=small, pool=REAL_POOLS[suite])
+    return random_cases(seed, small=small)

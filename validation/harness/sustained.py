@@ -13,9 +13,9 @@ Three suites, each writing a measurement file of format version 1 (records of ki
   - ``regime: after_sustained``: timed as the burst record, right after the sustained run
     (a hot GPU, L2 flushed).
   An ``info.idle_nvml`` sample is taken before anything runs.
-* ``real``: the random suite's timing over a registered set of real training GEMMs
-  (gemm_cases.real_cases: the pool validation/real_gemms.py writes, every shape off the 64-grid and
-  a seeded sample of the rest).
+* ``real`` / ``real_mbs2``: the random suite's timing over a registered set of real training GEMMs
+  (gemm_cases.real_cases: the pool validation/real_gemms.py writes at micro-batch 1 / 2, every shape
+  off the 64-grid and a seeded sample of the rest).
 * ``random``: a held-out random set of GEMM shapes (seeded, ``--seed``), timed as kernels.py
   times GEMMs, each record with the NVML sample taken right after it. bf16: m, n, k log-uniform
   over 16..16384 (a third of them small-MN / large-K: m, n in 16..1024, k in 4096..65536), 30% of
@@ -38,7 +38,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
-from gemm_cases import suite_cases  # noqa: E402
+from gemm_cases import SUITES, suite_cases  # noqa: E402
 from common import fmt_rate, log, run_case, time_fn  # noqa: E402
 from nvml import Nvml, Sampler, summarize_samples  # noqa: E402
 
@@ -383,7 +383,7 @@ def attach_kernel_names(rec, dl):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--suite", choices=("sustained", "random", "real"))
+    ap.add_argument("--suite", choices=("sustained",) + SUITES)
     ap.add_argument("--out")
     ap.add_argument("--budget-s", type=float, default=200)
     ap.add_argument("--sustain-s", type=float, default=40)

@@ -1,0 +1,73 @@
+"""The memory-bound GEMM's floor rate as a function of its bytes (issue #12 session 33, candidate gemm60).
+
+simulator.compute.gemm_floor_Bps: off in the committed profiles (the floor at hbm_fraction, as before); with
+``gemm_floor_fraction`` > 0 the rate is the datasheet bandwidth x that fraction x min(1, bytes / full) ** exponent.
+validation/gemm60_fit.py fits the three per GPU on the development GEMM records; the candidate profiles are
+validation/candidates/h{200,100}-sxm-gemm60.yaml, registered on seeds 60-62 before any adoption."""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from hardware_specs.catalog import load_accelerator
+from hardware_specs.errors import SpecError
+from simulator.calibration import load_calibration
+from simulator.compute import DeviceModel, gemm_bytes, gemm_floor_Bps, gemm_time
+
+CANDIDATES = Path(__file__).resolve().parent.parent / "validation" / "candidates"
+
+
+def _dev(profile: str, **params) -> DeviceModel:
+    acc = load_accelerator(profile)
+    return DeviceModel(acc, replace(load_calibration(profile), **params))
+
+
+@pytest.mark.parametrize("profile", ["h200-sxm", "h100-sxm"])
+def test_committed_profiles_keep_one_streaming_rate(profile):
+    dev = _dev(profile)
+    assert dev.cal.gemm_floor_fraction == 0
+    assert {gemm_floor_Bps(dev, b) for b in (1e5, 1e7, 1e9)} == {dev.hbm_Bps}
+
+
+def test_the_law_rises_with_bytes_and_saturates_at_full_bytes():
+    dev = _dev("h100-sxm", gemm_floor_fraction=0.8, gemm_floor_size_exponent=0.1, gemm_floor_full_bytes=1e9)
+    peak = dev.accelerator.hbm_bandwidth_Bps
+    assert gemm_floor_Bps(dev, 1e9) == gemm_floor_Bps(dev, 5e9) == pytest.approx(0.8 * peak)
+    assert gemm_floor_Bps(dev, 1e7) == pytest.approx(0.8 * peak * 0.01 ** 0.1)
+    rates = [gemm_floor_Bps(dev, b) for b in (1e5, 1e6, 1e7, 1e8, 1e9)]
+    assert rates == sorted(rates) and len(set(rates)) == 5
+    flat = _dev("h100-sxm", gemm_floor_fraction=0.8, gemm_floor_size_exponent=0.0, gemm_floor_full_bytes=1e9)
+    assert gemm_floor_Bps(flat, 1e6) == pytest.approx(0.8 * peak)
+
+
+def test_the_law_moves_memory_bound_gemms_only():
+    """A MoE router (n = 8: 0.4 GB streamed) runs at the law's rate; a large square GEMM, bound by its tiles, does
+    not move."""
+    committed = _dev("h100-sxm")
+    law = _dev("h100-sxm", gemm_floor_fraction=0.85, gemm_floor_size_exponent=0.1, gemm_floor_full_bytes=1.6e9)
+    assert gemm_time(law, 8192, 8192, 8192) == gemm_time(committed, 8192, 8192, 8192)
+    router = (32768, 8, 6144)
+    nbytes = gemm_bytes(*router, "bf16")
+    assert gemm_time(law, *router) == pytest.approx(nbytes / gemm_floor_Bps(law, nbytes) + law.cal.gemm_launch_s)
+    assert gemm_time(law, *router) < gemm_time(committed, *router)
+
+
+@pytest.mark.parametrize("value", [1.2, -0.1])
+def test_a_floor_fraction_outside_0_1_is_rejected_naming_the_field(tmp_path, value):
+    text = (CANDIDATES / "h100-sxm-gemm60.yaml").read_text()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text.replace("  gemm_floor_fraction: ", f"  gemm_floor_fraction: {value}  # was ", 1))
+    with pytest.raises(SpecError, match="gemm_floor_fraction"):
+        load_calibration(str(bad))
+
+
+@pytest.mark.parametrize("profile", ["h200-sxm", "h100-sxm"])
+def test_candidate_is_the_committed_profile_with_the_law_on(profile):
+    """The candidate changes the three floor parameters and nothing else, each inside the fit's bounds."""
+    from validation.gemm60_fit import BOUNDS
+    cand, committed = load_calibration(str(CANDIDATES / f"{profile}-gemm60.yaml")), load_calibration(profile)
+    for p, (lo, hi) in BOUNDS.items():
+        assert lo <= getattr(cand, p) <= hi
+    assert replace(cand, **{p: 0.0 for p in BOUNDS}, name=committed.name) == committed

@@ -137,3 +137,34 @@ def test_pool_writer_rejects_an_unreadable_exclude_in_one_line(tmp_path, capsys)
     with pytest.raises(SystemExit) as exc:
         main(["--exclude", str(bad), "--out", str(tmp_path / "p.json")])
     assert exc.value.code == 2 and "--exclude: cannot read a pool" in capsys.readouterr().err
+
+
+# session 33: the micro-batch-2 pool's seed 62 (suite real_mbs2: 135 off-grid + 63 round shapes, none measured
+# before), registered in commit 73a5909 by the committed model and candidate gemm60 (tests/test_gemm_floor.py)
+MBS2_AS_REGISTERED = {"h200": 0.0704, "h100": 0.0702}
+MBS2_OFFGRID_FP8 = {"h200": 0.0844, "h100": 0.1139}
+
+
+def _mbs2_errors(gpu: str, keep=lambda r: True) -> list[float]:
+    pairs = registered_pairs(LOGS / f"prereg_gemm_real_mbs2_62_{gpu}.txt", MEAS / f"{gpu}_gemm_real_mbs2_62.json")
+    return [t / r["time_s"] - 1 for r, t in pairs if keep(r)]
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+def test_mbs2_set_as_registered(gpu):
+    """The committed model on 198 training GEMMs at micro-batch 2: H200 7.04%, H100 7.02%; off-grid fp8 8.4% / 11.4%."""
+    mf = load_measurements(MEAS / f"{gpu}_gemm_real_mbs2_62.json")
+    assert mf.info["suite"] == "gemm_real_mbs2" and mf.info["seed"] == [62]
+    assert {(r["m"], r["n"], r["k"], r["dtype"]) for r in mf.records} == {c[:4] for c in gemm_cases.suite_cases("real_mbs2", 62)}
+    errs = _mbs2_errors(gpu)
+    assert len(errs) == 198 and _mape(errs) == pytest.approx(MBS2_AS_REGISTERED[gpu], abs=1e-4)
+    fp8 = _mbs2_errors(gpu, lambda r: r["dtype"] == "float8_e4m3fn" and r["group"].startswith("offgrid"))
+    assert len(fp8) == 31 and _mape(fp8) == pytest.approx(MBS2_OFFGRID_FP8[gpu], abs=1e-4)
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+@pytest.mark.xfail(strict=True, reason="issue #12 target 7% on a fresh run: the micro-batch-2 training GEMMs are 7.04% "
+                                       "(H200) and 7.02% (H100) as registered by the committed model (candidate gemm60: "
+                                       "7.08% / 6.20%)")
+def test_mbs2_set_within_the_gemm_target(gpu):
+    assert _mape(_mbs2_errors(gpu)) <= 0.07

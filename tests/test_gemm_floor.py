@@ -103,7 +103,7 @@ def test_why_gemm60_is_not_adopted():
     """As registered it is better than the committed model on both random draws (H200 7.56 -> 7.08%, H100 8.51 ->
     8.12%) and on the H100's micro-batch-2 training GEMMs (7.02 -> 6.20%), level on the H200's (7.04 -> 7.08%). It is
     not adopted because sets it never saw get worse with it on (docs/validation.md "Session 33"): the per-expert GEMM
-    loops and the first fresh H100 run; with batched GEMMs left at the committed rate (not what was registered) the
+    loops and the first fresh H200 run; with batched GEMMs left at the committed rate (not what was registered) the
     in-step, local-attention and plan-step figures no longer move. A variant must be registered again."""
     better = [n for n, v in GEMM60_REGISTERED.items() if v["_gemm60"] < v[""]]
     assert sorted(better) == ["random60_h200", "random61_h100", "real_mbs2_62_h100"]

@@ -82,14 +82,20 @@ GEMM60_REGISTERED = {
 }
 
 
+MEAS = CANDIDATES.parent / "measurements"
+MEASURED = {   # registered set: (measurement file, shapes)
+    "random60_h200": (MEAS / "repeat" / "h200_gemm_random60.json", 156),
+    "random61_h100": (MEAS / "repeat" / "h100_gemm_random61.json", 156),
+    "real_mbs2_62_h200": (MEAS / "h200_gemm_real_mbs2_62.json", 198),
+    "real_mbs2_62_h100": (MEAS / "h100_gemm_real_mbs2_62.json", 198),
+}
+
+
 def _registered_mape(name: str, tag: str) -> float:
     from validation.gemm_regimes import registered_pairs
-    meas = Path(__file__).resolve().parent.parent / "validation" / "measurements"
-    gpu = name.rsplit("_", 1)[1]
-    data = meas / "repeat" / f"{gpu}_gemm_{name.rsplit('_', 1)[0]}.json" if name.startswith("random") else \
-        meas / f"{gpu}_gemm_{name.rsplit('_', 1)[0]}.json"
-    pairs = registered_pairs(meas / "logs" / f"prereg_gemm_{name}{tag}.txt", data)
-    assert len(pairs) == (156 if name.startswith("random") else 198)
+    data, shapes = MEASURED[name]
+    pairs = registered_pairs(MEAS / "logs" / f"prereg_gemm_{name}{tag}.txt", data)
+    assert len(pairs) == shapes
     return sum(abs(t / r["time_s"] - 1) for r, t in pairs) / len(pairs)
 
 

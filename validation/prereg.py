@@ -136,7 +136,7 @@ def main(argv=None) -> int:
     ap.add_argument("--grid", help="a plan_step.py grid")
     ap.add_argument("--kernels", metavar="SUITE", help="a single-GPU kernel suite of validation/harness instead")
     ap.add_argument("--gemm-seed", type=int, metavar="SEED", help="the random GEMM draw of this seed instead")
-    ap.add_argument("--gemm-suite", choices=("random", "real", "real_mbs2"), default="random",
+    ap.add_argument("--gemm-suite", choices=harness("gemm_cases").SUITES, default="random",
                     help="--gemm-seed: the random draw (default) or a set of real training GEMMs (micro-batch 1 or 2; "
                          "sustained.py --suite)")
     ap.add_argument("--like", required=True, help="a measurement file of the machine the grid will run on")

@@ -126,6 +126,10 @@ class Calibration:
                                  ``gemm_floor_full_bytes``, as a fraction of the datasheet; below,
                                  times (bytes / gemm_floor_full_bytes) ** gemm_floor_size_exponent
                                  (simulator.compute.gemm_floor_Bps); 0 = off: hbm_fraction
+      gemm_overlap_exposed       share of the smaller of a GEMM's tile compute and its HBM
+                                 streaming time not hidden behind the larger (pipeline fill from
+                                 a cold L2, epilogue stores; simulator.compute.gemm_with_roofline_s);
+                                 0 = the plain roofline max (perfect overlap)
       attention_fwd_fraction     FlashAttention forward: fraction of bf16 peak at long sequences
       attention_bwd_fraction     FlashAttention backward: fraction of bf16 peak
       attention_softmax_fraction achieved fraction of the special-function units' exp rate
@@ -249,6 +253,7 @@ class Calibration:
     gemm_floor_fraction: float = 0.0
     gemm_floor_size_exponent: float = 0.0
     gemm_floor_full_bytes: float = 0.0
+    gemm_overlap_exposed: float = 0.0
     attention_fwd_fraction: float = 0.65
     attention_bwd_fraction: float = 0.50
     attention_softmax_fraction: float = 0.50
@@ -356,6 +361,7 @@ def _profile_schema() -> type:
     spec = {name: (Optional[fraction if name in FRACTIONS else nonneg], None)
             for name, value in DEFAULT.to_dict().items() if isinstance(value, float)}
     spec.update(gemm_floor_fraction=(Optional[Annotated[float, Field(ge=0, le=1)]], None),
+                gemm_overlap_exposed=(Optional[Annotated[float, Field(ge=0, le=1)]], None),
                 gemm_peak_fraction=(Optional[dict[str, fraction]], None),
                 memory_op_fraction=(Optional[dict[str, fraction]], None),
                 attention_kernel_fraction=(Optional[dict[str, fraction]], None),

@@ -130,6 +130,36 @@ def test_mbs2_pool_is_micro_batch_2_without_the_first_pools_shapes():
     assert not first & {c[:4] for c in cases}
 
 
+def test_mbs4_pool_is_micro_batch_4_without_either_earlier_pools_shapes():
+    """Session 34's pool (suite ``real_mbs4``, written with ``--exclude`` given twice): micro-batch 4, none a shape
+    of the micro-batch-1 or micro-batch-2 pools, so its registered set (seed 64) is shapes never timed before."""
+    import json
+    from validation.real_gemms import POOL, shape, step_gemms
+    earlier = set()
+    for suite in ("real", "real_mbs2"):
+        earlier |= {shape(e) for e in json.loads((POOL.parent / gemm_cases.REAL_POOLS[suite]).read_text())["entries"]}
+    doc = json.loads((POOL.parent / gemm_cases.REAL_POOLS["real_mbs4"]).read_text())
+    assert doc["generated_by"].count("--exclude") == 2 and "--mbs 4" in doc["generated_by"]
+    assert not earlier & {shape(e) for e in doc["entries"]}
+    assert (16384, 1376, 4096) in {(m, n, k) for m, n, k, _ in step_gemms("llama2-7b", 8, "bf16", mbs=4)}
+    cases = gemm_cases.suite_cases("real_mbs4", 64)
+    assert len(cases) == sum(1 for e in doc["entries"] if not e["round"]) + 63
+    assert not earlier & {c[:4] for c in cases}
+
+
+def test_pool_writer_excludes_every_pool_given(tmp_path):
+    from validation.real_gemms import main
+    a, b, out = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "p.json"
+    a.write_text('{"entries": [{"m": 8192, "n": 1376, "k": 4096, "dtype": "bfloat16"}]}')
+    b.write_text('{"entries": [{"m": 8192, "n": 4096, "k": 1376, "dtype": "bfloat16"}]}')
+    assert main(["--mbs", "2", "--exclude", str(a), "--exclude", str(b), "--out", str(out)]) == 0
+    import json
+    shapes = {(e["m"], e["n"], e["k"], e["dtype"]) for e in json.loads(out.read_text())["entries"]}
+    assert shapes and (8192, 1376, 4096, "bfloat16") not in shapes and (8192, 4096, 1376, "bfloat16") not in shapes
+    assert main(["--mbs", "2", "--out", str(out)]) == 0
+    assert (8192, 1376, 4096, "bfloat16") in {(e["m"], e["n"], e["k"], e["dtype"]) for e in json.loads(out.read_text())["entries"]}
+
+
 def test_pool_writer_rejects_an_unreadable_exclude_in_one_line(tmp_path, capsys):
     from validation.real_gemms import main
     bad = tmp_path / "bad.json"

@@ -103,11 +103,32 @@ def coordinate_descent(base, rows, bounds: dict, rounds: int) -> tuple[dict, flo
     """({parameter: fitted value}, pooled MAPE at them, pooled MAPE of ``base``): ``rounds`` rounds of a
     golden-section search (:func:`golden`) per parameter of ``bounds`` in turn over its range, from
     ``base``'s values, minimising :func:`pooled_mape` of ``rows``; every other parameter kept."""
-    values = {p: getattr(base, p) for p in bounds}
+    values = {p: value_of(base, p) for p in bounds}
     for _ in range(rounds):
         for p in bounds:
-            values[p] = golden(lambda v: pooled_mape(rows, replace(base, **{**values, p: v})), *bounds[p])
-    return values, pooled_mape(rows, replace(base, **values)), pooled_mape(rows, base)
+            values[p] = golden(lambda v: pooled_mape(rows, with_values(base, {**values, p: v})), *bounds[p])
+    return values, pooled_mape(rows, with_values(base, values)), pooled_mape(rows, base)
+
+
+def value_of(cal, name: str) -> float:
+    """A calibration parameter's value; ``dict_parameter.key`` (e.g. ``gemm_peak_fraction.bf16``) names
+    one entry of a per-dtype table."""
+    table, _, key = name.partition(".")
+    return getattr(cal, table)[key] if key else getattr(cal, name)
+
+
+def with_values(cal, values: dict):
+    """``cal`` with each parameter of ``values`` set (dotted names: one entry of a per-dtype table,
+    :func:`value_of`)."""
+    tables: dict = {}
+    plain = {}
+    for name, v in values.items():
+        table, _, key = name.partition(".")
+        if key:
+            tables.setdefault(table, dict(getattr(cal, table)))[key] = v
+        else:
+            plain[name] = v
+    return replace(cal, **plain, **tables)
 
 
 CANDIDATES = ROOT / "validation" / "candidates"
@@ -140,6 +161,7 @@ def fit_candidate_text(profile: str, values: dict, mape: float, mape0: float, *,
              f"      MAPE of every development GEMM record (kernel suite gemm records, random draws through seed {last_seed} at their\n"
              f"      faster pass median); every other parameter kept at the committed {profile} value'\n"
              f"    fitted:\n" + "".join(f"    - {p}\n" for p in bounds) + f"    pooled_mape: {mape:.4f}\n    pooled_mape_committed: {mape0:.4f}\n")
+    mechanism = mechanism.replace("'", "''")          # inside a single-quoted YAML scalar
     head = (f"candidate: '{name} (issue #12 session {session}): the committed {profile} profile plus {mechanism}, "
             + ", ".join(f"{p} = {v:.6g}" for p, v in values.items())
             + f", fitted by validation/{name}_fit.py on the development GEMM records through seed {last_seed}'\n")
@@ -152,8 +174,12 @@ def fit_candidate_text(profile: str, values: dict, mape: float, mape0: float, *,
     for p in bounds:
         if p in new:
             continue
-        j = next(j for j, line in enumerate(lines) if line.startswith(f"  {p}:"))
-        lines[j] = f"  {p}: {values[p]!r}   # candidate {name} refit: validation/{name}_fit.py\n"
+        table, _, key = p.partition(".")
+        j = next(j for j, line in enumerate(lines) if line.startswith(f"  {table}:"))
+        if key:
+            j = next(i for i in range(j + 1, len(lines)) if lines[i].startswith(f"    {key}:"))
+        indent, label = ("    ", key) if key else ("  ", p)
+        lines[j] = f"{indent}{label}: {values[p]!r}   # candidate {name} refit: validation/{name}_fit.py\n"
     return head + "".join(lines)
 
 

@@ -13,12 +13,13 @@ one transformer layer of each kind and of the last pipeline stage (output head),
 under tensor-parallel degrees 1, 2, 4 and 8 (sequence parallel on, micro-batch 1, the model's sequence
 length, bf16 and fp8 layers), on one DGX H100 node. Each distinct (m, n, k, dtype) is one entry, named by
 the first model and degree that produced it; ``--mbs 2 --exclude real_gemm_pool.json`` gives session 33's
-pool: micro-batch 2, without the shapes the first pool already holds. ``python -m validation.real_gemms`` writes the pool
+pool: micro-batch 2, without the shapes the first pool already holds; session 34's, ``--mbs 4`` excluding
+both. ``python -m validation.real_gemms`` writes the pool
 (validation/harness/real_gemm_pool.json); validation/harness/gemm_cases.real_cases draws a registered set
 from it. The committed pool is the one seed 60 was registered and measured on: after a change to the lowered
 GEMMs, write a new pool to another file (``--out``) for the next registered set rather than over it.
 
-    python -m validation.real_gemms [--out FILE] [--mbs N] [--exclude POOL]
+    python -m validation.real_gemms [--out FILE] [--mbs N] [--exclude POOL]...
 """
 from __future__ import annotations
 
@@ -90,19 +91,22 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=POOL)
     p.add_argument("--mbs", type=int, default=1, help="micro-batch size of the steps (default 1: the committed pool's)")
-    p.add_argument("--exclude", type=Path, help="a pool file whose shapes are left out (a set already measured)")
+    p.add_argument("--exclude", type=Path, action="append", default=[],
+                   help="a pool file whose shapes are left out (a set already measured); repeatable")
     args = p.parse_args(argv)
     if args.mbs < 1:
         p.error("--mbs: must be a positive integer")
-    try:
-        seen = {shape(e) for e in json.loads(args.exclude.read_text())["entries"]} if args.exclude else set()
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        p.error(f"--exclude: cannot read a pool from {args.exclude}: {exc}")
+    seen = set()
+    for path in args.exclude:
+        try:
+            seen |= {shape(e) for e in json.loads(path.read_text())["entries"]}
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            p.error(f"--exclude: cannot read a pool from {path}: {exc}")
     entries = [e for e in pool(mbs=args.mbs) if shape(e) not in seen]
     doc = {"description": "distinct unbatched GEMMs of the catalog's models under tp 1/2/4/8 (one layer of each "
                           f"kind and the output head) at micro-batch {args.mbs}, as simulator.lowering costs them",
            "generated_by": "python -m validation.real_gemms" + (f" --mbs {args.mbs}" if args.mbs != 1 else "")
-                           + (f" --exclude {args.exclude.name}" if args.exclude else ""),
+                           + "".join(f" --exclude {path.name}" for path in args.exclude),
            "entries": entries}
     body = ",\n".join("  " + json.dumps(e) for e in entries)
     try:

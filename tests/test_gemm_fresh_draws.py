@@ -62,6 +62,8 @@ DRAWS = {  # seed: (profile, measured file, registered predictions)
     59: ("h100-sxm", REPEAT / "h100_gemm_random59.json", LOGS / "prereg_gemm_random59_h100.txt"),
     60: ("h200-sxm", REPEAT / "h200_gemm_random60.json", LOGS / "prereg_gemm_random60_h200.txt"),
     61: ("h100-sxm", REPEAT / "h100_gemm_random61.json", LOGS / "prereg_gemm_random61_h100.txt"),
+    62: ("h200-sxm", REPEAT / "h200_gemm_random62.json", LOGS / "prereg_gemm_random62_h200.txt"),
+    63: ("h100-sxm", REPEAT / "h100_gemm_random63.json", LOGS / "prereg_gemm_random63_h100.txt"),
 }
 # the draws session 23's adoption of the gemm32 candidate made fit data (its restricted fits of the unaligned
 # rate and fixed costs ran on H200 seeds 24-30 and H100 seeds 21-31; fit blocks of the committed profiles)
@@ -161,6 +163,12 @@ REGISTERED = {
          "other": 0.0807},
     61: {"all": 0.0851, "small_mn_large_k": 0.0881, "fp8_small": 0.0509, "misaligned": 0.1063, "large": 0.1293,
          "other": 0.0761},
+    # session 34, by the committed model of 0fce87d (the same GEMM model), candidate gemm62 beside it
+    # (tests/test_gemm_overlap.py)
+    62: {"all": 0.0664, "small_mn_large_k": 0.0645, "fp8_small": 0.0443, "misaligned": 0.0800, "large": 0.1224,
+         "other": 0.0614},
+    63: {"all": 0.0886, "small_mn_large_k": 0.1016, "fp8_small": 0.0416, "misaligned": 0.1168, "large": 0.1773,
+         "other": 0.0640},
 }
 # the gemm40 candidate (the unaligned fallback kernels' serial C store and small-tile load factor;
 # validation/gemm40_fit.py on every draw through seed 39) registered beside seeds 40 / 41
@@ -218,6 +226,8 @@ TODAY_23 = {
     59: {"all": 0.0887, "small_mn_large_k": 0.1058, "fp8_small": 0.0564, "misaligned": 0.0742, "large": 0.1313, "other": 0.0752},
     60: {"all": 0.0756, "small_mn_large_k": 0.0745, "fp8_small": 0.0524, "misaligned": 0.0914, "large": 0.0924, "other": 0.0808},
     61: {"all": 0.0851, "small_mn_large_k": 0.0881, "fp8_small": 0.0510, "misaligned": 0.1063, "large": 0.1293, "other": 0.0761},
+    62: {"all": 0.0665, "small_mn_large_k": 0.0645, "fp8_small": 0.0446, "misaligned": 0.0801, "large": 0.1224, "other": 0.0614},
+    63: {"all": 0.0886, "small_mn_large_k": 0.1016, "fp8_small": 0.0415, "misaligned": 0.1168, "large": 0.1773, "other": 0.0639},
 }
 # the gemm32 candidate registered beside seeds 32 / 33 (validation/candidates/*-sxm-gemm32.yaml)
 REGISTERED_GEMM32 = {
@@ -284,7 +294,7 @@ def test_h200_refit_beats_the_profile_it_replaced():
 
 
 # never-fitted draws on which the 7% target holds as registered
-TARGET_MET = {40, 46}
+TARGET_MET = {40, 46, 62}
 
 
 @pytest.mark.parametrize("seed", sorted(set(DRAWS) - FITTED_SINCE_23 - TARGET_MET))
@@ -307,7 +317,8 @@ TARGET_MET = {40, 46}
                                        "7.5%, seed 57 (H100) 8.45% (session 31; candidate knnskip 5.2% / 6.2%); seed 58 "
                                        "(H200) 7.25%, seed 59 (H100) 8.9% (session 32; knnskip 5.2% / 7.4%, knnnear "
                                        "5.15% / 7.5%); seed 60 (H200) 7.56%, seed 61 (H100) 8.5% (session 33; "
-                                       "candidate gemm60 7.08% / 8.12%)")
+                                       "candidate gemm60 7.08% / 8.12%); seed 63 (H100) 8.9% (session 34; "
+                                       "candidate gemm62 8.2%)")
 def test_fresh_draw_target(seed):
     _, path, log = DRAWS[seed]
     adopted = LOGS / log.name.replace(".txt", "_cand.txt") if seed in (36, 37) else log     # gemm36's registration
@@ -318,10 +329,11 @@ def test_fresh_draw_target(seed):
 def test_fresh_draw_target_met(seed):
     """Seed 40 (H200, session 24, registered by the committed model before it ran on a newly lent machine):
     6.04% pooled, within the issue's 7% (misaligned 7.2%, large 10.0%, other 7.45%); seed 46 (H200, session 27,
-    likewise): 6.73% (large 8.8%, misaligned 8.5%, other 7.2%). Two draws of the thirteen H200 draws registered by
-    the models since gemm36 (seed 36 8.25% by its candidate, 38 7.5%, 42 8.8%, 44 7.3%, 48 8.5%, 50 7.8%, 52 9.2%,
-    54 7.4%, 56 7.5%, 58 7.25%, 60 7.56% after it); on H100 none of thirteen (37 8.6%, 39 8.95%, 41 8.5%, 43 7.6%,
-    45 9.85%, 47 8.9%, 49 7.7%, 51 9.8%, 53 9.1%, 55 9.2%, 57 8.45%, 59 8.9%, 61 8.5%)."""
+    likewise): 6.73% (large 8.8%, misaligned 8.5%, other 7.2%); seed 62 (H200, session 34, likewise): 6.64%
+    (large 12.2%, misaligned 8.0%). Three draws of the fourteen H200 draws registered by the models since gemm36
+    (seed 36 8.25% by its candidate, 38 7.5%, 42 8.8%, 44 7.3%, 48 8.5%, 50 7.8%, 52 9.2%, 54 7.4%, 56 7.5%,
+    58 7.25%, 60 7.56% after it); on H100 none of fourteen (37 8.6%, 39 8.95%, 41 8.5%, 43 7.6%, 45 9.85%, 47 8.9%,
+    49 7.7%, 51 9.8%, 53 9.1%, 55 9.2%, 57 8.45%, 59 8.9%, 61 8.5%, 63 8.9%)."""
     _, path, log = DRAWS[seed]
     assert mape_by_regime(registered_pairs(log, path))["all"][1] <= 0.07
 
@@ -435,6 +447,11 @@ NEXT = {  # log: (seed, --like file, --profile or None)
     "prereg_gemm_random61_h100.txt": (61, "h100_gemm_random3.json", None),
     "prereg_gemm_random60_h200_gemm60.txt": (60, "h200_gemm_random.json", "validation/candidates/h200-sxm-gemm60.yaml"),
     "prereg_gemm_random61_h100_gemm60.txt": (61, "h100_gemm_random3.json", "validation/candidates/h100-sxm-gemm60.yaml"),
+    # Session 34: seeds 62 (H200) / 63 (H100), the committed model (0fce87d); candidate gemm62 beside it
+    "prereg_gemm_random62_h200.txt": (62, "h200_gemm_random.json", None),
+    "prereg_gemm_random63_h100.txt": (63, "h100_gemm_random3.json", None),
+    "prereg_gemm_random62_h200_gemm62.txt": (62, "h200_gemm_random.json", "validation/candidates/h200-sxm-gemm62.yaml"),
+    "prereg_gemm_random63_h100_gemm62.txt": (63, "h100_gemm_random3.json", "validation/candidates/h100-sxm-gemm62.yaml"),
 }
 GEMM32_PAIRS = {32: ("prereg_gemm_random32_h200.txt", "prereg_gemm_random32_h200_cand.txt"),
                 33: ("prereg_gemm_random33_h100.txt", "prereg_gemm_random33_h100_cand.txt")}

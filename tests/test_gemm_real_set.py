@@ -198,3 +198,38 @@ def test_mbs2_set_as_registered(gpu):
                                        "7.08% / 6.20%)")
 def test_mbs2_set_within_the_gemm_target(gpu):
     assert _mape(_mbs2_errors(gpu)) <= 0.07
+
+
+# session 34: the micro-batch-4 pool's seed 64 (suite real_mbs4: 140 off-grid + 63 round shapes, none a shape of
+# either earlier pool), registered in commit a4ba274 by the committed model and candidate gemm62
+# (tests/test_gemm_overlap.py); the second pass ran out of budget part-way (54 H200 / 8 H100 shapes timed once)
+MBS4_AS_REGISTERED = {"h200": 0.0523, "h100": 0.0736}
+MBS4_OFFGRID_FP8 = {"h200": 0.0709, "h100": 0.1176}
+
+
+def _mbs4_errors(gpu: str, keep=lambda r: True) -> list[float]:
+    pairs = registered_pairs(LOGS / f"prereg_gemm_real_mbs4_64_{gpu}.txt", MEAS / f"{gpu}_gemm_real_mbs4_64.json")
+    return [t / r["time_s"] - 1 for r, t in pairs if keep(r)]
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+def test_mbs4_set_as_registered(gpu):
+    """The committed model on 203 training GEMMs at micro-batch 4: H200 5.23%, H100 7.36%; off-grid fp8 7.1% / 11.8%."""
+    mf = load_measurements(MEAS / f"{gpu}_gemm_real_mbs4_64.json")
+    assert mf.info["suite"] == "gemm_real_mbs4" and mf.info["seed"] == [64]
+    assert {(r["m"], r["n"], r["k"], r["dtype"]) for r in mf.records} == {c[:4] for c in gemm_cases.suite_cases("real_mbs4", 64)}
+    errs = _mbs4_errors(gpu)
+    assert len(errs) == 203 and _mape(errs) == pytest.approx(MBS4_AS_REGISTERED[gpu], abs=1e-4)
+    fp8 = _mbs4_errors(gpu, lambda r: r["dtype"] == "float8_e4m3fn" and r["group"].startswith("offgrid"))
+    assert len(fp8) == 31 and _mape(fp8) == pytest.approx(MBS4_OFFGRID_FP8[gpu], abs=1e-4)
+
+
+def test_h200_mbs4_set_within_the_gemm_target():
+    assert _mape(_mbs4_errors("h200")) <= 0.07
+
+
+@pytest.mark.xfail(strict=True, reason="issue #12 target 7% on a fresh run: the H100's micro-batch-4 training GEMMs are "
+                                       "7.36% as registered by the committed model (off-grid fp8 11.8%; candidate "
+                                       "gemm62 7.12%); H200 5.23% meets it")
+def test_h100_mbs4_set_within_the_gemm_target():
+    assert _mape(_mbs4_errors("h100")) <= 0.07

@@ -45,12 +45,15 @@ def test_the_exposed_share_adds_gamma_times_the_smaller_cost(shape):
     assert gemm_time(on, *shape) > gemm_time(base, *shape)
 
 
-@pytest.mark.parametrize("value", [1.5, -0.2])
-def test_an_exposed_share_outside_0_1_is_rejected_naming_the_field(tmp_path, value):
-    text = (CANDIDATES / "h100-sxm-gemm62.yaml").read_text()
+@pytest.mark.parametrize("candidate,field", [("h100-sxm-gemm62.yaml", "gemm_overlap_exposed"),
+                                             ("h100-sxm-gemm60.yaml", "gemm_floor_fraction")])
+@pytest.mark.parametrize("value", [1.2, -0.1])
+def test_a_share_outside_0_1_is_rejected_naming_the_field(tmp_path, candidate, field, value):
+    """The GEMM candidates' shares (the exposed share of gemm62, the floor's fraction of the datasheet of gemm60)
+    are bounded to [0, 1] by the profile schema."""
     bad = tmp_path / "bad.yaml"
-    bad.write_text(text.replace("  gemm_overlap_exposed: ", f"  gemm_overlap_exposed: {value}  # was ", 1))
-    with pytest.raises(SpecError, match="gemm_overlap_exposed"):
+    bad.write_text((CANDIDATES / candidate).read_text().replace(f"  {field}: ", f"  {field}: {value}  # was ", 1))
+    with pytest.raises(SpecError, match=field):
         load_calibration(str(bad))
 
 

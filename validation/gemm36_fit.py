@@ -66,6 +66,27 @@ def pooled_mape(rows, cal) -> float:
     return sum(abs(predict_record(r, hw, cal).time_s / r["time_s"] - 1.0) for r, hw in rows) / len(rows)
 
 
+def mape_by_set(profile: str, cal, dev: dict) -> dict:
+    """{data set: MAPE} of ``cal`` on the development records ``dev`` ({path: seeds or None}) of ``profile``: the
+    kernel suite, the random draws pooled, the real training GEMMs (files named ``*kernels*``, ``*random*``,
+    ``*real*``)."""
+    out = {}
+    for name, keep in (("kernel suite", lambda p: "kernels" in p.name), ("random draws", lambda p: "random" in p.name),
+                       ("real training GEMMs", lambda p: "real" in p.name)):
+        out[name] = pooled_mape(dev_records(profile, {p: s for p, s in dev.items() if keep(p)}), cal)
+    return out
+
+
+def print_fit(profile: str, name: str, values: dict, mape: float, mape0: float, committed, fitted, dev: dict) -> None:
+    """Print a candidate fit's values and pooled MAPE, then :func:`mape_by_set` of the ``committed`` and ``fitted``
+    calibrations on the development records ``dev``."""
+    print(f"{profile}: " + ", ".join(f"{p} = {x:.6g}" for p, x in values.items())
+          + f"  pooled MAPE {100 * mape:.2f}% (committed {100 * mape0:.2f}%)", flush=True)
+    before, after = mape_by_set(profile, committed, dev), mape_by_set(profile, fitted, dev)
+    for label in before:
+        print(f"    {label:22s} committed {100 * before[label]:5.2f}%   {name} {100 * after[label]:5.2f}%")
+
+
 def golden(f, lo: float, hi: float, iters: int = 25) -> float:
     """Minimiser of the unimodal ``f`` over [lo, hi] by golden-section search."""
     g = (math.sqrt(5) - 1) / 2

@@ -28,7 +28,7 @@ import sys
 from dataclasses import replace
 
 from validation.gemm36_fit import (CANDIDATES, MEAS, REPEAT, coordinate_descent, dev_records, fit_candidate_text,
-                                   pooled_mape)
+                                   pooled_mape, print_fit)
 
 H200_DRAWS = (25, 26, 28, 30, 32, 34, 36, 38, 40, 42, 44, 46, 48, 50, 52, 54, 56, 58)
 H100_DRAWS = (27, 29, 31, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59)
@@ -74,7 +74,7 @@ def fit(profile: str) -> tuple[dict, float, float]:
     point of :data:`GRID`, refined by :data:`ROUNDS` rounds of coordinate descent within one grid step of
     it (clipped to :data:`BOUNDS`), on every development record of :data:`DEV`."""
     import itertools
-    base, rows = start(profile), dev_records(profile)
+    base, rows = start(profile), dev_records(profile, DEV[profile])
     names = tuple(GRID)
     best = min(itertools.product(*GRID.values()),
                key=lambda point: pooled_mape(rows, replace(base, **dict(zip(names, point)))))
@@ -86,27 +86,13 @@ def fit(profile: str) -> tuple[dict, float, float]:
     return coordinate_descent(replace(base, **dict(zip(names, best))), rows, bounds, ROUNDS)[:2] + (pooled_mape(rows, base),)
 
 
-def mape_by_set(profile: str, cal) -> dict:
-    """{data set: MAPE} of ``cal`` on the development records: the kernel suite, the random draws
-    pooled, the real training GEMMs of seed 60."""
-    out = {}
-    for name, keep in (("kernel suite", lambda p: "kernels" in p.name), ("random draws", lambda p: "random" in p.name),
-                       ("real training GEMMs", lambda p: "real" in p.name)):
-        out[name] = pooled_mape(dev_records(profile, {p: s for p, s in DEV[profile].items() if keep(p)}), cal)
-    return out
-
-
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     from simulator.calibration import load_calibration
     for profile in DEV:
         base = start(profile)
         values, mape, mape0 = fit(profile)
-        print(f"{profile}: " + ", ".join(f"{p} = {x:.6g}" for p, x in values.items())
-              + f"  pooled MAPE {100 * mape:.2f}% (committed {100 * mape0:.2f}%)")
-        before, after = mape_by_set(profile, load_calibration(profile)), mape_by_set(profile, replace(base, **values))
-        for name in before:
-            print(f"    {name:22s} committed {100 * before[name]:5.2f}%   gemm60 {100 * after[name]:5.2f}%")
+        print_fit(profile, "gemm60", values, mape, mape0, load_calibration(profile), replace(base, **values), DEV[profile])
         if "--write" in argv:
             text = fit_candidate_text(
                 profile, values, mape, mape0, name="gemm60", session=33, dev=DEV[profile], bounds=BOUNDS, new=NEW,

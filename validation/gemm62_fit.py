@@ -30,7 +30,7 @@ from __future__ import annotations
 import sys
 
 from validation.gemm36_fit import (CANDIDATES, MEAS, REPEAT, coordinate_descent, dev_records, fit_candidate_text,
-                                   pooled_mape, with_values)
+                                   print_fit, with_values)
 from validation.gemm60_fit import DEV as DEV60
 
 LAST_SEED = {"h200-sxm": 60, "h100-sxm": 61}
@@ -59,27 +59,13 @@ def fit(profile: str) -> tuple[dict, float, float]:
     return coordinate_descent(load_calibration(profile), dev_records(profile, DEV[profile]), BOUNDS, ROUNDS)
 
 
-def mape_by_set(profile: str, cal) -> dict:
-    """{data set: MAPE} of ``cal`` on the development records: the kernel suite, the random draws
-    pooled, the real training GEMMs (micro-batch 1 and 2)."""
-    out = {}
-    for name, keep in (("kernel suite", lambda p: "kernels" in p.name), ("random draws", lambda p: "random" in p.name),
-                       ("real training GEMMs", lambda p: "real" in p.name)):
-        out[name] = pooled_mape(dev_records(profile, {p: s for p, s in DEV[profile].items() if keep(p)}), cal)
-    return out
-
-
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     from simulator.calibration import load_calibration
     for profile in DEV:
         committed = load_calibration(profile)
         values, mape, mape0 = fit(profile)
-        print(f"{profile}: " + ", ".join(f"{p} = {x:.6g}" for p, x in values.items())
-              + f"  pooled MAPE {100 * mape:.2f}% (committed {100 * mape0:.2f}%)", flush=True)
-        before, after = mape_by_set(profile, committed), mape_by_set(profile, with_values(committed, values))
-        for name in before:
-            print(f"    {name:22s} committed {100 * before[name]:5.2f}%   gemm62 {100 * after[name]:5.2f}%")
+        print_fit(profile, "gemm62", values, mape, mape0, committed, with_values(committed, values), DEV[profile])
         if "--write" in argv:
             text = fit_candidate_text(
                 profile, values, mape, mape0, name="gemm62", session=34, dev=DEV[profile], bounds=BOUNDS, new=NEW,

@@ -349,6 +349,11 @@ AS_REGISTERED_SINCE_ADOPTION = {   # seed: gpu: pooled and per-kind MAPE of ever
                   "layernorm": 0.0678, "rmsnorm": 0.0506}},
     65: {"h100": {"all": 0.0409, "copy": 0.0236, "add": 0.0275, "gelu": 0.0258, "silu_mul": 0.0262, "softmax": 0.0892,
                   "layernorm": 0.0415, "rmsnorm": 0.0527}},
+    # session 35, registered in commit 26b0352 by the code of 490d35e (the same memory-bound model): one GPU each
+    66: {"h200": {"all": 0.0360, "copy": 0.0291, "add": 0.0323, "gelu": 0.0321, "silu_mul": 0.0148, "softmax": 0.0558,
+                  "layernorm": 0.0406, "rmsnorm": 0.0472}},
+    67: {"h100": {"all": 0.0500, "copy": 0.0393, "add": 0.0471, "gelu": 0.0214, "silu_mul": 0.0496, "softmax": 0.0980,
+                  "layernorm": 0.0530, "rmsnorm": 0.0414}},
 }
 # the kinds over the issue's 8% per draw and GPU (none on seeds 43, 47 and 48)
 OVER_8_PERCENT = {(43, "h200"): set(), (43, "h100"): set(), (44, "h200"): {"layernorm", "softmax", "copy"},
@@ -358,10 +363,12 @@ OVER_8_PERCENT = {(43, "h200"): set(), (43, "h100"): set(), (44, "h200"): {"laye
                   (50, "h100"): {"softmax"}, (51, "h200"): set(), (52, "h200"): set(), (53, "h100"): set(),
                   (54, "h200"): set(), (55, "h100"): {"softmax"}, (56, "h200"): set(), (57, "h100"): set(),
                   (58, "h200"): set(), (59, "h100"): set(), (60, "h200"): set(), (61, "h100"): set(),
-                  (62, "h200"): {"softmax"}, (63, "h100"): {"layernorm"}, (64, "h200"): set(), (65, "h100"): {"softmax"}}
+                  (62, "h200"): {"softmax"}, (63, "h100"): {"layernorm"}, (64, "h200"): set(), (65, "h100"): {"softmax"},
+                  (66, "h200"): set(), (67, "h100"): {"softmax"}}
 # draws whose records include calls that spread over 3x (validation.gemm_regimes.interference_suspect)
 INTERFERENCE = {(44, "h200"), (44, "h100"), (46, "h100"), (47, "h100"), (48, "h200"), (48, "h100"), (49, "h100"),
-                (50, "h100"), (55, "h100"), (57, "h100"), (61, "h100"), (63, "h100"), (64, "h200")}
+                (50, "h100"), (55, "h100"), (57, "h100"), (61, "h100"), (63, "h100"), (64, "h200"),
+                (67, "h100")}
 
 
 @pytest.mark.parametrize("gpu", GPUS)
@@ -414,7 +421,9 @@ def test_draws_since_the_adoption_as_registered(seed, gpu):
     over (two records whose calls spread 70x and 26x, measured 171 us and 128 us against fastest calls of 21 and
     52 us: without the records over 3x, 4.0% pooled and every kind within 8%). Seed 64 (session 34, H200,
     registered by 0fce87d): 4.34%, every kind within 8% (softmax 7.7%, layernorm 6.8%; one record whose calls spread
-    over 3x, 4.35% without it); seed 65 (session 34, H100): 4.09%, softmax 8.9% over (no interference).
+    over 3x, 4.35% without it); seed 65 (session 34, H100): 4.09%, softmax 8.9% over (no interference). Seed 66
+    (session 35, H200, registered in 26b0352): 3.60%, every kind within 8% (softmax 5.6%); seed 67 (session 35,
+    H100): 5.00%, softmax 9.8% over (13 records whose calls spread over 3x: 3.96% without them, softmax 9.8% still).
     Pooled within 8% on every draw."""
     if seed == 44:
         assert "seed 44" in (LOGS / "prereg_membound44_h200.txt").read_text()
@@ -450,7 +459,7 @@ def test_seed_55_h100_without_interference():
                                        "H100 softmax 9.7%; seed 45 H200 layernorm 9.2%, copy 8.6%, H100 layernorm 8.3%; "
                                        "seed 46 H100 silu_mul 8.1%, softmax 9.1%; seed 50 H100 softmax 8.1%; "
                                        "seed 55 H100 softmax 8.2%; seed 62 H200 softmax 8.4%; seed 63 H100 layernorm "
-                                       "13.1%; seed 65 H100 softmax 8.9%")
+                                       "13.1%; seed 65 H100 softmax 8.9%; seed 67 H100 softmax 9.8%")
 def test_draws_since_the_adoption_every_kind_within_the_target(seed, gpu):
     assert max(scored(gpu, seed)[0].values()) <= 0.08
 
@@ -503,3 +512,38 @@ def test_membound47_candidate_as_registered(seed, gpu):
     assert_as_quoted(cand, {**AS_REGISTERED_SINCE_ADOPTION[seed][gpu], "all": pooled, "softmax": softmax})
     assert cand["softmax"] < today["softmax"] - 0.003
     assert all(cand[k] == pytest.approx(today[k]) for k in today if k not in ("softmax", "all"))
+
+
+# candidate membound66 (membound47's warp latency and scalar epilogue fitted with every softmax parameter on the
+# softmax records of every draw through seed 65; validation/membound66_fit.py) registered beside seeds 66 / 67:
+# (pooled, softmax) as registered
+AS_REGISTERED_66_CAND = {66: {"h200": (0.0324, 0.0309)}, 67: {"h100": (0.0450, 0.0630)}}
+
+
+@pytest.mark.parametrize("seed,gpu", [(66, "h200"), (67, "h100")])
+def test_membound66_candidate_as_registered(seed, gpu):
+    """Registered beside the committed model before seeds 66 and 67 ran (commit 26b0352): softmax H200 5.58 ->
+    3.09%, H100 9.80 -> 6.30% (pooled 3.60 -> 3.24%, 5.00 -> 4.50%): with it every kind of both draws is within
+    the issue's 8%. It touches softmax only. Not adopted yet: its fit is on bf16 rows and the fp32 rows that share
+    the block kernels' rates get worse (validation/membound66_fit.py)."""
+    cand, _ = scored(gpu, seed, "_cand")
+    today, _ = scored(gpu, seed)
+    pooled, softmax = AS_REGISTERED_66_CAND[seed][gpu]
+    assert_as_quoted(cand, {**AS_REGISTERED_SINCE_ADOPTION[seed][gpu], "all": pooled, "softmax": softmax})
+    assert cand["softmax"] < today["softmax"] - 0.02
+    assert max(cand.values()) <= 0.08
+    assert all(cand[k] == pytest.approx(today[k]) for k in today if k not in ("softmax", "all"))
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+def test_membound66_candidate_fitted_only_on_earlier_draws(gpu):
+    """The candidate's fit read every committed draw up to the session-34 ones and neither draw it was registered
+    for; only softmax parameters differ from the committed profile."""
+    import yaml
+    doc = yaml.safe_load((ROOT / "validation" / "candidates" / f"{gpu}-sxm-membound66.yaml").read_text())
+    fit = next(v for k, v in doc["fits"].items() if k.startswith("compute[membound66"))
+    seeds = {int(f.rsplit("random", 1)[1].split(".")[0]) for f in fit["fitted_on"] if "membound_random" in f}
+    assert max(seeds) == {"h200": 64, "h100": 65}[gpu] and not seeds & {66, 67}
+    committed = yaml.safe_load((ROOT / "hardware_specs" / "profiles" / f"{gpu}-sxm.yaml").read_text())["parameters"]
+    changed = {k for k in set(committed) | set(doc["parameters"]) if committed.get(k) != doc["parameters"].get(k)}
+    assert changed == {"softmax_elements_per_cycle", "softmax_wave_cycles", "softmax_warp_cycles"}

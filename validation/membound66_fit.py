@@ -17,7 +17,7 @@ What. Candidate membound47's two mechanisms (session 24: one warp's own pass ove
 which session 24 registered on seeds 47 and 48 (softmax 6.1-6.8% against the committed 6.4-7.7%) and did
 not adopt, fitted now with every other softmax parameter (the warp kernel's cycles, the block kernels' wave
 cycles and element rates) on the softmax records of the files membound_fit.py uses plus every registered
-memory-bound draw through session 34 (:data:`DRAWS`; development data now). Nothing else moves.
+memory-bound draw through session 34 (:func:`draws`, up to :data:`LAST_SEED`; development data now). Nothing else moves.
 
 Known cost, read before registering: the fit is on bf16 rows (the draws hold no other), and the fp32 rows of
 row_kernels.json and torch_paths.json, which share the block kernels' rates, get worse on both GPUs (H100
@@ -36,7 +36,7 @@ from validation import membound47_fit as m47
 from validation import membound_fit as mb
 from validation.fit import fit
 
-MEASUREMENTS = Path("validation/measurements")
+MEASUREMENTS = Path(__file__).resolve().parent / "measurements"
 LAST_SEED = {"h200": 64, "h100": 65}     # the last registered draw of each GPU (session 34)
 PARAMS = m47.VARIANTS["softmax"]         # every softmax parameter and membound47's two
 

@@ -137,8 +137,8 @@ def main(argv=None) -> int:
     ap.add_argument("--kernels", metavar="SUITE", help="a single-GPU kernel suite of validation/harness instead")
     ap.add_argument("--gemm-seed", type=int, metavar="SEED", help="the random GEMM draw of this seed instead")
     ap.add_argument("--gemm-suite", choices=harness("gemm_cases").SUITES, default="random",
-                    help="--gemm-seed: the random draw (default) or a set of real training GEMMs (micro-batch 1 or 2; "
-                         "sustained.py --suite)")
+                    help="--gemm-seed: the random draw (default) or a pool of real training GEMMs (real, real_mbs2, "
+                         "real_mbs4: micro-batch 1, 2, 4; gemm_cases.REAL_POOLS, sustained.py --suite)")
     ap.add_argument("--like", required=True, help="a measurement file of the machine the grid will run on")
     ap.add_argument("--world", type=int, default=None)
     ap.add_argument("--profile", help="--gemm-seed or --kernels: a calibration profile (name or path) instead of "

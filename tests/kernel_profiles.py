@@ -30,13 +30,17 @@ def candidate(gpu: str, name: str):
 SSD_PARAMETERS = ("ssd_fraction", "ssd_hbm_fraction", "ssd_kernel_fixed_s", "ssd_host_s")
 LATER_KERNEL_MAPS = ("attention_kernel_fraction", "attention_kernel_overlap", "attention_kernel_overhead")
 LATER_KERNELS = ("triton_fa",)
+# PyTorch's softmax kernels, refitted by candidate membound66 (validation/membound66_fit.py) and adopted in
+# session 36 after the registered seed-66/67 draws, and the causal mask's softmax cost refitted on top of them
+# (softmax_masked_cost, H200); no GEMM, attention backend or other memory-bound kind uses them
+SOFTMAX66_PARAMETERS = ("softmax_warp_cycles", "softmax_elements_per_cycle", "softmax_wave_cycles", "softmax_masked_cost")
 
 
 def with_later_fits_of(cal, committed):
-    """``cal`` with the committed profile's SSD scan parameters (SSD_PARAMETERS) and its entries for
-    the kernels fitted since (LATER_KERNELS): a candidate of an earlier session compared with today's
-    profile."""
+    """``cal`` with the committed profile's SSD scan parameters (SSD_PARAMETERS), its softmax parameters
+    (SOFTMAX66_PARAMETERS) and its entries for the kernels fitted since (LATER_KERNELS): a candidate of an
+    earlier session compared with today's profile."""
     from dataclasses import replace
     maps = {m: {**getattr(cal, m), **{k: v for k, v in getattr(committed, m).items()
                                       if k.startswith(LATER_KERNELS)}} for m in LATER_KERNEL_MAPS}
-    return replace(cal, **{p: getattr(committed, p) for p in SSD_PARAMETERS}, **maps)
+    return replace(cal, **{p: getattr(committed, p) for p in SSD_PARAMETERS + SOFTMAX66_PARAMETERS}, **maps)

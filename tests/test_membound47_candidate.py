@@ -1,5 +1,6 @@
-"""Candidate membound47 (issue #12 session 24, validation/membound47_fit.py): two softmax mechanisms, each
-off in the committed profiles, and the candidate profiles that turn them on.
+"""Candidate membound47 (issue #12 session 24, validation/membound47_fit.py): two softmax mechanisms, off in
+the committed profiles until session 36 adopted candidate membound66 (both fitted with every softmax
+parameter, validation/membound66_fit.py), and the candidate profiles that turned them on.
 
 * ``softmax_warp_cycles["latency"]``: softmax_warp_forward pays one warp's pass over its row, SM cycles
   per element of the row, once (simulator.compute.softmax_warp_time).
@@ -16,7 +17,7 @@ import pytest
 from simulator.calibration import load_calibration
 from simulator.compute import (softmax_block_threads, softmax_forward_time, softmax_scalar_tail,
                                softmax_warp_time, torch_softmax_kernel)
-from tests.kernel_profiles import candidate, kernel_device, with_later_fits_of
+from tests.kernel_profiles import SOFTMAX66_PARAMETERS, candidate, kernel_device, with_later_fits_of
 from validation.hardware import hardware_for
 from validation.records import load_measurements
 
@@ -31,10 +32,17 @@ def _candidate(gpu: str):
     return candidate(gpu, "membound47")
 
 
+def _both_off(cal):
+    """``cal`` without either mechanism (the committed profiles until session 36)."""
+    return replace(cal, softmax_warp_cycles={k: v for k, v in cal.softmax_warp_cycles.items() if k != "latency"},
+                   softmax_elements_per_cycle={k: v for k, v in cal.softmax_elements_per_cycle.items() if k != "scalar"})
+
+
 @pytest.mark.parametrize("gpu", GPUS)
-def test_committed_profiles_leave_both_mechanisms_off(gpu):
-    cal = load_calibration(f"{gpu}-sxm")
-    assert "latency" not in cal.softmax_warp_cycles and "scalar" not in cal.softmax_elements_per_cycle
+def test_absent_mechanisms_cost_what_a_zero_latency_and_an_smem_scalar_rate_cost(gpu):
+    committed = load_calibration(f"{gpu}-sxm")
+    assert committed.softmax_warp_cycles["latency"] > 0 and committed.softmax_elements_per_cycle["scalar"] > 0
+    cal = _both_off(committed)
     dev = _device(gpu, cal)
     zero = _device(gpu, replace(cal, softmax_warp_cycles={**cal.softmax_warp_cycles, "latency": 0.0}))
     for rows, row in ((300, 1760), (5000, 600), (40000, 2048)):
@@ -70,7 +78,7 @@ def test_scalar_tail_is_the_ilp_reduce_epilogue():
 
 @pytest.mark.parametrize("gpu", GPUS)
 def test_latency_adds_cycles_per_element_of_the_row_once(gpu):
-    cal = load_calibration(f"{gpu}-sxm")
+    cal = _both_off(load_calibration(f"{gpu}-sxm"))
     base = _device(gpu, cal)
     on = _device(gpu, replace(cal, softmax_warp_cycles={**cal.softmax_warp_cycles, "latency": 7.0}))
     clock = base.accelerator.boost_clock_hz
@@ -81,7 +89,7 @@ def test_latency_adds_cycles_per_element_of_the_row_once(gpu):
 
 @pytest.mark.parametrize("gpu", GPUS)
 def test_scalar_rate_slows_only_rows_with_a_tail(gpu):
-    cal = load_calibration(f"{gpu}-sxm")
+    cal = _both_off(load_calibration(f"{gpu}-sxm"))
     base = _device(gpu, cal)
     on = _device(gpu, replace(cal, softmax_elements_per_cycle={**cal.softmax_elements_per_cycle, "scalar": 0.5}))
     assert softmax_forward_time(on, 4096, 32768, "bf16") == softmax_forward_time(base, 4096, 32768, "bf16")
@@ -101,12 +109,13 @@ def test_candidate_file_reproduces_its_fit(gpu):
     assert fit["converged"] and all(f"validation/measurements/{gpu}_membound_random{s}.json" in fit["fitted_on"]
                                     for s in m.DRAWS)
     assert not any("membound_random47" in f for f in data["fitted_on"])   # the judging draw
-    cand, committed = _candidate(gpu), load_calibration(f"{gpu}-sxm")
+    from validation.membound66_fit import profile_before
+    cand, committed = _candidate(gpu), profile_before(gpu, load_calibration(f"{gpu}-sxm"))   # the profile of its time
     assert 5.0 < cand.softmax_warp_cycles["latency"] < 9.0
     assert 0.3 < cand.softmax_elements_per_cycle["scalar"] < cand.softmax_elements_per_cycle["smem"]
     # only the warp kernel's cycles and the scalar rate differ from the committed profile
-    assert replace(with_later_fits_of(cand, committed), name=committed.name, softmax_warp_cycles=committed.softmax_warp_cycles,
-                   softmax_elements_per_cycle=committed.softmax_elements_per_cycle) == committed
+    later = with_later_fits_of(cand, load_calibration(f"{gpu}-sxm"))
+    assert replace(later, name=committed.name, **{p: getattr(committed, p) for p in SOFTMAX66_PARAMETERS}) == committed
     assert {k: v for k, v in cand.softmax_elements_per_cycle.items() if k != "scalar"} == committed.softmax_elements_per_cycle
     errors = kind_errors(m.fit_samples(gpu), cand)
     for kind, entry in fit["fitted_error"].items():
@@ -130,5 +139,7 @@ def test_candidate_is_worse_on_the_torch_paths_softmax(gpu, committed, candidate
     H100 3.1 -> 4.4%, nearly all of it one grid of 2048 rows of 2048 elements (measured 16.9 / 17.8 us; the
     committed model 17.8 / 18.4, the candidate 21.0 / 21.8 us): its latency term is added to the SMs' throughput,
     where a warp's pass over its row overlaps the other warps' work once every SM holds several rows."""
-    assert _torch_paths_softmax_mape(gpu, load_calibration(f"{gpu}-sxm")) == pytest.approx(committed, abs=5e-4)
+    from validation.membound66_fit import profile_before
+    before = profile_before(gpu, load_calibration(f"{gpu}-sxm"))                 # the committed profile of its time
+    assert _torch_paths_softmax_mape(gpu, before) == pytest.approx(committed, abs=5e-4)
     assert _torch_paths_softmax_mape(gpu, _candidate(gpu)) == pytest.approx(candidate, abs=5e-4)

@@ -30,8 +30,12 @@ PREREGISTERED = {"h200": 0.161, "h100": 0.182}
 # the kernel suites, the norm suites and membound draws 40 / 41 (all fit data since): softmax 8.35 / 9.2 -> 6.8 /
 # 7.0%, but RMSNorm 3.5 / 4.5 -> 5.95 / 6.1% and LayerNorm 4.2 / 4.2 -> 5.2 / 5.2% (LOOSENED, stated here: the
 # joint fit trades these rows for the norm suites' and the random draws')
-TODAY = {"h200": {"softmax": 0.068, "rmsnorm": 0.0595, "layernorm": 0.0524},
-         "h100": {"softmax": 0.0698, "rmsnorm": 0.0607, "layernorm": 0.0524}}
+# session 36 adopted membound66 (every softmax parameter refitted on the softmax records of these files, the kernel
+# suites and every registered memory-bound draw through seeds 64 / 65): softmax 6.8 / 7.0 -> 7.46 / 7.71% (LOOSENED,
+# stated here: the bf16 draws outnumber these rows, and their fp32 rows get worse; registered softmax draws 5.6 / 9.8
+# -> 3.1 / 6.3%)
+TODAY = {"h200": {"softmax": 0.0746, "rmsnorm": 0.0595, "layernorm": 0.0524},
+         "h100": {"softmax": 0.0771, "rmsnorm": 0.0607, "layernorm": 0.0524}}
 
 
 def _records(gpu: str) -> list[dict]:
@@ -72,15 +76,16 @@ def test_row_kernels_fitted_by_the_norm_and_membound_fits_only():
     """Session 16 fitted the norm model (``--only norm_forward``) on these files' RMSNorm and LayerNorm
     records; session 23 adopted the membound42 fit, which fitted the softmax parameters on them too, and
     session 24 the membound46 fit (the norm forward's per-wave times and load latencies under whole waves,
-    and the memcpy fixed cost). No other fit names them."""
+    and the memcpy fixed cost), session 36 the membound66 fit (every softmax parameter). No other fit names them."""
     from simulator.calibration import PROFILE_DIR, profile_fitted_on
     from hardware_specs.yamlio import read_yaml_mapping
     for gpu, profile in (("h200", "h200-sxm"), ("h100", "h100-sxm")):
         assert f"validation/measurements/{gpu}_row_kernels.json" in profile_fitted_on(profile)
         fits = read_yaml_mapping(PROFILE_DIR / f"{profile}.yaml")["fits"]
         naming = [name for name, fit in fits.items() if any("row_kernels" in f for f in fit.get("fitted_on", []))]
-        assert naming[0] == "compute[norm_forward]" and naming[1].startswith("compute[membound42:") and len(naming) == 3
+        assert naming[0] == "compute[norm_forward]" and naming[1].startswith("compute[membound42:") and len(naming) == 4
         assert all(p.startswith("norm_forward.") for p in fits["compute[norm_forward]"]["fitted"])
         assert "softmax_warp_cycles.kernel" in fits[naming[1]]["fitted"]
         assert naming[2].startswith("compute[membound46:")
         assert all(p.startswith(("norm_forward.", "memory_op_fixed_s.")) for p in fits[naming[2]]["fitted"])
+        assert naming[3].startswith("compute[membound66:") and all(p.startswith("softmax_") for p in fits[naming[3]]["fitted"])

@@ -42,6 +42,31 @@ def test_draw_is_seeded_and_covers_every_kind():
     assert all(c["nbytes"] % 4096 == 0 and (1 << 18) <= c["nbytes"] + 4096 for c in cs if c["kind"] == "copy")
 
 
+def test_fp32_softmax_rows_from_seed_68_leave_the_bf16_cases_as_they_were():
+    """From seed 68 (session 36) a draw adds 24 fp32 softmax rows from a generator of their own: the 168 bf16
+    cases of every seed are what they were, and earlier seeds have no fp32 row (their files stay comparable)."""
+    h = harness("membound_random")
+    assert h.fp32_softmax_cases(67) == [] and len(h.cases(seed=67)) == 168
+    cs = h.cases(seed=68)
+    fp32 = [c for c in cs if c.get("dtype") == "float32"]
+    assert len(cs) == 192 and cs[-24:] == fp32 and all(c["kind"] == "softmax" for c in fp32)
+    assert h.fp32_softmax_cases(68) != h.fp32_softmax_cases(69)
+    assert all(c["tokens"] * c["hidden"] <= h.MAX_ELEMENTS and c["hidden"] % 8 == 0 for c in fp32)
+    assert h.bytes_min(fp32[0]) == 2 * fp32[0]["tokens"] * fp32[0]["hidden"] * 4
+    # PyTorch's kernel choice spans the warp, register, shared-memory and global-memory kernels in fp32 too
+    from simulator.compute import torch_softmax_kernel
+    assert {torch_softmax_kernel(c["hidden"], "fp32").split("_")[0] for c in fp32} >= {"warp", "reg", "plain"}
+
+
+@pytest.mark.parametrize("seed,gpu", [(68, "h200"), (69, "h100")])
+def test_seeds_68_69_registered_with_every_case_once(seed, gpu):
+    """Registered in session 36 by the model that adopted membound66 (commit 6fd69f0), before either ran."""
+    h = harness("membound_random")
+    reg = registered(gpu, seed)
+    assert list(reg) == [h.label(c) for c in h.cases(seed=seed)] and len(reg) == 192 and all(t > 0 for t in reg.values())
+    assert "commit 6fd69f0" in (LOGS / f"prereg_membound{seed}_{gpu}.txt").read_text()
+
+
 @pytest.mark.parametrize("gpu", GPUS)
 def test_registration_holds_every_case_once(gpu):
     h = harness("membound_random")

@@ -216,38 +216,39 @@ def elem_cases(small):
     return out
 
 
-def bench_elem(op, tokens, hidden, flush):
+def bench_elem(op, tokens, hidden, flush, dtype="bfloat16"):
+    """Time one memory-bound op on a [tokens, hidden] N(0, 1) tensor of ``dtype`` (a torch dtype name)."""
     dev = common.device()
-    dt = torch.bfloat16
+    dt = getattr(torch, dtype)
     x = torch.randn(tokens, hidden, device=dev, dtype=dt)
-    n = tokens * hidden
+    tensor_bytes = tokens * hidden * x.element_size()
     if op == "layernorm":
         w = torch.randn(hidden, device=dev, dtype=dt)
         b = torch.randn(hidden, device=dev, dtype=dt)
         fn = lambda: F.layer_norm(x, (hidden,), w, b)  # noqa: E731
-        nbytes = 2 * n * 2
+        nbytes = 2 * tensor_bytes
     elif op == "rmsnorm":
         w = torch.randn(hidden, device=dev, dtype=dt)
         fn = lambda: F.rms_norm(x, (hidden,), w)  # noqa: E731
-        nbytes = 2 * n * 2
+        nbytes = 2 * tensor_bytes
     elif op == "gelu":
         fn = lambda: F.gelu(x, approximate="tanh")  # noqa: E731
-        nbytes = 2 * n * 2
+        nbytes = 2 * tensor_bytes
     elif op == "softmax":
         fn = lambda: torch.softmax(x, dim=-1)  # noqa: E731
-        nbytes = 2 * n * 2
+        nbytes = 2 * tensor_bytes
     elif op == "silu_mul":
         y = torch.randn(tokens, hidden, device=dev, dtype=dt)
         fn = lambda: F.silu(x) * y  # noqa: E731
-        nbytes = 3 * n * 2
+        nbytes = 3 * tensor_bytes
     elif op == "add":
         y = torch.randn(tokens, hidden, device=dev, dtype=dt)
         fn = lambda: x + y  # noqa: E731
-        nbytes = 3 * n * 2
+        nbytes = 3 * tensor_bytes
     else:
         raise ValueError(op)
     st = time_fn(fn, flush=flush)
-    rec = dict(kind=op, tokens=tokens, hidden=hidden, dtype="bfloat16", bytes_min=nbytes, **st)
+    rec = dict(kind=op, tokens=tokens, hidden=hidden, dtype=dtype, bytes_min=nbytes, **st)
     log(f"  {op:9s} {tokens:6d}x{hidden:<6d} {st['time_s'] * 1e6:9.1f} us  {fmt_rate(nbytes / st['time_s'], 'B/s')}")
     return rec
 

@@ -13,6 +13,11 @@ legal, but most lengths are no power of two), at most 2^28 elements; copies log-
 records are kernels.py's kinds plus ``seed``, and ``suite: membound_random`` in the file's info.
 Predictions are committed before a run (``python -m validation.prereg --kernels membound_random
 --like FILE [--seed N]``). A later draw: ``--seed N`` here and there, registered again.
+
+From seed 68 on (:data:`FP32_SOFTMAX_FROM_SEED`, issue #12 session 36) a draw also times 24 fp32 softmax
+rows (:func:`fp32_softmax_cases`, from a generator of their own so the bf16 cases of every seed stay what
+they were): the softmax Megatron-Core's local attention runs is fp32, and the bf16 draws alone never
+tested the rates the fp32 rows share with them.
 """
 from __future__ import annotations
 
@@ -25,18 +30,29 @@ SEED = 40
 KINDS = ("add", "gelu", "silu_mul", "softmax", "layernorm", "rmsnorm")
 PER_KIND = 24
 MAX_ELEMENTS = 1 << 28
+FP32_SOFTMAX_FROM_SEED = 68
+ELEMENT_BYTES = {"bfloat16": 2, "float32": 4}
 
 
 def _log_uniform(rng: random.Random, lo: float, hi: float) -> float:
     return math.exp(rng.uniform(math.log(lo), math.log(hi)))
 
 
-def _row_case(rng: random.Random, kind: str) -> dict:
+def _row_case(rng: random.Random, kind: str, dtype: str = "bfloat16") -> dict:
     while True:
         tokens = int(round(_log_uniform(rng, 256, 65536)))
         hidden = max(8, int(round(_log_uniform(rng, 512, 32768) / 8)) * 8)
         if tokens * hidden <= MAX_ELEMENTS:
-            return dict(kind=kind, tokens=tokens, hidden=hidden, dtype="bfloat16")
+            return dict(kind=kind, tokens=tokens, hidden=hidden, dtype=dtype)
+
+
+def fp32_softmax_cases(seed: int) -> list[dict]:
+    """The draw's fp32 softmax rows (none before :data:`FP32_SOFTMAX_FROM_SEED`): the bf16 rows' shape law,
+    from a generator seeded apart from the bf16 cases'."""
+    if seed < FP32_SOFTMAX_FROM_SEED:
+        return []
+    rng = random.Random(f"membound_random fp32 softmax {seed}")
+    return [_row_case(rng, "softmax", "float32") for _ in range(PER_KIND)]
 
 
 def cases(small: bool = False, seed: int = SEED) -> list[dict]:
@@ -48,7 +64,7 @@ def cases(small: bool = False, seed: int = SEED) -> list[dict]:
     out = [dict(kind="copy", nbytes=int(_log_uniform(rng, 1 << 18, 1 << 31)) // 4096 * 4096) for _ in range(PER_KIND)]
     for kind in KINDS:
         out += [_row_case(rng, kind) for _ in range(PER_KIND)]
-    return [dict(c, seed=seed) for c in out]
+    return [dict(c, seed=seed) for c in out + fp32_softmax_cases(seed)]
 
 
 def label(c: dict) -> str:
@@ -63,7 +79,7 @@ def bytes_min(c: dict) -> int:
     inputs; the rest read one (kernels.py's ``bytes_min``)."""
     if c["kind"] == "copy":
         return 2 * c["nbytes"]
-    return (3 if c["kind"] in ("add", "silu_mul") else 2) * c["tokens"] * c["hidden"] * 2
+    return (3 if c["kind"] in ("add", "silu_mul") else 2) * c["tokens"] * c["hidden"] * ELEMENT_BYTES[c["dtype"]]
 
 
 def run_case(c: dict, flush, rec) -> None:
@@ -73,7 +89,7 @@ def run_case(c: dict, flush, rec) -> None:
     if c["kind"] == "copy":
         r = kernels.bench_copy(c["nbytes"], flush)
     else:
-        r = kernels.bench_elem(c["kind"], c["tokens"], c["hidden"], flush)
+        r = kernels.bench_elem(c["kind"], c["tokens"], c["hidden"], flush, c["dtype"])
     rec.add(dict(r, seed=c.get("seed", SEED), suite="membound_random"))
     common.free_memory()
 

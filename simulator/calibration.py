@@ -184,7 +184,10 @@ class Calibration:
                                  bound by the SMs, not by HBM; defaults: the H100/H200 fits;
                                  ``scalar`` (absent: off; session 24, candidate membound47): the
                                  global-memory kernel's scalar epilogue elements (row % (ILP x
-                                 threads), simulator.compute.softmax_scalar_tail)
+                                 threads), simulator.compute.softmax_scalar_tail); ``reg_fp32``,
+                                 ``reg_wide_fp32``, ``smem_fp32`` (absent: fp32 rows at the bf16
+                                 rates; session 36, candidate membound68): fp32 rows' own rates
+                                 (simulator.compute.softmax_rate_key)
       softmax_wave_cycles        fixed SM cycles per wave of PyTorch's block-per-row softmax kernels
                                  beyond registers (``smem``, ``plain``): block set-up, the first
                                  load's latency and two block-wide reductions before a row's
@@ -197,7 +200,9 @@ class Calibration:
                                  elements, ``element_wide`` of longer ones (64 registers of row per
                                  thread), spread over the SMs; ``latency`` (absent: 0; session 24,
                                  candidate membound47) cycles per element of the row once: one
-                                 warp's own pass over its row; empty: the warp kernel is bytes at
+                                 warp's own pass over its row; ``fp32`` (absent: fp32 rows as bytes;
+                                 session 36, candidate membound68) scales fp32 rows' per-element
+                                 cycles; empty: the warp kernel is bytes at
                                  memory_op_fraction["softmax"] (before session 22)
       softmax_masked_cost        the row work of PyTorch's fp32 softmax forward per score a mask
                                  set to -10000 (Megatron's attention_mask_func), relative to an
@@ -375,12 +380,14 @@ def _profile_schema() -> type:
                 step_power=(Optional[dict[str, nonneg]], None),
                 ssd_fraction=(Optional[dict[str, fraction]], None),
                 ssd_host_s=(Optional[dict[str, nonneg]], None),
-                softmax_elements_per_cycle=(Optional[dict[Literal["reg", "reg_wide", "smem", "scalar"], positive]], None),
+                softmax_elements_per_cycle=(Optional[dict[Literal["reg", "reg_wide", "smem", "scalar", "reg_fp32", "reg_wide_fp32",
+                                                                   "smem_fp32"], positive]], None),
                 norm_forward=(Optional[dict[Literal["fraction", "reread_from_bytes", "reread_span_bytes", "rmsnorm_row_s",
                                                     "layernorm_row_s", "rmsnorm_load_latency_s", "layernorm_load_latency_s",
                                                     "whole_waves"],
                                             nonneg]], None),
-                softmax_warp_cycles=(Optional[dict[Literal["kernel", "row", "element", "element_wide", "latency"], nonneg]], None),
+                softmax_warp_cycles=(Optional[dict[Literal["kernel", "row", "element", "element_wide", "latency", "fp32"], nonneg]],
+                                     None),
                 memory_op_fixed_s=(Optional[dict[Literal["copy"], nonneg]], None),
                 links=(Optional[dict[str, link]], None))
     return pydantic.create_model("ProfileParameters", __config__=cfg, **spec)

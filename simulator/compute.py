@@ -1332,14 +1332,24 @@ def torch_softmax_kernel(row: int, dtype: str) -> str:
 SOFTMAX_ELEMENT_RATE_KEY = {"plain": "smem"}   # not measured: costed as the shared-memory kernel
 
 
-def softmax_element_rate(dev: DeviceModel, kernel: str) -> float:
+def softmax_rate_key(rates: dict, kernel: str, dtype: str = "bf16") -> str:
+    """The ``softmax_elements_per_cycle`` entry a block kernel's rows of ``dtype`` run at: the kernel's own
+    (``plain`` takes ``smem``'s), or its ``<key>_fp32`` entry for fp32 rows where the profile has one (issue #12
+    session 36, candidate membound68: fp32 rows move twice the bytes per element through the load path and
+    ran 4-28% slower than the bf16 rates give, h100/h200_row_kernels.json, membound_random68/69)."""
+    key = SOFTMAX_ELEMENT_RATE_KEY.get(kernel, kernel)
+    return f"{key}_fp32" if dtype == "fp32" and f"{key}_fp32" in rates else key
+
+
+def softmax_element_rate(dev: DeviceModel, kernel: str, dtype: str = "bf16") -> float:
     """Elements per second a block-per-row softmax kernel (``reg``, ``reg_wide``, ``smem``; ``plain`` takes
     ``smem``'s) sustains with the GPU full of rows: SMs x boost clock x
     ``softmax_elements_per_cycle[kernel]`` (elements per SM per cycle, fitted). These kernels are
     bound by the SMs, not by HBM: H100 and H200 (132 SMs at 1.98 GHz, 3.35 vs 4.8 TB/s) run them at
     the same rate (h100_kernels.json, h200_kernels.json: 4096- and 8192-element rows ~260-320 G
     elements/s, 12288 and 16384 ~480-560 G)."""
-    per_cycle = dev.cal.softmax_elements_per_cycle[SOFTMAX_ELEMENT_RATE_KEY.get(kernel, kernel)]
+    rates = dev.cal.softmax_elements_per_cycle
+    per_cycle = rates[softmax_rate_key(rates, kernel, dtype)]
     a = dev.accelerator
     return a.sm_count * a.boost_clock_hz * per_cycle
 
@@ -1348,7 +1358,8 @@ def softmax_forward_time(dev: DeviceModel, rows: int, row: int, dtype: str, mask
     """Seconds of PyTorch's softmax forward over ``rows`` rows of ``row`` elements of ``dtype``
     (:func:`torch_softmax_kernel` picks the kernel), per element whatever the dtype: every kernel
     is bound by the SMs' work per element, not by bytes (fp32 rows cost what bf16 rows of as many
-    elements cost, torch_paths.json). The warp kernel costs bf16 rows in SM cycles where the profile
+    elements cost, torch_paths.json), except where the profile has fp32 entries of its own
+    (:func:`softmax_rate_key`, ``softmax_warp_cycles["fp32"]``; candidate membound68). The warp kernel costs bf16 rows in SM cycles where the profile
     fits ``softmax_warp_cycles`` (:func:`softmax_warp_time`), else, and for fp32 rows, its elements
     as bf16 bytes (read + write) at the calibrated ``softmax`` fraction of HBM; the block kernels run at their element
     rate (:func:`softmax_element_rate`), the register kernel over the row padded to its register
@@ -1363,8 +1374,9 @@ def softmax_forward_time(dev: DeviceModel, rows: int, row: int, dtype: str, mask
     factor = masked_softmax_factor(dev.cal, masked) if dtype == "fp32" else 1.0   # measured on fp32 rows only
     stream = memory_time(dev, elements * DTYPE_BYTES[dtype] * 2, op="copy")
     if kernel == "warp":
-        if dev.cal.softmax_warp_cycles and dtype == "bf16":   # fitted with the warp kernel's cycles (session 22)
-            return max(softmax_warp_time(dev, rows, row, factor) + memory_fixed_s(dev.cal), stream)
+        cycles = dev.cal.softmax_warp_cycles      # fitted on bf16 rows (session 22); fp32 rows where it has "fp32"
+        if cycles and (dtype == "bf16" or (dtype == "fp32" and "fp32" in cycles)):
+            return max(softmax_warp_time(dev, rows, row, factor, dtype) + memory_fixed_s(dev.cal), stream)
         work = memory_time(dev, elements * DTYPE_BYTES["bf16"] * ELEMENTWISE_PASSES["softmax"] * factor, op="softmax")
         return max(work, stream)
     if kernel.startswith("reg"):
@@ -1372,7 +1384,7 @@ def softmax_forward_time(dev: DeviceModel, rows: int, row: int, dtype: str, mask
         elements = float(rows) * -(-row // threads) * threads
     elif dev.cal.softmax_wave_cycles:       # a profile fitted with waves (session 21)
         return max(softmax_block_waves_time(dev, kernel, rows, row, factor, dtype) + memory_fixed_s(dev.cal), stream)
-    work = elements / softmax_element_rate(dev, kernel) * factor + memory_fixed_s(dev.cal)
+    work = elements / softmax_element_rate(dev, kernel, dtype) * factor + memory_fixed_s(dev.cal)
     return max(work, stream)
 
 
@@ -1381,7 +1393,7 @@ def softmax_forward_time(dev: DeviceModel, rows: int, row: int, dtype: str, mask
 WARP_SOFTMAX_WIDE_FROM = 1025
 
 
-def softmax_warp_time(dev: DeviceModel, rows: int, row: int, factor: float = 1.0) -> float:
+def softmax_warp_time(dev: DeviceModel, rows: int, row: int, factor: float = 1.0, dtype: str = "bf16") -> float:
     """Seconds of PyTorch's one-warp-per-row softmax forward (aten/src/ATen/native/cuda/
     PersistentSoftmax.cuh softmax_warp_forward, rows of at most 2048 elements) beyond its fixed
     cost, as SM cycles at the boost clock: ``softmax_warp_cycles`` ``kernel`` once (the first rows'
@@ -1409,14 +1421,20 @@ def softmax_warp_time(dev: DeviceModel, rows: int, row: int, factor: float = 1.0
     1424 6.4 us, 604 x 1760 8.8 us, 1024 x 2048 10.5 us above the fixed cost on H100), where the
     constant form left rows of >1024 elements 15-25% short and rows of ~500-650 elements 10-23% long
     (membound_random40-46). The cycles per element are a fit (~6.9 on both GPUs), not read from
-    the binary."""
+    the binary.
+
+    ``fp32`` (issue #12 session 36, candidate membound68; absent: fp32 rows keep the bytes form) scales the
+    per-element cycles (``element`` / ``element_wide`` and ``latency``) of fp32 rows: each lane loads and
+    stores 4-byte elements, twice a bf16 row's bytes per element through the load path, and fp32 rows of few
+    rows ran 12-41% slower than the bytes form gives (membound_random68/69)."""
     c = dev.cal.softmax_warp_cycles
     a = dev.accelerator
-    per_element = c["element_wide"] if row >= WARP_SOFTMAX_WIDE_FROM else c["element"]
+    scale = c["fp32"] if dtype == "fp32" else 1.0
+    per_element = (c["element_wide"] if row >= WARP_SOFTMAX_WIDE_FROM else c["element"]) * scale
     cycles = c["kernel"] + float(rows) / a.sm_count * (c["row"] + row * per_element) * factor
     # issue #12 session 24 (candidate membound47): one warp's own pass over its row, ``latency`` SM cycles
     # per element of the row, paid once on top of the SMs' throughput (absent: 0, the committed model)
-    cycles += c.get("latency", 0.0) * row * factor
+    cycles += c.get("latency", 0.0) * scale * row * factor
     return cycles / a.boost_clock_hz
 
 
@@ -1455,7 +1473,7 @@ def softmax_block_waves_time(dev: DeviceModel, kernel: str, rows: int, row: int,
     per_sm = max(1, 2048 // softmax_block_threads(row))
     waves = -(-rows // (a.sm_count * per_sm))
     rates = dev.cal.softmax_elements_per_cycle
-    per_cycle = rates[SOFTMAX_ELEMENT_RATE_KEY.get(kernel, kernel)]
+    per_cycle = rates[softmax_rate_key(rates, kernel, dtype)]
     if kernel == "plain" and "scalar" in rates:
         # issue #12 session 24 (candidate membound47): cunn_SoftMaxForward's scalar epilogue
         tail = softmax_scalar_tail(row, DTYPE_BYTES[dtype], softmax_block_threads(row))

@@ -480,6 +480,9 @@ NEXT = {  # log: (seed, --like file, --profile or None)
     # Session 36: seeds 66 (H200) / 67 (H100), the committed model (6fd69f0: GEMM model as for seeds 38-65), no candidate
     "prereg_gemm_random66_h200.txt": (66, "h200_gemm_random.json", None),
     "prereg_gemm_random67_h100.txt": (67, "h100_gemm_random3.json", None),
+    # Session 36 again: seeds 68 (H200) / 69 (H100), the committed model (424c641: GEMM model as for seeds 38-67)
+    "prereg_gemm_random68_h200.txt": (68, "h200_gemm_random.json", None),
+    "prereg_gemm_random69_h100.txt": (69, "h100_gemm_random3.json", None),
 }
 GEMM32_PAIRS = {32: ("prereg_gemm_random32_h200.txt", "prereg_gemm_random32_h200_cand.txt"),
                 33: ("prereg_gemm_random33_h100.txt", "prereg_gemm_random33_h100_cand.txt")}

@@ -89,3 +89,17 @@ def test_draw_68_has_fp32_rows_of_every_kernel_but_reg_wide():
     kernels = {torch_softmax_kernel(c["hidden"], "fp32") for c in harness("membound_random").cases(seed=68)
                if c.get("dtype") == "float32"}
     assert kernels == {"warp", "reg", "smem", "plain"}
+
+
+@pytest.mark.parametrize("seed,gpu", [(70, "h200"), (71, "h100")])
+def test_seeds_70_71_registered_by_the_committed_model_and_by_the_candidate(seed, gpu):
+    """Registered before either ran (session 36, code of 424c641): every case once in each log, and the candidate
+    changes fp32 softmax rows and nothing else (not every one: some many-row grids sit on the copy floor)."""
+    from tests.test_membound_random import registered
+    from validation.prereg import harness
+    h = harness("membound_random")
+    today, cand = registered(gpu, seed), registered(gpu, seed, "_cand")
+    assert list(today) == list(cand) == [h.label(c) for c in h.cases(seed=seed)] and len(today) == 192
+    changed = {k for k in today if today[k] != cand[k]}
+    fp32 = {h.label(c) for c in h.cases(seed=seed) if c.get("dtype") == "float32"}
+    assert changed <= fp32 and len(changed) >= 18

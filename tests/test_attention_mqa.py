@@ -147,3 +147,80 @@ def test_session_32_mqa_h100_every_direction_within_8_percent():
                                        "math forward is 8.8% (its pooled math 6.3%), as draw 29's math forward was 8.2%")
 def test_session_32_mqa_h200_every_direction_within_8_percent():
     assert max(v["mape"] for v in _score("h200", DRAWS_32)["table"].values()) <= 0.08
+
+
+# session 36 (registered in commit c0d9b12 by the code of 424c641, the same attention model; beside it candidate membound68,
+# fp32 softmax rates of their own, which moves Megatron-Core local attention's cases only). The H100 log of the committed
+# model was written with profile h200-sxm: validation.prereg_attention's --profile defaulted to it whatever --gpu said (fixed
+# since: the default follows --gpu). On every backend but unfused_torch the candidate's H100 log holds the committed h100-sxm
+# model's predictions (the test below checks it), so those are registered by the committed model after all.
+DRAWS_36 = {"h200": ("prereg_attention35_h200_mqa.txt", "h200_attention_mqa35.json"),
+            "h100": ("prereg_attention36_h100_mqa_membound68.txt", "h100_attention_mqa36.json")}
+AS_REGISTERED_36 = {   # gpu: {(backend, kind or pooled): (count, MAPE)}; H100 from the candidate's log (see above)
+    "h200": {("cudnn", "attention_fwd"): (28, 0.044), ("cudnn", "attention_fwd_bwd"): (28, 0.064),
+             ("cudnn", "pooled"): (56, 0.054), ("flash", "attention_fwd"): (28, 0.060),
+             ("flash", "attention_fwd_bwd"): (28, 0.042), ("flash", "pooled"): (56, 0.051),
+             ("math", "attention_fwd"): (28, 0.071), ("math", "attention_fwd_bwd"): (28, 0.049),
+             ("math", "pooled"): (56, 0.060), ("unfused_torch", "attention_fwd"): (13, 0.032),
+             ("unfused_torch", "attention_fwd_bwd"): (13, 0.028), ("unfused_torch", "pooled"): (26, 0.030)},
+    "h100": {("cudnn", "attention_fwd"): (28, 0.042), ("cudnn", "attention_fwd_bwd"): (28, 0.065),
+             ("cudnn", "pooled"): (56, 0.053), ("flash", "attention_fwd"): (28, 0.064),
+             ("flash", "attention_fwd_bwd"): (28, 0.033), ("flash", "pooled"): (56, 0.049),
+             ("math", "attention_fwd"): (28, 0.049), ("math", "attention_fwd_bwd"): (28, 0.084),
+             ("math", "pooled"): (56, 0.066), ("unfused_torch", "attention_fwd"): (6, 0.027),
+             ("unfused_torch", "attention_fwd_bwd"): (6, 0.032), ("unfused_torch", "pooled"): (12, 0.030)},
+}
+LATER[36] = (DRAWS_36, AS_REGISTERED_36)
+
+
+@pytest.mark.parametrize("gpu", sorted(DRAWS_36))
+def test_session_36_mqa_as_registered_every_backend_pooled_within_8_percent(gpu):
+    """Issue #12's attention target per backend on both session-36 draws: pooled H200 / H100 cuDNN 5.4% / 5.3%,
+    FlashAttention-2 5.1% / 4.9%, math 6.0% / 6.6%, Megatron local 3.0% / 3.0% (H100: the candidate's registration, whose
+    local-attention cases are the candidate's; the committed h100-sxm model gives 3.0% too)."""
+    test_later_mqa_draws_as_registered(36, gpu)
+    got = _score(gpu, DRAWS_36)["table"]
+    assert max(v["mape"] for (_, kind), v in got.items() if kind == "pooled") <= 0.08
+
+
+@pytest.mark.xfail(strict=True, reason="issue #12: attention <= 8% per backend and direction: the H100 MQA draw 36's "
+                                       "math forward+backward is 8.4% (pooled 6.6%); H200 seed 35 every direction within 8%")
+def test_session_36_mqa_h100_every_direction_within_8_percent():
+    assert max(v["mape"] for v in _score("h100", DRAWS_36)["table"].values()) <= 0.08
+
+
+def test_session_36_mqa_h200_every_direction_within_8_percent():
+    """H200 seed 35: every backend and direction within 8% (worst math forward 7.1%)."""
+    assert max(v["mape"] for v in _score("h200", DRAWS_36)["table"].values()) <= 0.08
+
+
+def test_session_36_h100_candidate_log_is_the_committed_model_but_for_local_attention():
+    """The committed h100-sxm model predicts every cuDNN, FlashAttention-2 and math case of seed 36 as the candidate's
+    registration does; the log written under the committed model's name used h200-sxm (the old default) and differs."""
+    from validation.prereg_attention import predictions, read_prereg, record_key
+    cand = read_prereg(str(MEAS / "logs" / "prereg_attention36_h100_mqa_membound68.txt"))
+    wrong = read_prereg(str(MEAS / "logs" / "prereg_attention36_h100_mqa.txt"))
+    assert "profile: h200-sxm" in (MEAS / "logs" / "prereg_attention36_h100_mqa.txt").read_text().splitlines()[2]
+    rows = predictions(36, 28, None, "NVIDIA H100 80GB HBM3", "attention_backends_mqa")
+    other = [(tuple(record_key(r)), t) for r, t in rows if r["backend"] != "unfused_torch" and t is not None]
+    assert len(other) >= 200
+    assert all(cand[k] == pytest.approx(t, rel=1e-5) for k, t in other)
+    assert sum(wrong[k] != pytest.approx(t, rel=1e-5) for k, t in other) > 100
+
+
+def test_session_36_candidate_moves_local_attention_only():
+    """Candidate membound68 on the session-36 draws: Megatron local pooled H200 3.0 -> 4.0% (registered both ways; the
+    committed h100-sxm model and the candidate both 3.0% on H100); every other backend as the committed model."""
+    h200 = score(str(MEAS / "logs" / "prereg_attention35_h200_mqa_membound68.txt"), str(MEAS / "repeat" / "h200_attention_mqa35.json"))
+    base = _score("h200", DRAWS_36)
+    for key, v in h200["table"].items():
+        if key[0] == "unfused_torch":
+            continue
+        assert v["mape"] == pytest.approx(base["table"][key]["mape"], abs=1e-9), key
+    assert h200["table"][("unfused_torch", "pooled")]["mape"] == pytest.approx(0.040, abs=0.0006)
+
+
+def test_prereg_attention_profile_follows_the_gpu_unless_given():
+    from validation.prereg_attention import profile_for
+    assert profile_for(None, "NVIDIA H100 80GB HBM3") == "h100-sxm" and profile_for(None, "NVIDIA H200") == "h200-sxm"
+    assert profile_for("h200-sxm", "NVIDIA H100 80GB HBM3") == "h200-sxm"

@@ -22,7 +22,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from simulator.calibration import load_calibration
+from simulator.calibration import calibration_for, load_calibration
 from validation.hardware import hardware_for
 from validation.predict import Unsupported, predict_record
 from validation.records import MeasurementFile, load_measurements
@@ -75,11 +75,20 @@ def record_key(rec: dict) -> tuple:
     return tuple(str(int(r[k]) if isinstance(r[k], bool) else r[k]) for k in KEY_FIELDS)
 
 
+def profile_for(profile: str | None, gpu: str) -> str:
+    """The profile a registration predicts with: ``profile`` where given, else the committed profile of the
+    accelerator named ``gpu`` (info.gpu; the default was h200-sxm whatever the GPU until session 36, when an H100
+    draw was registered with the H200's profile by mistake)."""
+    if profile:
+        return profile
+    return calibration_for(hardware_for(MeasurementFile("prereg", {"gpu": gpu}, [])).accelerator)[0].name
+
+
 def predictions(seed: int, n: int, profile: str, gpu: str, harness: str = "attention_backends") -> list[tuple[dict, float | None]]:
     """(record, predicted seconds or None where the model has no prediction) for every case of the
     harness's fresh draw ``seed`` of ``n`` shapes, on the accelerator named ``gpu`` (info.gpu)."""
     hw = hardware_for(MeasurementFile("prereg", {"gpu": gpu}, []))
-    cal = load_calibration(profile)
+    cal = load_calibration(profile_for(profile, gpu))
     out = []
     for c in fresh_cases(harness, seed, n):
         rec = case_record(c)
@@ -98,9 +107,10 @@ def git_commit() -> str:
     return head + ("+dirty" if dirty else "")
 
 
-def write(seed: int, n: int, profile: str, gpu: str, out: str, budget_s: float,
+def write(seed: int, n: int, profile: str | None, gpu: str, out: str, budget_s: float,
           harness: str = "attention_backends") -> int:
     """Write the pre-registration file; returns the number of cases."""
+    profile = profile_for(profile, gpu)
     rows = predictions(seed, n, profile, gpu, harness)
     cmd = HARNESS_COMMANDS[harness].format(seed=seed, n=n, budget=budget_s)
     lines = [f"# pre-registered attention predictions (validation/prereg_attention.py)",
@@ -164,7 +174,7 @@ def main(argv=None) -> int:
     w = sub.add_parser("write", help="write the pre-registered predictions")
     w.add_argument("--seed", type=int, required=True)
     w.add_argument("--n", type=int, default=28, help="shapes in the draw (the harness's --fresh-n)")
-    w.add_argument("--profile", default="h200-sxm")
+    w.add_argument("--profile", help="calibration profile (default: the committed profile of --gpu's accelerator)")
     w.add_argument("--gpu", default="NVIDIA H200", help="the device name the run will record (info.gpu)")
     w.add_argument("--budget-s", type=float, default=240.0, help="the harness's --budget-s, for the command line")
     w.add_argument("--harness", default="attention_backends", choices=sorted(HARNESS_COMMANDS),

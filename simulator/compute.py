@@ -1359,8 +1359,9 @@ def softmax_forward_time(dev: DeviceModel, rows: int, row: int, dtype: str, mask
     (:func:`torch_softmax_kernel` picks the kernel), per element whatever the dtype: every kernel
     is bound by the SMs' work per element, not by bytes (fp32 rows cost what bf16 rows of as many
     elements cost, torch_paths.json), except where the profile has fp32 entries of its own
-    (:func:`softmax_rate_key`, ``softmax_warp_cycles["fp32"]``; candidate membound68). The warp kernel costs bf16 rows in SM cycles where the profile
-    fits ``softmax_warp_cycles`` (:func:`softmax_warp_time`), else, and for fp32 rows, its elements
+    (:func:`softmax_rate_key`, ``softmax_warp_cycles["fp32"]``; candidate membound68). The warp kernel
+    costs bf16 rows in SM cycles where the profile fits ``softmax_warp_cycles``
+    (:func:`softmax_warp_time`), else, and for fp32 rows, its elements
     as bf16 bytes (read + write) at the calibrated ``softmax`` fraction of HBM; the block kernels run at their element
     rate (:func:`softmax_element_rate`), the register kernel over the row padded to its register
     count (each of its 1024 threads steps through ``ceil(row / 1024)`` slots, predicated off past

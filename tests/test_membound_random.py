@@ -58,6 +58,22 @@ def test_fp32_softmax_rows_from_seed_68_leave_the_bf16_cases_as_they_were():
     assert {torch_softmax_kernel(c["hidden"], "fp32").split("_")[0] for c in fp32} >= {"warp", "reg", "plain"}
 
 
+def test_causal_softmax_grids_from_seed_72():
+    """From seed 72 a draw adds 16 causally masked fp32 softmax grids (bh blocks of s x s scores), after the bf16
+    and fp32 rows, from a generator of their own; the model reads their masked fraction (s - 1) / 2s."""
+    from validation.predict import record_masked
+    h = harness("membound_random")
+    assert h.causal_softmax_cases(71) == [] and len(h.cases(seed=71)) == 192
+    cs = h.cases(seed=72)
+    causal = [c for c in cs if c.get("data") == "causal_scores"]
+    assert len(cs) == 208 and cs[-16:] == causal and cs[:192] == [c for c in cs if c.get("data") is None]
+    assert all(c["dtype"] == "float32" and c["tokens"] % c["hidden"] == 0 and 512 <= c["hidden"] <= 8192
+               and c["tokens"] * c["hidden"] <= h.MAX_ELEMENTS for c in causal)
+    assert len({h.label(c) for c in cs}) == len(cs) and h.label(causal[0]).endswith("float32 causal")
+    s = causal[0]["hidden"]
+    assert record_masked(h.record_of(causal[0])) == pytest.approx((s - 1) / (2 * s))
+
+
 @pytest.mark.parametrize("seed,gpu", [(68, "h200"), (69, "h100")])
 def test_seeds_68_69_registered_with_every_case_once(seed, gpu):
     """Registered in session 36 by the model that adopted membound66 (commit 6fd69f0), before either ran."""
@@ -168,7 +184,8 @@ def scored(gpu: str, seed: int = 40, suffix: str = "", drop_interference: bool =
     """({kind: MAPE, 'all': pooled}, signed errors of the block-softmax cases) of the committed run of
     draw ``seed`` against its registration ``suffix``; ``drop_interference`` leaves out records whose
     slowest call took over 3x the fastest. The fp32 softmax rows of draws from seed 68 are kind
-    ``softmax_fp32`` (``softmax`` stays the bf16 rows every draw has)."""
+    ``softmax_fp32`` (``softmax`` stays the bf16 rows every draw has), the causal grids from seed 72
+    ``softmax_fp32_causal``."""
     import json
     from simulator.compute import torch_softmax_kernel
     from validation.gemm_regimes import interference_suspect
@@ -182,9 +199,10 @@ def scored(gpu: str, seed: int = 40, suffix: str = "", drop_interference: bool =
         if drop_interference and interference_suspect(r):
             continue
         c = (dict(kind="copy", nbytes=round(r["buffer_mb"] * 2**20)) if r["kind"] == "copy" else
-             dict(kind=r["kind"], tokens=r["tokens"], hidden=r["hidden"], dtype=r["dtype"]))
+             dict(kind=r["kind"], tokens=r["tokens"], hidden=r["hidden"], dtype=r["dtype"], data=r.get("data")))
         e = reg[h.label(c)] / r["time_s"] - 1
-        errs.setdefault(r["kind"] + ("_fp32" if r.get("dtype") == "float32" else ""), []).append(abs(e))
+        kind = r["kind"] + ("_fp32" if r.get("dtype") == "float32" else "") + ("_causal" if r.get("data") else "")
+        errs.setdefault(kind, []).append(abs(e))
         if r["kind"] == "softmax" and torch_softmax_kernel(r["hidden"], "bf16") in ("smem", "plain"):
             block.append(e)
     out = {k: sum(v) / len(v) for k, v in errs.items()}

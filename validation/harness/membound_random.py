@@ -18,6 +18,13 @@ From seed 68 on (:data:`FP32_SOFTMAX_FROM_SEED`, issue #12 session 36) a draw al
 rows (:func:`fp32_softmax_cases`, from a generator of their own so the bf16 cases of every seed stay what
 they were): the softmax Megatron-Core's local attention runs is fp32, and the bf16 draws alone never
 tested the rates the fp32 rows share with them.
+
+From seed 72 on (:data:`CAUSAL_SOFTMAX_FROM_SEED`, session 36) a draw also times 16 causally masked fp32
+softmax grids (:func:`causal_softmax_cases`): ``bh`` blocks of s x s scores QK^T / sqrt(128) upcast to fp32
+with the upper triangle set to -10000, as Megatron-Core's local attention feeds its softmax
+(instep_conditions.py ``make_call``, ``data: causal_scores``); s log-uniform in 512..8192, bh log-uniform in
+1..64 within MAX_ELEMENTS scores. They test the mask's cost (``softmax_masked_cost``) off the shapes it was
+fitted on.
 """
 from __future__ import annotations
 
@@ -31,6 +38,8 @@ KINDS = ("add", "gelu", "silu_mul", "softmax", "layernorm", "rmsnorm")
 PER_KIND = 24
 MAX_ELEMENTS = 1 << 28
 FP32_SOFTMAX_FROM_SEED = 68
+CAUSAL_SOFTMAX_FROM_SEED = 72
+CAUSAL_PER_DRAW = 16
 ELEMENT_BYTES = {"bfloat16": 2, "float32": 4}
 
 
@@ -55,6 +64,20 @@ def fp32_softmax_cases(seed: int) -> list[dict]:
     return [_row_case(rng, "softmax", "float32") for _ in range(PER_KIND)]
 
 
+def causal_softmax_cases(seed: int) -> list[dict]:
+    """The draw's causally masked fp32 softmax grids (none before :data:`CAUSAL_SOFTMAX_FROM_SEED`): rows of s
+    scores, ``tokens`` = bh x s of them, from a generator of their own."""
+    if seed < CAUSAL_SOFTMAX_FROM_SEED:
+        return []
+    rng = random.Random(f"membound_random causal softmax {seed}")
+    out = []
+    for _ in range(CAUSAL_PER_DRAW):
+        s = max(8, int(round(_log_uniform(rng, 512, 8192) / 8)) * 8)
+        bh = max(1, min(int(_log_uniform(rng, 1, 64)), MAX_ELEMENTS // (s * s)))
+        out.append(dict(kind="softmax", tokens=bh * s, hidden=s, dtype="float32", data="causal_scores"))
+    return out
+
+
 def cases(small: bool = False, seed: int = SEED) -> list[dict]:
     """Every case of the draw ``seed`` as a plain dict, in the order the run times them."""
     if small:
@@ -64,14 +87,15 @@ def cases(small: bool = False, seed: int = SEED) -> list[dict]:
     out = [dict(kind="copy", nbytes=int(_log_uniform(rng, 1 << 18, 1 << 31)) // 4096 * 4096) for _ in range(PER_KIND)]
     for kind in KINDS:
         out += [_row_case(rng, kind) for _ in range(PER_KIND)]
-    return [dict(c, seed=seed) for c in out + fp32_softmax_cases(seed)]
+    return [dict(c, seed=seed) for c in out + fp32_softmax_cases(seed) + causal_softmax_cases(seed)]
 
 
 def label(c: dict) -> str:
     """The case as the prereg log and the console name it."""
     if c["kind"] == "copy":
         return f"copy      {c['nbytes']:12d} B"
-    return f"{c['kind']:9s} {c['tokens']:7d}x{c['hidden']:<6d} {c['dtype']}"
+    causal = " causal" if c.get("data") == "causal_scores" else ""
+    return f"{c['kind']:9s} {c['tokens']:7d}x{c['hidden']:<6d} {c['dtype']}{causal}"
 
 
 def bytes_min(c: dict) -> int:
@@ -88,6 +112,11 @@ def run_case(c: dict, flush, rec) -> None:
     import kernels
     if c["kind"] == "copy":
         r = kernels.bench_copy(c["nbytes"], flush)
+    elif c.get("data") == "causal_scores":
+        import instep_conditions
+        fn = instep_conditions.make_call(dict(kind="softmax", bh=c["tokens"] // c["hidden"], seq=c["hidden"],
+                                              data="causal_scores"))
+        r = dict(record_of(c), **common.time_fn(fn, flush=flush))
     else:
         r = kernels.bench_elem(c["kind"], c["tokens"], c["hidden"], flush, c["dtype"])
     rec.add(dict(r, seed=c.get("seed", SEED), suite="membound_random"))

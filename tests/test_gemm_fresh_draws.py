@@ -494,6 +494,9 @@ NEXT = {  # log: (seed, --like file, --profile or None)
     # Session 36 again: seeds 68 (H200) / 69 (H100), the committed model (424c641: GEMM model as for seeds 38-67)
     "prereg_gemm_random68_h200.txt": (68, "h200_gemm_random.json", None),
     "prereg_gemm_random69_h100.txt": (69, "h100_gemm_random3.json", None),
+    # Session 36, third: seeds 70 (H200) / 71 (H100), the committed model (d582d03: GEMM model as for seeds 38-69)
+    "prereg_gemm_random70_h200.txt": (70, "h200_gemm_random.json", None),
+    "prereg_gemm_random71_h100.txt": (71, "h100_gemm_random3.json", None),
 }
 GEMM32_PAIRS = {32: ("prereg_gemm_random32_h200.txt", "prereg_gemm_random32_h200_cand.txt"),
                 33: ("prereg_gemm_random33_h100.txt", "prereg_gemm_random33_h100_cand.txt")}

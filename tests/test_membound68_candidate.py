@@ -124,3 +124,17 @@ def test_candidate_as_registered_on_seeds_70_71(seed, gpu):
     assert cand["softmax_fp32"] < today["softmax_fp32"] - 0.06
     clean, _ = scored(gpu, seed, "_cand", drop_interference=True)
     assert max(clean.values()) <= 0.08
+
+
+@pytest.mark.parametrize("seed,gpu", [(72, "h200"), (73, "h100")])
+def test_seeds_72_73_registered_by_the_committed_model_and_by_the_candidate(seed, gpu):
+    """Registered before either ran (session 36, code of d582d03), with the draw's 16 causal fp32 softmax grids: every
+    case once in each log; the candidate changes fp32 softmax rows (plain and causal) and nothing else."""
+    from tests.test_membound_random import registered
+    from validation.prereg import harness
+    h = harness("membound_random")
+    today, cand = registered(gpu, seed), registered(gpu, seed, "_cand")
+    assert list(today) == list(cand) == [h.label(c) for c in h.cases(seed=seed)] and len(today) == 208
+    changed = {k for k in today if today[k] != cand[k]}
+    assert changed <= {h.label(c) for c in h.cases(seed=seed) if c.get("dtype") == "float32"}
+    assert sum(k.endswith("causal") for k in changed) >= 12

@@ -107,6 +107,8 @@ def test_seeds_70_71_registered_by_the_committed_model_and_by_the_candidate(seed
 
 # as registered beside the committed model (commit c0d9b12): {seed: {gpu: (pooled, fp32 softmax)}}
 AS_REGISTERED_CAND = {70: {"h200": (0.0446, 0.0745)}, 71: {"h100": (0.0611, 0.0622)}}
+# the third pair (commit 3d4e850): {seed: {gpu: (pooled, fp32 softmax, causal fp32 softmax)}}
+AS_REGISTERED_CAND_CAUSAL = {72: {"h200": (0.0454, 0.0617, 0.1026)}, 73: {"h100": (0.0449, 0.0623, 0.0896)}}
 
 
 @pytest.mark.parametrize("seed,gpu", [(70, "h200"), (71, "h100")])
@@ -138,3 +140,20 @@ def test_seeds_72_73_registered_by_the_committed_model_and_by_the_candidate(seed
     changed = {k for k in today if today[k] != cand[k]}
     assert changed <= {h.label(c) for c in h.cases(seed=seed) if c.get("dtype") == "float32"}
     assert sum(k.endswith("causal") for k in changed) >= 8        # H200 12 of 16, H100 9 (the rest on the copy floor)
+
+
+@pytest.mark.parametrize("seed,gpu", [(72, "h200"), (73, "h100")])
+def test_candidate_as_registered_on_seeds_72_73(seed, gpu):
+    """fp32 softmax H200 17.2 -> 6.2%, H100 10.9 -> 6.2%: within 8% on its second registered pair too; the causal fp32
+    grids 20.1 -> 10.3% and 13.6 -> 9.0%, still over 8%: one mask multiplier (H200 1.569 refitted on four instep pairs,
+    H100 none) does not follow the kernels. The warp kernel's causal rows need a mask cost (H100, none: -7..-23%), the
+    register kernel's little (H200 with 1.569: +11..+25%; H100 with none: -2..-10%)."""
+    from tests.test_membound_random import AS_REGISTERED_SINCE_ADOPTION, assert_as_quoted, scored
+    cand, _ = scored(gpu, seed, "_cand")
+    pooled, fp32, causal = AS_REGISTERED_CAND_CAUSAL[seed][gpu]
+    assert_as_quoted(cand, {**AS_REGISTERED_SINCE_ADOPTION[seed][gpu], "all": pooled, "softmax_fp32": fp32,
+                            "softmax_fp32_causal": causal})
+    today, _ = scored(gpu, seed)
+    assert cand["softmax_fp32"] <= 0.08 < today["softmax_fp32"]
+    assert 0.08 < cand["softmax_fp32_causal"] < today["softmax_fp32_causal"]
+    assert max(v for k, v in cand.items() if k != "softmax_fp32_causal") <= 0.08

@@ -74,6 +74,19 @@ def test_causal_softmax_grids_from_seed_72():
     assert record_masked(h.record_of(causal[0])) == pytest.approx((s - 1) / (2 * s))
 
 
+def test_causal_grids_have_randn_twins_from_seed_74():
+    """From seed 74 each causal grid is followed by a twin of the same shape holding N(0, 1) scores (unmasked: the
+    model reads no mask in it); seeds 72 and 73 keep their 16 causal grids alone."""
+    from validation.predict import record_masked
+    h = harness("membound_random")
+    assert len(h.cases(seed=73)) == 208 and len(h.cases(seed=74)) == 224
+    grids = [c for c in h.cases(seed=74) if c.get("data")]
+    assert [c["data"] for c in grids] == ["causal_scores", "randn"] * 16
+    assert all(a["tokens"] == b["tokens"] and a["hidden"] == b["hidden"] for a, b in zip(grids[::2], grids[1::2]))
+    assert all(record_masked(h.record_of(c)) == 0.0 for c in grids[1::2])
+    assert h.label(grids[1]).endswith("float32 grid") and len({h.label(c) for c in h.cases(seed=74)}) == 224
+
+
 @pytest.mark.parametrize("seed,gpu", [(68, "h200"), (69, "h100")])
 def test_seeds_68_69_registered_with_every_case_once(seed, gpu):
     """Registered in session 36 by the model that adopted membound66 (commit 6fd69f0), before either ran."""
@@ -185,7 +198,7 @@ def scored(gpu: str, seed: int = 40, suffix: str = "", drop_interference: bool =
     draw ``seed`` against its registration ``suffix``; ``drop_interference`` leaves out records whose
     slowest call took over 3x the fastest. The fp32 softmax rows of draws from seed 68 are kind
     ``softmax_fp32`` (``softmax`` stays the bf16 rows every draw has), the causal grids from seed 72
-    ``softmax_fp32_causal``."""
+    ``softmax_fp32_causal``, their N(0, 1) twins from seed 74 ``softmax_fp32_grid``."""
     import json
     from simulator.compute import torch_softmax_kernel
     from validation.gemm_regimes import interference_suspect
@@ -201,7 +214,8 @@ def scored(gpu: str, seed: int = 40, suffix: str = "", drop_interference: bool =
         c = (dict(kind="copy", nbytes=round(r["buffer_mb"] * 2**20)) if r["kind"] == "copy" else
              dict(kind=r["kind"], tokens=r["tokens"], hidden=r["hidden"], dtype=r["dtype"], data=r.get("data")))
         e = reg[h.label(c)] / r["time_s"] - 1
-        kind = r["kind"] + ("_fp32" if r.get("dtype") == "float32" else "") + ("_causal" if r.get("data") else "")
+        kind = (r["kind"] + ("_fp32" if r.get("dtype") == "float32" else "")
+                + {"causal_scores": "_causal", "randn": "_grid"}.get(r.get("data"), ""))
         errs.setdefault(kind, []).append(abs(e))
         if r["kind"] == "softmax" and torch_softmax_kernel(r["hidden"], "bf16") in ("smem", "plain"):
             block.append(e)

@@ -24,7 +24,9 @@ softmax grids (:func:`causal_softmax_cases`): ``bh`` blocks of s x s scores QK^T
 with the upper triangle set to -10000, as Megatron-Core's local attention feeds its softmax
 (instep_conditions.py ``make_call``, ``data: causal_scores``); s log-uniform in 512..8192, bh log-uniform in
 1..64 within MAX_ELEMENTS scores. They test the mask's cost (``softmax_masked_cost``) off the shapes it was
-fitted on.
+fitted on. From seed 74 (:data:`GRID_TWINS_FROM_SEED`) each causal grid has a twin of the same shape holding
+N(0, 1) fp32 scores (``data: randn``, timed right after it): the pair isolates what the mask costs in each
+kernel, as instep_conditions.py does at four shapes.
 """
 from __future__ import annotations
 
@@ -40,6 +42,7 @@ MAX_ELEMENTS = 1 << 28
 FP32_SOFTMAX_FROM_SEED = 68
 CAUSAL_SOFTMAX_FROM_SEED = 72
 CAUSAL_PER_DRAW = 16
+GRID_TWINS_FROM_SEED = 74
 ELEMENT_BYTES = {"bfloat16": 2, "float32": 4}
 
 
@@ -74,7 +77,10 @@ def causal_softmax_cases(seed: int) -> list[dict]:
     for _ in range(CAUSAL_PER_DRAW):
         s = max(8, int(round(_log_uniform(rng, 512, 8192) / 8)) * 8)
         bh = max(1, min(int(_log_uniform(rng, 1, 64)), MAX_ELEMENTS // (s * s)))
-        out.append(dict(kind="softmax", tokens=bh * s, hidden=s, dtype="float32", data="causal_scores"))
+        grid = dict(kind="softmax", tokens=bh * s, hidden=s, dtype="float32")
+        out.append(dict(grid, data="causal_scores"))
+        if seed >= GRID_TWINS_FROM_SEED:
+            out.append(dict(grid, data="randn"))
     return out
 
 
@@ -94,8 +100,8 @@ def label(c: dict) -> str:
     """The case as the prereg log and the console name it."""
     if c["kind"] == "copy":
         return f"copy      {c['nbytes']:12d} B"
-    causal = " causal" if c.get("data") == "causal_scores" else ""
-    return f"{c['kind']:9s} {c['tokens']:7d}x{c['hidden']:<6d} {c['dtype']}{causal}"
+    data = {"causal_scores": " causal", "randn": " grid"}.get(c.get("data"), "")
+    return f"{c['kind']:9s} {c['tokens']:7d}x{c['hidden']:<6d} {c['dtype']}{data}"
 
 
 def bytes_min(c: dict) -> int:
@@ -112,10 +118,10 @@ def run_case(c: dict, flush, rec) -> None:
     import kernels
     if c["kind"] == "copy":
         r = kernels.bench_copy(c["nbytes"], flush)
-    elif c.get("data") == "causal_scores":
+    elif c.get("data"):
         import instep_conditions
         fn = instep_conditions.make_call(dict(kind="softmax", bh=c["tokens"] // c["hidden"], seq=c["hidden"],
-                                              data="causal_scores"))
+                                              data=c["data"]))
         r = dict(record_of(c), **common.time_fn(fn, flush=flush))
     else:
         r = kernels.bench_elem(c["kind"], c["tokens"], c["hidden"], flush, c["dtype"])

@@ -157,3 +157,15 @@ def test_candidate_as_registered_on_seeds_72_73(seed, gpu):
     assert cand["softmax_fp32"] <= 0.08 < today["softmax_fp32"]
     assert 0.08 < cand["softmax_fp32_causal"] < today["softmax_fp32_causal"]
     assert max(v for k, v in cand.items() if k != "softmax_fp32_causal") <= 0.08
+
+
+@pytest.mark.parametrize("seed,gpu", [(74, "h200"), (75, "h100")])
+def test_seeds_74_75_registered_by_the_committed_model_and_by_the_candidate(seed, gpu):
+    """Registered before either ran (session 36, with the causal grids' N(0, 1) twins): every case once in each log;
+    the candidate changes fp32 softmax rows only."""
+    from tests.test_membound_random import registered
+    from validation.prereg import harness
+    h = harness("membound_random")
+    today, cand = registered(gpu, seed), registered(gpu, seed, "_cand")
+    assert list(today) == list(cand) == [h.label(c) for c in h.cases(seed=seed)] and len(today) == 224
+    assert {k for k in today if today[k] != cand[k]} <= {h.label(c) for c in h.cases(seed=seed) if c.get("dtype") == "float32"}

@@ -65,17 +65,9 @@ def candidate_start(cal):
 
 
 def masked_cost_refit(gpu: str, cal):
-    """``cal`` with the H200's causal-mask softmax cost refitted on h200_instep_conditions.json on top of ``cal``'s
-    unmasked cost (the restricted fit tests/test_instep_conditions.py reproduces); the H100 profile has none."""
-    if gpu != "h200":
-        return cal
-    from validation.calibrate import calibrate
-    from validation.hardware import hardware_for
-    from validation.records import load_measurements
-    mf = load_measurements(MEASUREMENTS / "h200_instep_conditions.json")
-    report = calibrate([(mf, hardware_for(mf))], "h200-sxm", start=dataclasses.replace(cal, softmax_masked_cost=1.0),
-                       only=("softmax_masked_cost",))
-    return dataclasses.replace(cal, softmax_masked_cost=report.calibration.softmax_masked_cost)
+    """``cal`` with the H200's causal-mask softmax cost refitted on top of ``cal``'s unmasked cost
+    (membound_fit.refit_masked_cost); the H100 profile has none."""
+    return mb.refit_masked_cost(cal, MEASUREMENTS) if gpu == "h200" else cal
 
 
 def run(gpu: str):

@@ -84,6 +84,19 @@ def start_calibration(gpu: str):
                    softmax_warp_cycles=dict(NEW_START["softmax_warp_cycles"])), samples
 
 
+def refit_masked_cost(cal, root: Path = Path(__file__).resolve().parent / "measurements"):
+    """``cal`` with ``softmax_masked_cost`` refitted by the restricted fit (calibrate --only softmax_masked_cost,
+    started at 1) on the isolated causal / N(0, 1) pairs of h200_instep_conditions.json, on top of ``cal``'s unmasked
+    softmax cost: what the H200 profile's value is (sessions 14, 23 and 36); the H100 has no such file."""
+    from dataclasses import replace
+
+    from validation.calibrate import calibrate
+    mf = load_measurements(root / "h200_instep_conditions.json")
+    report = calibrate([(mf, hardware_for(mf))], "h200-sxm", start=replace(cal, softmax_masked_cost=1.0),
+                       only=("softmax_masked_cost",))
+    return replace(cal, softmax_masked_cost=report.calibration.softmax_masked_cost)
+
+
 def kind_errors(samples, cal) -> dict:
     """{kind: (count, MAPE)} of the samples under ``cal``."""
     errs: dict = {}

@@ -208,6 +208,11 @@ class Calibration:
                                  set to -10000 (Megatron's attention_mask_func), relative to an
                                  ordinary score (1: no difference); fitted on the isolated
                                  causal vs N(0,1) pairs of instep_conditions.py
+      softmax_masked_cost_by_kernel[kernel]  the same per softmax forward kernel (``warp``,
+                                 ``reg``, ``reg_wide``, ``smem``, ``plain``), in place of
+                                 softmax_masked_cost for that kernel's rows (absent: the one value;
+                                 issue #12 session 37, candidate membound76: fitted on causal /
+                                 N(0,1) twin grids of one shape each, membound_random74/75)
       norm_forward[key]          PyTorch's LayerNorm / RMSNorm forward kernel
                                  (simulator.compute.norm_forward_time): ``fraction`` of HBM
                                  bandwidth, the row size from which its second read of a row
@@ -269,6 +274,7 @@ class Calibration:
     ssd_host_s: dict = field(default_factory=dict)
     comm_overlap_slowdown: float = 0.2
     softmax_masked_cost: float = 1.0
+    softmax_masked_cost_by_kernel: dict = field(default_factory=dict)
     softmax_wave_cycles: float = 0.0
     softmax_warp_cycles: dict = field(default_factory=dict)
     memory_kernel_fixed_s: float = 0.0
@@ -338,7 +344,8 @@ HOST_PARAMETERS = ("host_op_s", "fsdp_unit_host_s", "ddp_tensor_host_s", "optimi
 DICT_PARAMETERS = ("gemm_peak_fraction", "attention_kernel_fraction", "attention_kernel_overlap",
                    "attention_kernel_overhead", "attention_kernel_score_ops", "memory_op_fraction", "collective_fraction", "collective_alpha_fraction",
                    "collective_shard_steps", "sustained_clock_fraction", "ssd_fraction", "ssd_host_s",
-                   "step_power", "softmax_elements_per_cycle", "norm_forward", "softmax_warp_cycles", "memory_op_fixed_s")
+                   "step_power", "softmax_elements_per_cycle", "norm_forward", "softmax_warp_cycles", "memory_op_fixed_s",
+                   "softmax_masked_cost_by_kernel")
 
 
 FRACTIONS = ("gemm_unaligned_fraction", "gemm_clock_bound_fraction", "hbm_fraction", "attention_fwd_fraction", "attention_bwd_fraction",
@@ -389,6 +396,7 @@ def _profile_schema() -> type:
                 softmax_warp_cycles=(Optional[dict[Literal["kernel", "row", "element", "element_wide", "latency", "fp32"], nonneg]],
                                      None),
                 memory_op_fixed_s=(Optional[dict[Literal["copy"], nonneg]], None),
+                softmax_masked_cost_by_kernel=(Optional[dict[Literal["warp", "reg", "reg_wide", "smem", "plain"], positive]], None),
                 links=(Optional[dict[str, link]], None))
     return pydantic.create_model("ProfileParameters", __config__=cfg, **spec)
 

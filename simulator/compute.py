@@ -1171,14 +1171,21 @@ def softmax_backward_kernel_time(dev: DeviceModel, elements: float, dtype: str =
     return memory_time(dev, 3.0 * DTYPE_BYTES[dtype] * elements, op="add")
 
 
-def masked_softmax_factor(cal: Calibration, masked: float) -> float:
+def masked_softmax_factor(cal: Calibration, masked: float, kernel: str | None = None) -> float:
     """Factor on the row work of PyTorch's fp32 softmax forward when a fraction ``masked`` of its
-    scores holds the mask value (-10000): 1 + masked·(``softmax_masked_cost`` − 1). Measured, not
-    derived: on one H200 (h200_instep_conditions.json) causally masked rows (masked ≈ ½) of 2048,
-    4096 and 8192 fp32 scores ran 23%, 20% and 17% longer than N(0, 1) rows of the same shape, rows
-    of 1024 (bound by HBM) 7%; the data-independent kernels beside it (.float(), masked_fill_, the
-    softmax backward) did not change. The mechanism inside the kernel is not isolated."""
-    return 1.0 + masked * (cal.softmax_masked_cost - 1.0)
+    scores holds the mask value (-10000): 1 + masked·(c − 1), c the ``kernel``'s entry of
+    ``softmax_masked_cost_by_kernel`` where the profile has one (issue #12 session 37, candidate
+    membound76), else ``softmax_masked_cost``. Measured, not derived: on one H200
+    (h200_instep_conditions.json) causally masked rows (masked ≈ ½) of 2048, 4096 and 8192 fp32
+    scores ran 23%, 20% and 17% longer than N(0, 1) rows of the same shape, rows of 1024 (bound by
+    HBM) 7%; the data-independent kernels beside it (.float(), masked_fill_, the softmax backward)
+    did not change. At 16 random grid shapes per GPU with N(0, 1) twins (membound_random74/75) the
+    warp kernel's rows ran 17-27% (H200) and 4-29% (H100) longer, the register kernels' 16-19% and
+    9-18%: the cost differs by kernel. The mechanism inside the kernel is not isolated (the exponent
+    of a masked score, -10000 minus the row's max, is far below expf's range, where its result
+    underflows to 0)."""
+    cost = cal.softmax_masked_cost_by_kernel.get(kernel, cal.softmax_masked_cost) if kernel else cal.softmax_masked_cost
+    return 1.0 + masked * (cost - 1.0)
 
 
 def memory_fixed_s(cal: Calibration) -> float:
@@ -1372,7 +1379,7 @@ def softmax_forward_time(dev: DeviceModel, rows: int, row: int, dtype: str, mask
     the dtype Megatron-Core's local attention runs its softmax in)."""
     kernel = torch_softmax_kernel(row, dtype)
     elements = float(rows) * row
-    factor = masked_softmax_factor(dev.cal, masked) if dtype == "fp32" else 1.0   # measured on fp32 rows only
+    factor = masked_softmax_factor(dev.cal, masked, kernel) if dtype == "fp32" else 1.0   # measured on fp32 rows only
     stream = memory_time(dev, elements * DTYPE_BYTES[dtype] * 2, op="copy")
     if kernel == "warp":
         cycles = dev.cal.softmax_warp_cycles      # fitted on bf16 rows (session 22); fp32 rows where it has "fp32"

@@ -28,14 +28,15 @@ def gemm_regime(rec: dict) -> str:
         return "fp8_small"
     if not gemm_aligned(m, n, k, dtype):
         return "misaligned"
-    if 2.0 * m * n * k >= 2.0 * 1024 ** 3:
+    if 2.0 * m * n * k * int(rec.get("batch") or 1) >= 2.0 * 1024 ** 3:     # a batched GEMM's whole work
         return "large"
     return "other"
 
 
 def reproduced_times(records: list[dict]) -> list[dict]:
     """One record per shape of GEMM records timed in several passes (``pass_no``; records without
-    one are single-pass and pass through unchanged). Shapes are grouped by (m, n, k, dtype, seed);
+    one are single-pass and pass through unchanged). Shapes are grouped by (m, n, k, dtype, seed, and for
+    bmm_random records batch and gemm: its PV, dV, dQ and dK share (m, n, k) at sq = skv);
     the record returned is the shape's fastest pass, its ``time_s`` the faster of the pass
     medians, with ``passes`` (how many), ``pass_times_s`` (each pass median, seconds) and
     ``pass_spread`` (slowest / fastest pass median − 1) added. The rule: interference (a clock
@@ -44,7 +45,8 @@ def reproduced_times(records: list[dict]) -> list[dict]:
     groups: dict = defaultdict(list)
     order = []
     for r in records:
-        key = (int(r["m"]), int(r["n"]), int(r["k"]), r.get("dtype"), r.get("seed")) if "pass_no" in r else id(r)
+        key = (int(r["m"]), int(r["n"]), int(r["k"]), r.get("dtype"), r.get("seed"),
+               r.get("batch"), r.get("gemm")) if "pass_no" in r else id(r)
         if key not in groups:
             order.append(key)
         groups[key].append(r)

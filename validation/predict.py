@@ -92,8 +92,8 @@ def kernel_time(rec: dict, hw: Hardware, cal: Calibration) -> float:
     kind = rec["kind"]
     if kind == "copy":
         return memcpy_time(dev, float(rec["bytes_moved"]))
-    if kind == "gemm":
-        return gemm_time(dev, rec["m"], rec["n"], rec["k"], record_dtype(rec))
+    if kind == "gemm":      # batched (bmm_random: ``batch`` = b*heads) or, without the field, one GEMM
+        return gemm_time(dev, rec["m"], rec["n"], rec["k"], record_dtype(rec), batch=int(rec.get("batch") or 1))
     if kind in SSD_KINDS:
         return ssd_record_time(rec, dev)
     if kind in TORCH_PATH_KINDS or kind in CHECK_KINDS:

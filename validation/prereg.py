@@ -3,12 +3,14 @@
     python -m validation.prereg --grid native2 --like validation/measurements/h200x2_plan_torchtitan.json
     python -m validation.prereg --kernels row_kernels --like validation/measurements/h200_kernels.json
     python -m validation.prereg --gemm-seed 26 --like validation/measurements/h200_gemm_random.json
+    python -m validation.prereg --gemm-seed 78 --gemm-suite bmm_random --like validation/measurements/h200_gemm_random.json
 
 With ``--kernels SUITE`` the cases are those of validation/harness/SUITE.py (a single-GPU kernel
 suite with ``cases()``), each predicted as its record would be (time only). With ``--gemm-seed
 SEED`` the cases are the random GEMM draw of that seed (validation/harness/gemm_cases.py, what
-sustained.py ``--suite random --seed SEED`` times), each with its regime
-(validation.gemm_regimes.gemm_regime); ``--profile`` predicts them with another calibration profile
+sustained.py ``--suite random --seed SEED`` times; ``--gemm-suite`` another draw: real training GEMMs,
+or ``bmm_random``, the batched GEMMs of Megatron-Core's local attention of validation/harness/bmm_cases.py,
+each predicted with its ``batch``), each with its regime (validation.gemm_regimes.gemm_regime); ``--profile`` predicts them with another calibration profile
 (a candidate registered beside the committed model, e.g. validation/candidates/*.yaml).
 
 Each case becomes the record the harness would write, without any measured field, and is
@@ -32,6 +34,7 @@ from validation.predict import Unsupported, kernel_time, predict_record
 from validation.records import load_measurements
 
 HARNESS = Path(__file__).resolve().parent / "harness" / "plan_step.py"
+BMM_SUITE = "bmm_random"        # validation/harness/bmm_cases.py: batched GEMMs, not a gemm_cases suite
 
 
 def harness(name: str = "plan_step"):
@@ -114,21 +117,30 @@ def kernel_rows(suite: str, like: str, seed: int | None = None, profile: str | N
 def gemm_draw_rows(seed: int, like: str, profile: str | None = None,
                    suite: str = "random") -> list[tuple[str, str, float]]:
     """(case label, regime, predicted seconds) for every GEMM of the draw ``seed`` of ``suite`` (random:
-    gemm_cases.random_cases; real: gemm_cases.real_cases, real training GEMMs) on the
-    hardware of the measurement file ``like`` (the record sustained.py writes, kind ``gemm``);
-    ``profile``: a calibration profile (name or path) instead of the accelerator's own, to register
-    a candidate beside the committed model."""
+    gemm_cases.random_cases; real: gemm_cases.real_cases, real training GEMMs; bmm_random:
+    bmm_cases.cases, the batched GEMMs of Megatron-Core's local attention) on the hardware of the
+    measurement file ``like`` (the record sustained.py writes, kind ``gemm``, with ``batch`` for
+    bmm_random); ``profile``: a calibration profile (name or path) instead of the accelerator's own,
+    to register a candidate beside the committed model."""
     from simulator.calibration import load_calibration
     from validation.gemm_regimes import gemm_regime
-    h = harness("gemm_cases")
     hw = hardware_for(load_measurements(like))
     cal = load_calibration(profile) if profile else calibration_for(hw.accelerator)[0]
     out = []
-    for case in h.suite_cases(suite, seed):
-        m, n, k, dtn, _ = case
-        rec = dict(kind="gemm", m=m, n=n, k=k, dtype=dtn)
-        out.append((h.label(case), gemm_regime(rec), kernel_time(rec, hw, cal)))
+    for label, rec in gemm_draw_records(suite, seed):
+        out.append((label, gemm_regime(rec), kernel_time(rec, hw, cal)))
     return out
+
+
+def gemm_draw_records(suite: str, seed: int) -> list[tuple[str, dict]]:
+    """(case label, the ``gemm`` record sustained.py writes without measured fields) of every case of
+    the draw ``seed`` of ``suite``."""
+    if suite == BMM_SUITE:
+        b = harness("bmm_cases")
+        return [(b.label(c), b.record_of(c, seed)) for c in b.cases(seed)]
+    h = harness("gemm_cases")
+    return [(h.label(case), dict(kind="gemm", m=case[0], n=case[1], k=case[2], dtype=case[3]))
+            for case in h.suite_cases(suite, seed)]
 
 
 def main(argv=None) -> int:
@@ -136,9 +148,10 @@ def main(argv=None) -> int:
     ap.add_argument("--grid", help="a plan_step.py grid")
     ap.add_argument("--kernels", metavar="SUITE", help="a single-GPU kernel suite of validation/harness instead")
     ap.add_argument("--gemm-seed", type=int, metavar="SEED", help="the random GEMM draw of this seed instead")
-    ap.add_argument("--gemm-suite", choices=harness("gemm_cases").SUITES, default="random",
-                    help="--gemm-seed: the random draw (default) or a pool of real training GEMMs (real, real_mbs2, "
-                         "real_mbs4: micro-batch 1, 2, 4; gemm_cases.REAL_POOLS, sustained.py --suite)")
+    ap.add_argument("--gemm-suite", choices=harness("gemm_cases").SUITES + (BMM_SUITE,), default="random",
+                    help="--gemm-seed: the random draw (default), a pool of real training GEMMs (real, real_mbs2, "
+                         "real_mbs4: micro-batch 1, 2, 4; gemm_cases.REAL_POOLS, sustained.py --suite) or "
+                         "bmm_random (the batched GEMMs of Megatron-Core's local attention, bmm_cases.py)")
     ap.add_argument("--like", required=True, help="a measurement file of the machine the grid will run on")
     ap.add_argument("--world", type=int, default=None)
     ap.add_argument("--profile", help="--gemm-seed or --kernels: a calibration profile (name or path) instead of "

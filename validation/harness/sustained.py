@@ -21,8 +21,14 @@ Three suites, each writing a measurement file of format version 1 (records of ki
   over 16..16384 (a third of them small-MN / large-K: m, n in 16..1024, k in 4096..65536), 30% of
   the dims left unrounded (misaligned), the rest multiples of 8; fp8: the same draws with k and n
   rounded to multiples of 16 (torch._scaled_mm requires it), a third small (all dims <= 1024).
+* ``bmm_random``: the random suite's timing over the batched GEMMs of Megatron-Core's local attention
+  at seeded random shapes (bmm_cases.py: QK^T's baddbmm, PV's bmm and the four backward bmms, operands
+  laid out as Megatron and autograd pass them); records of kind ``gemm`` with ``batch`` (b*heads), the
+  simulator's (m, n, k) and the torch call (``gemm``, ``op``, ``layout``, ``shapes``, ``strides``).
 
     PYTHONUNBUFFERED=1 python3 sustained.py --suite random --out r.json --budget-s 90
+    PYTHONUNBUFFERED=1 python3 sustained.py --suite bmm_random --seed 78 --passes 2 --out b.json --budget-s 200
+    python3 sustained.py --suite bmm_random --seed 78 --list     # the cases, nothing timed
     PYTHONUNBUFFERED=1 python3 sustained.py --suite sustained --out s.json --budget-s 220
 """
 from __future__ import annotations
@@ -37,8 +43,9 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bmm_cases  # noqa: E402
 import common  # noqa: E402
-from gemm_cases import SUITES, suite_cases  # noqa: E402
+from gemm_cases import SUITES, label as gemm_label, suite_cases  # noqa: E402
 from common import fmt_rate, log, run_case, time_fn  # noqa: E402
 from nvml import Nvml, Sampler, summarize_samples  # noqa: E402
 
@@ -322,18 +329,89 @@ def trace_kernels(fn, calls: int = 3) -> list[dict] | None:
     return out or None
 
 
+def add_clock_sample(r: dict, nvml, s: dict | None) -> None:
+    """NVML sample ``s`` (taken right after a timing: SM clock MHz, power W, temperature C, throttle
+    reasons) into record ``r``; nothing without one."""
+    if s:
+        r.update(sm_clock_mhz=s["sm_clock_mhz"], power_w=s["power_w"], temperature_c=s["temperature_c"],
+                 throttle_reasons=nvml.names(s["reasons"]))
+
+
 def bench_random(nvml, flush, m, n, k, dtn, group, pass_no=1, seed=12, suite="random"):
     fn = make_gemm(m, n, k, dtn)
     st = time_fn(fn, flush=flush)
     s = nvml.sample()
     r = base_record(m, n, k, dtn, st, group)
     r.update(set=suite, seed=seed, pass_no=pass_no, time_graph_s=common.time_graph(fn))
-    if s:
-        r.update(sm_clock_mhz=s["sm_clock_mhz"], power_w=s["power_w"], temperature_c=s["temperature_c"],
-                 throttle_reasons=nvml.names(s["reasons"]))
+    add_clock_sample(r, nvml, s)
     log(f"  {suite} {dtn:14s} {m:6d}x{n:6d}x{k:6d} {group:24s} {st['time_s'] * 1e6:10.1f} us "
         f"{fmt_rate(r['flops'] / st['time_s'], 'FLOP/s')} {r.get('sm_clock_mhz')} MHz")
     return r
+
+
+# --------------------------------------------------------------------------- bmm_random suite
+
+def make_bmm(case: dict):
+    """fn() running one bmm_cases case as Megatron-Core's local attention (dot_product_attention.py)
+    or autograd calls it: q, k, v and dO as contiguous sbhd ``[s, bh, d]`` tensors seen through
+    transposes, scores / probs / dS contiguous ``[bh, s, s]``; QK^T ``torch.baddbmm(empty buffer, ...,
+    beta=0.0, alpha=1/sqrt(d))``, the others ``torch.bmm`` returning a new tensor (no ``out=``), as
+    both callers do. bf16 (float32 without CUDA). Checks the operands' shapes and strides against the
+    case's (bmm_cases.operands)."""
+    dev = common.device()
+    dt = torch.bfloat16 if common.on_cuda() else torch.float32
+    bh, s, d, g = case["bh"], case["seq"], case["head_dim"], case["gemm"]
+
+    def sbhd():
+        return torch.randn(s, bh, d, device=dev, dtype=dt)
+
+    def scores():
+        return torch.randn(bh, s, s, device=dev, dtype=dt)
+    if g == "qk_baddbmm":
+        buf, alpha = torch.empty(bh, s, s, device=dev, dtype=dt), case["alpha"]
+        a, b = sbhd().transpose(0, 1), sbhd().transpose(0, 1).transpose(1, 2)
+        _check_operands(case, a, b)
+        return lambda: torch.baddbmm(buf, a, b, beta=0.0, alpha=alpha)
+    a, b = {"pv": lambda: (scores(), sbhd().transpose(0, 1)),                       # P x V
+            "dp": lambda: (sbhd().transpose(0, 1), sbhd().transpose(0, 1).transpose(1, 2)),   # dO x V^T
+            "dv": lambda: (scores().transpose(1, 2), sbhd().transpose(0, 1)),       # P^T x dO
+            "dq": lambda: (scores(), sbhd().transpose(0, 1)),                       # dS x K
+            "dk": lambda: (sbhd().transpose(0, 1).transpose(1, 2), scores())}[g]()  # Q^T x dS
+    _check_operands(case, a, b)
+    return lambda: torch.bmm(a, b)
+
+
+def _check_operands(case: dict, a, b) -> None:
+    """Raise when the built operands' shapes or strides (elements) differ from the case's."""
+    got = ([list(a.shape), list(b.shape)], [list(a.stride()), list(b.stride())])
+    if got != (case["shapes"], case["strides"]):
+        raise AssertionError(f"{case['gemm']}: operands {got} != case {(case['shapes'], case['strides'])}")
+
+
+def bench_bmm(nvml, flush, case: dict, pass_no: int = 1, seed: int = 78) -> dict:
+    """One bmm_random record: the case timed as the random suite times a GEMM (common.time_fn: L2
+    flushed before each call, CUDA events, median), the NVML sample after it, ``time_graph_s``."""
+    fn = make_bmm(case)
+    st = time_fn(fn, flush=flush)
+    s = nvml.sample()
+    r = {**bmm_cases.record_of(case, seed), **st, "pass_no": pass_no, "time_graph_s": common.time_graph(fn)}
+    add_clock_sample(r, nvml, s)
+    log(f"  {bmm_cases.label(case)} {st['time_s'] * 1e6:10.1f} us "
+        f"{fmt_rate(r['flops'] / st['time_s'], 'FLOP/s')} {r.get('sm_clock_mhz')} MHz")
+    return r
+
+
+def draw(suite: str, seed: int, small: bool) -> list:
+    """The cases of draw ``seed`` of a random-style suite: bmm_cases.cases for ``bmm_random``, else
+    gemm_cases.suite_cases ((m, n, k, dtype, group) tuples)."""
+    if suite == bmm_cases.SUITE:
+        return bmm_cases.cases(seed, small=small)
+    return suite_cases(suite, seed, small=small)
+
+
+def case_label(suite: str, c) -> str:
+    """The log's name of one case of ``suite``."""
+    return bmm_cases.label(c) if suite == bmm_cases.SUITE else gemm_label(c)
 
 
 def suite_random(args, rec, nvml, flush, dl, sampler=None):
@@ -344,7 +422,7 @@ def suite_random(args, rec, nvml, flush, dl, sampler=None):
     every pass is timed: once torch.profiler has run, CUPTI's callbacks stay and lengthen later
     timings (session 22's trace run, which traced between timings: fp8 calls 1.5-2.3x, graph
     replays 7-21% slower; its times are not measurements)."""
-    cases = [(c, seed) for seed in args.seeds for c in suite_cases(args.suite, seed, small=args.small)]
+    cases = [(c, seed) for seed in args.seeds for c in draw(args.suite, seed, args.small)]
     for pass_no in range(1, args.passes + 1):
         order = list(range(len(cases)))
         random.Random(args.seeds[0] + pass_no).shuffle(order)   # no drift confounded with the groups
@@ -354,26 +432,46 @@ def suite_random(args, rec, nvml, flush, dl, sampler=None):
                 rec.error(f"budget reached: pass {pass_no}: {left} random cases not run")
                 return
             c, seed = cases[i]
-            run_case(rec, f"{args.suite} {c}",
-                     lambda: bench_random(nvml, flush, *c, pass_no=pass_no, seed=seed, suite=args.suite))
+            if args.suite == bmm_cases.SUITE:
+                run_case(rec, f"{args.suite} {bmm_cases.label(c)}",
+                         lambda: bench_bmm(nvml, flush, c, pass_no=pass_no, seed=seed))
+            else:
+                run_case(rec, f"{args.suite} {c}",
+                         lambda: bench_random(nvml, flush, *c, pass_no=pass_no, seed=seed, suite=args.suite))
             left -= 1
     if args.kernel_names:
         attach_kernel_names(rec, dl)
+
+
+def shape_key(r: dict) -> tuple:
+    """What makes two records of a random-style suite the same call: (m, n, k, dtype), and for a
+    bmm_random record its GEMM and attention shape (the simulator's (m, n, k) of PV, dV, dQ and dK
+    coincide at sq = skv)."""
+    if r.get("set") == bmm_cases.SUITE:
+        return (r["gemm"], r["bh"], r["seq"], r["head_dim"])
+    return (r["m"], r["n"], r["k"], r["dtype"])
+
+
+def call_of(key: tuple):
+    """fn() of the call :func:`shape_key` names."""
+    if isinstance(key[0], str):
+        return make_bmm(bmm_cases.make_case(*key))
+    return make_gemm(*key)
 
 
 def attach_kernel_names(rec, dl):
     """Each timed shape's kernels (:func:`trace_kernels`) onto its records, after all timing."""
     by_shape: dict[tuple, list] = {}
     for r in rec.records:
-        by_shape.setdefault((r["m"], r["n"], r["k"], r["dtype"]), []).append(r)
-    for (m, n, k, dtn), recs in by_shape.items():
+        by_shape.setdefault(shape_key(r), []).append(r)
+    for key, recs in by_shape.items():
         if not dl.ok(reserve_s=1):
             rec.error(f"budget reached: {sum(1 for v in by_shape.values() if 'kernels' not in v[0])} shapes not traced")
             break
         try:
-            kernels = trace_kernels(make_gemm(m, n, k, dtn))
+            kernels = trace_kernels(call_of(key))
         except Exception as exc:  # noqa: BLE001
-            rec.error(f"trace {m}x{n}x{k} {dtn}: {common.short_exc(exc)}")
+            rec.error(f"trace {key}: {common.short_exc(exc)}")
             continue
         for r in recs:
             r["kernels"] = kernels
@@ -383,7 +481,7 @@ def attach_kernel_names(rec, dl):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--suite", choices=("sustained",) + SUITES)
+    ap.add_argument("--suite", choices=("sustained",) + SUITES + (bmm_cases.SUITE,))
     ap.add_argument("--out")
     ap.add_argument("--budget-s", type=float, default=200)
     ap.add_argument("--sustain-s", type=float, default=40)
@@ -394,11 +492,17 @@ def main():
     ap.add_argument("--kernel-names", action="store_true",
                     help="random suite: record each shape's device kernels (names, grid, block) under torch.profiler")
     ap.add_argument("--small", action="store_true")
+    ap.add_argument("--list", action="store_true", help="random-style suites: print the cases of the seeds and exit")
     ap.add_argument("--power", action="store_true",
                     help="sustained suite: also the add, attention and mixed runs of the step power model")
     ap.add_argument("--power-sustain-s", type=float, default=20)
     args = ap.parse_args()
     args.seeds = [int(x) for x in str(args.seed).split(",")]
+    if args.list and args.suite and args.suite != "sustained":
+        for seed in args.seeds:
+            for i, c in enumerate(draw(args.suite, seed, args.small)):
+                print(f"seed {seed} {i:3d} {case_label(args.suite, c)}")
+        return
     if not args.suite or not args.out:
         ap.error("--suite and --out are required")
     if args.small:

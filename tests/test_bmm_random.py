@@ -186,3 +186,76 @@ def test_layouts_are_autograd_s():
     for g in bmm.GEMMS:
         c = bmm.make_case(g, bh, s, d)
         assert (c["op"], str(c["shapes"]), str(c["strides"])) in got, g
+
+
+# ----------------------------------------------------------------------------- the first draws, as registered
+# session 37: registered in commit 960db25 by the code of e17fabd (the committed GEMM model), measured after it
+BMM_DRAWS = {("h200", 78): (0.0907, {"pv": 0.0599, "qk_baddbmm": 0.1487, "dk": 0.1383, "dp": 0.0984, "dv": 0.0638,
+                                     "dq": 0.0353}),
+             ("h100", 79): (0.1095, {"dq": 0.1058, "pv": 0.1122, "dk": 0.0629, "dv": 0.1139, "qk_baddbmm": 0.1231,
+                                     "dp": 0.1391})}
+
+
+def _bmm_pairs(gpu: str, seed: int) -> list:
+    from validation.gemm_regimes import registered_bmm_pairs
+    return registered_bmm_pairs(ROOT / "validation" / "measurements" / "logs" / f"prereg_bmm_random{seed}_{gpu}.txt",
+                                ROOT / "validation" / "measurements" / "repeat" / f"{gpu}_bmm_random{seed}.json")
+
+
+@pytest.mark.parametrize("gpu,seed", sorted(BMM_DRAWS))
+def test_first_bmm_draws_as_registered(gpu, seed):
+    """Every case measured in both passes and registered; MAPE as registered: H200 seed 78 9.07%, H100 seed 79
+    10.95%; per GEMM H200 3.5% (dQ) to 14.9% (QK^T), H100 6.3% (dK) to 13.9% (dP). Ratchets at the registered
+    figures."""
+    pairs = _bmm_pairs(gpu, seed)
+    assert len(pairs) == 48 and all(r["passes"] == 2 for r, _ in pairs)
+    errs: dict = {}
+    for r, p in pairs:
+        errs.setdefault(r["gemm"], []).append(abs(p / r["time_s"] - 1))
+    pooled, per_gemm = BMM_DRAWS[(gpu, seed)]
+    assert sum(sum(v) for v in errs.values()) / 48 == pytest.approx(pooled, abs=5e-4)
+    assert {k: sum(v) / len(v) for k, v in errs.items()} == pytest.approx(per_gemm, abs=5e-4)
+
+
+@pytest.mark.parametrize("gpu,seed", sorted(BMM_DRAWS))
+def test_large_batched_gemms_stream_faster_than_the_floor_gives(gpu, seed):
+    """The cases over 100 us (attention at long sequences, what a step spends its bmm time on) mostly stream at
+    0.71-0.83 of the datasheet HBM rate, where the committed floor (hbm_fraction, 0.65-0.66) costs them: those are
+    predicted 13-28% slow (the in-step figure, +21% summed, says the same); the exceptions run slower than the
+    model (the H100 kernels named ..._TNT below, H200 QK^T at 20 x 3848^2 and 120 x 2040^2: 0.39-0.48 of the
+    datasheet; H200 dK at 7 x 4304^2 0.54)."""
+    from simulator.compute import gemm_bytes
+    from validation.hardware import hardware_for
+    from validation.records import load_measurements
+    hw = hardware_for(load_measurements(ROOT / "validation" / "measurements" / "repeat" / f"{gpu}_bmm_random{seed}.json"))
+    peak = hw.accelerator.hbm_bandwidth_Bps
+    big = [(r, p) for r, p in _bmm_pairs(gpu, seed) if r["time_s"] > 100e-6]
+    rate = {id(r): gemm_bytes(r["m"], r["n"], r["k"], "bf16", r["batch"]) / r["time_s"] / peak for r, _ in big}
+    slow = [(r, p) for r, p in big if p / r["time_s"] - 1 > 0.13]
+    assert len(big) == {"h200": 9, "h100": 13}[gpu] and len(slow) >= len(big) // 2
+    assert all(0.71 <= rate[id(r)] <= 0.83 for r, _ in slow)
+    assert all(rate[id(r)] < 0.55 for r, p in big if p / r["time_s"] - 1 < -0.11)
+
+
+def test_h100_output_heavy_kernels_writing_transposed_tiles_run_slow():
+    """H100 seed 79's QK^T / dP cases (an s x s output from k = head_dim) of at least 10 us: cuBLAS's nvjet kernels
+    whose names end in T (TNT) stream at 0.36-0.49 of the datasheet rate, those ending in N (TNN) at 0.73-0.83.
+    Which one cuBLAS picks is its heuristic's choice, not a function of size here (2120^2, 3176^2, 3896^2, 4440^2
+    TNT; 2384^2, 3008^2, 6240^2, 8128^2 TNN): the model cannot know it, so these cases carry the draw's largest
+    errors both ways."""
+    from simulator.compute import gemm_bytes
+    out = {}
+    for r, _ in _bmm_pairs("h100", 79):
+        if r["gemm"] in ("qk_baddbmm", "dp") and r["time_s"] >= 10e-6 and r["m"] > 1000:
+            out.setdefault(r["kernels"][0]["name"][-1], []).append(
+                gemm_bytes(r["m"], r["n"], r["k"], "bf16", r["batch"]) / r["time_s"] / 3.35e12)
+    assert sorted(out) == ["N", "T"] and len(out["N"]) == 4 and len(out["T"]) == 4
+    assert max(out["T"]) < 0.50 < 0.72 < min(out["N"])
+
+
+@pytest.mark.xfail(strict=True, reason="issue #12: GEMMs <= 7% MAPE on a fresh run; the first batched-GEMM draws are "
+                                       "9.07% (H200) and 10.95% (H100) as registered")
+@pytest.mark.parametrize("gpu,seed", sorted(BMM_DRAWS))
+def test_bmm_draws_within_the_gemm_target(gpu, seed):
+    pairs = _bmm_pairs(gpu, seed)
+    assert sum(abs(p / r["time_s"] - 1) for r, p in pairs) / len(pairs) <= 0.07

@@ -114,6 +114,24 @@ def registered_pairs(log_path, path) -> list[tuple[dict, float]]:
     return [(r, registered[(r["dtype"], int(r["m"]), int(r["n"]), int(r["k"]))]) for r in recs]
 
 
+def registered_bmm_pairs(log_path, path) -> list[tuple[dict, float]]:
+    """(record, registered seconds) of a bmm_random file (sustained.py --suite bmm_random) against its
+    registration (``python -m validation.prereg --gemm-suite bmm_random``: one line per case, named as
+    validation/harness/bmm_cases.label names it, regime, predicted microseconds), records reduced by
+    :func:`reproduced_times`. KeyError when a measured case was not registered."""
+    from validation.prereg import harness
+    from validation.records import load_measurements
+    label = harness("bmm_cases").label
+    registered = {}
+    for line in Path(log_path).read_text().splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        m = re.match(r"(.*\S)\s+\S+\s+([0-9.]+) us$", line)
+        registered[m.group(1)] = float(m.group(2)) * 1e-6
+    recs = reproduced_times([r for r in load_measurements(path).records if r.get("kind") == "gemm"])
+    return [(r, registered[label(r).rstrip()]) for r in recs]
+
+
 def _dims(line: str) -> tuple[int, int, int]:
     """m, n, k of a registered line (``  77x   755x 42459``: the first three integers after the dtype)."""
     return tuple(int(x) for x in re.findall(r"(\d+)x?", line.split(None, 1)[1])[:3])

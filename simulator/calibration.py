@@ -126,6 +126,13 @@ class Calibration:
                                  ``gemm_floor_full_bytes``, as a fraction of the datasheet; below,
                                  times (bytes / gemm_floor_full_bytes) ** gemm_floor_size_exponent
                                  (simulator.compute.gemm_floor_Bps); 0 = off: hbm_fraction
+      score_gemm_floor_fraction  the HBM rate, as a fraction of the datasheet's, at which the batched
+                                 GEMMs of unfused attention (QK^T, PV and their gradients: one
+                                 operand or the output an s x s score matrix) stream from 1 GB on,
+                                 below times (bytes / 1 GB) ** score_gemm_floor_exponent
+                                 (simulator.compute.score_gemm_floor_Bps; 0: the generic floor,
+                                 gemm_floor_Bps; issue #12 session 37, candidate bmm78: fitted on
+                                 bmm_random78/79)
       gemm_overlap_exposed       share of the smaller of a GEMM's tile compute and its HBM
                                  streaming time not hidden behind the larger (pipeline fill from
                                  a cold L2, epilogue stores; simulator.compute.gemm_with_roofline_s);
@@ -261,6 +268,8 @@ class Calibration:
     gemm_clock_bound_fraction: float = 1.0
     hbm_fraction: float = 0.90
     gemm_floor_fraction: float = 0.0
+    score_gemm_floor_fraction: float = 0.0
+    score_gemm_floor_exponent: float = 0.0
     gemm_floor_size_exponent: float = 0.0
     gemm_floor_full_bytes: float = 0.0
     gemm_overlap_exposed: float = 0.0
@@ -373,6 +382,8 @@ def _profile_schema() -> type:
     spec = {name: (Optional[fraction if name in FRACTIONS else nonneg], None)
             for name, value in DEFAULT.to_dict().items() if isinstance(value, float)}
     spec.update(gemm_floor_fraction=(Optional[Annotated[float, Field(ge=0, le=1)]], None),
+                score_gemm_floor_fraction=(Optional[Annotated[float, Field(ge=0, le=1)]], None),
+                score_gemm_floor_exponent=(Optional[Annotated[float, Field(ge=0, le=1)]], None),
                 gemm_overlap_exposed=(Optional[Annotated[float, Field(ge=0, le=1)]], None),
                 gemm_peak_fraction=(Optional[dict[str, fraction]], None),
                 memory_op_fraction=(Optional[dict[str, fraction]], None),

@@ -142,11 +142,36 @@ def gemm_time(dev: DeviceModel, m: int, n: int, k: int, dtype: str = "bf16", bat
     return _gemm_time(dev, int(m), int(n), int(k), dtype, int(batch))
 
 
+def score_gemm_time(dev: DeviceModel, m: int, n: int, k: int, dtype: str, batch: int) -> float:
+    """Predicted seconds of one batched GEMM of unfused attention (QK^T, PV and their four gradients: an s x s
+    score matrix is its output or one operand): :func:`gemm_time`, its HBM floor at :func:`score_gemm_floor_Bps`
+    where the profile has ``score_gemm_floor_fraction`` (issue #12 session 37, candidate bmm78)."""
+    return _gemm_time(dev, int(m), int(n), int(k), dtype, int(batch), dev.cal.score_gemm_floor_fraction > 0)
+
+
+def score_gemm_floor_Bps(dev: DeviceModel, nbytes: float) -> float:
+    """HBM rate (B/s) at which a batched GEMM of unfused attention moving ``nbytes`` streams them: the datasheet
+    bandwidth x ``score_gemm_floor_fraction`` x min(1, nbytes / SCORE_GEMM_FULL_BYTES) ** ``score_gemm_floor_exponent``,
+    an empirical law of the form of :func:`gemm_floor_Bps` fitted on these GEMMs alone (validation/bmm78_fit.py).
+    Measured alone at random shapes (bmm_random78/79): the achieved fraction of the datasheet rises with the bytes,
+    ~0.25-0.3 at 10 MB, ~0.45-0.6 at 50-100 MB, 0.71-0.83 from ~300 MB to 1.2 GB (the long-sequence cases), where
+    the committed floor (hbm_fraction 0.66) costs the largest 13-28% slow (in profiled steps: +21% summed,
+    validation.gemm_instep). Not read from cuBLAS; cuBLAS kernels that write the s x s output as transposed
+    tiles (nvjet ..._TNT) ran at 0.36-0.49 and stay unexplained."""
+    cal = dev.cal
+    rate = dev.accelerator.hbm_bandwidth_Bps * cal.score_gemm_floor_fraction
+    return rate * min(1.0, max(nbytes, 1.0) / SCORE_GEMM_FULL_BYTES) ** cal.score_gemm_floor_exponent
+
+
+SCORE_GEMM_FULL_BYTES = 1e9     # bytes from which score_gemm_floor_Bps is flat (the largest draws' cases: ~1.1 GB)
+
+
 @lru_cache(maxsize=65536)
-def _gemm_time(dev: DeviceModel, m: int, n: int, k: int, dtype: str, batch: int) -> float:
+def _gemm_time(dev: DeviceModel, m: int, n: int, k: int, dtype: str, batch: int, score: bool = False) -> float:
     if min(m, n, k, batch) <= 0:
         return 0.0
-    t = gemm_with_roofline_s(dev, gemm_plan(dev, m, n, k, dtype, batch)[0], m, n, k, dtype, batch)
+    floor = score_gemm_floor_Bps if score else gemm_floor_Bps
+    t = gemm_with_roofline_s(dev, gemm_plan(dev, m, n, k, dtype, batch)[0], m, n, k, dtype, batch, floor)
     if dev.cal.gemm_residuals and batch == 1:
         t *= gemm_residual_factor(dev, m, n, k, dtype)
     return t
@@ -164,7 +189,7 @@ def gemm_residual_factor(dev: DeviceModel, m: int, n: int, k: int, dtype: str) -
 
 
 def gemm_with_roofline_s(dev: DeviceModel, compute_s: float, m: int, n: int, k: int, dtype: str,
-                         batch: int = 1) -> float:
+                         batch: int = 1, floor=None) -> float:
     """Seconds of a GEMM whose tiles take ``compute_s``: floored by streaming its operands and
     output through HBM once (``memory_s``: :func:`gemm_bytes` at :func:`gemm_floor_Bps`), plus the
     exposed share γ (``gemm_overlap_exposed``) of the smaller of the two, plus its fixed costs
@@ -172,9 +197,11 @@ def gemm_with_roofline_s(dev: DeviceModel, compute_s: float, m: int, n: int, k: 
     loads fully hidden behind the tensor cores or the reverse); γ > 0 charges what a pipelined
     main loop cannot overlap: each tile's first K-slices loaded from a cold L2 before its first
     MMA and its output stored after its last (issue #12 session 34: the development draws'
-    GEMMs with streaming time 25-50% of their time are predicted 4-7% fast under the max)."""
+    GEMMs with streaming time 25-50% of their time are predicted 4-7% fast under the max).
+    ``floor``: the function (dev, bytes) -> B/s of the streaming rate, :func:`gemm_floor_Bps` unless given
+    (:func:`score_gemm_time`)."""
     nbytes = gemm_bytes(m, n, k, dtype, batch)
-    memory_s = nbytes / gemm_floor_Bps(dev, nbytes)
+    memory_s = nbytes / (floor or gemm_floor_Bps)(dev, nbytes)
     exposed = dev.cal.gemm_overlap_exposed * min(compute_s, memory_s)
     return max(compute_s, memory_s) + exposed + gemm_fixed_s(dev.cal, m, n, k, dtype)
 
@@ -987,10 +1014,10 @@ def _unfused_attention_time(dev: DeviceModel, batch: int, heads: int, seq_q: int
     batched GEMMs and the fused softmax backward (read P and dP, write dS)."""
     bh = batch * heads
     scores = bh * seq_q * seq_kv * 2
-    t_fwd = (gemm_time(dev, seq_q, seq_kv, head_dim, "bf16", bh) + gemm_time(dev, seq_q, head_dim, seq_kv, "bf16", bh)
+    t_fwd = (score_gemm_time(dev, seq_q, seq_kv, head_dim, "bf16", bh) + score_gemm_time(dev, seq_q, head_dim, seq_kv, "bf16", bh)
              + memory_time(dev, 2 * scores, op="softmax"))
-    t_bwd = (gemm_time(dev, seq_q, seq_kv, head_dim, "bf16", bh) + gemm_time(dev, seq_kv, head_dim, seq_q, "bf16", bh)
-             + gemm_time(dev, seq_q, head_dim, seq_kv, "bf16", bh) + gemm_time(dev, seq_kv, head_dim, seq_q, "bf16", bh)
+    t_bwd = (score_gemm_time(dev, seq_q, seq_kv, head_dim, "bf16", bh) + score_gemm_time(dev, seq_kv, head_dim, seq_q, "bf16", bh)
+             + score_gemm_time(dev, seq_q, head_dim, seq_kv, "bf16", bh) + score_gemm_time(dev, seq_kv, head_dim, seq_q, "bf16", bh)
              + memory_time(dev, 3 * scores, op="softmax"))
     return {"fwd": t_fwd, "bwd": t_bwd, "fwd_bwd": t_fwd + t_bwd}[direction]
 
@@ -1044,8 +1071,8 @@ def unfused_torch_attention_parts(dev: DeviceModel, batch: int, heads: int, kv_h
     repeat = 0.0
     if kv_heads != heads:                                     # read kv heads, write all heads, K and V
         repeat = 2 * batch * seq_kv * head_dim * 2 * (kv_heads + heads)
-    qk = gemm_time(dev, seq_q, seq_kv, head_dim, "bf16", bh)
-    pv = gemm_time(dev, seq_q, head_dim, seq_kv, "bf16", bh)
+    qk = score_gemm_time(dev, seq_q, seq_kv, head_dim, "bf16", bh)
+    pv = score_gemm_time(dev, seq_q, head_dim, seq_kv, "bf16", bh)
     masked = 1.0 if causal else 0.0
     if direction == "fwd":
         mask_build = masked * seq_q * seq_kv * (4 + 8 + 5)    # ones (w4), triu (r4 w4), .bool() (r4 w1)
@@ -1058,8 +1085,8 @@ def unfused_torch_attention_parts(dev: DeviceModel, batch: int, heads: int, kv_h
                 ("small", memory_time(dev, repeat, launches=2) + memory_time(dev, mask_build, launches=3))]
     grads = 4 * bh * head_dim * (seq_q + seq_kv)              # alpha multiply of dQ and dK (bf16: read 2, write 2)
     reduce = 2 * batch * seq_kv * head_dim * 2 * (kv_heads + heads) if kv_heads != heads else 0.0
-    return [("gemm", gemm_time(dev, seq_q, seq_kv, head_dim, "bf16", bh) + gemm_time(dev, seq_kv, head_dim, seq_q, "bf16", bh)
-             + gemm_time(dev, seq_q, head_dim, seq_kv, "bf16", bh) + gemm_time(dev, seq_kv, head_dim, seq_q, "bf16", bh)),
+    return [("gemm", score_gemm_time(dev, seq_q, seq_kv, head_dim, "bf16", bh) + score_gemm_time(dev, seq_kv, head_dim, seq_q, "bf16", bh)
+             + score_gemm_time(dev, seq_q, head_dim, seq_kv, "bf16", bh) + score_gemm_time(dev, seq_kv, head_dim, seq_q, "bf16", bh)),
             ("cast_to_fp32", cast_to_fp32_time(dev, n)),
             ("softmax_bwd_mul", softmax_backward_kernel_time(dev, n)),
             ("softmax_bwd", softmax_backward_kernel_time(dev, n)),

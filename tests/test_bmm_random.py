@@ -60,7 +60,8 @@ def dev(h200):
 
 
 def _spied_calls(monkeypatch, dev, bh, sq, skv, d, direction):
-    """The (m, n, k, dtype, batch) of every gemm_time call whose seconds unfused_torch_attention_parts
+    """The (m, n, k, dtype, batch) of every score_gemm_time call (the batched GEMMs of unfused attention, costed
+    as gemm_time unless the profile has a floor law of their own) whose seconds unfused_torch_attention_parts
     charges to its ``gemm`` family at batch 1, ``bh`` heads (no GQA), ``sq`` x ``skv``, head dim
     ``d``: the spy answers call i with 2**i seconds, so the family's sum names its calls."""
     calls = []
@@ -68,7 +69,7 @@ def _spied_calls(monkeypatch, dev, bh, sq, skv, d, direction):
     def spy(dev, m, n, k, dtype="bf16", batch=1):
         calls.append((m, n, k, dtype, batch))
         return float(2 ** (len(calls) - 1))
-    monkeypatch.setattr(compute, "gemm_time", spy)
+    monkeypatch.setattr(compute, "score_gemm_time", spy)
     parts = dict(compute.unfused_torch_attention_parts(dev, 1, bh, bh, sq, skv, d, direction))
     used = int(parts["gemm"])
     return [c for i, c in enumerate(calls) if used >> i & 1]

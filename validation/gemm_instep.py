@@ -23,7 +23,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, replace
 
-from simulator.compute import TORCH_DTYPES, gemm_time
+from simulator.compute import TORCH_DTYPES, gemm_time, score_gemm_time
 from simulator.engine import _step
 from validation.kernel_reconcile import profiled_steps
 from validation.predict import plan_model, record_plan
@@ -65,9 +65,11 @@ def layout(strides: list) -> str:
     return "".join("N" if s[-1] == 1 else "T" for s in strides[-2:])
 
 
-def rows(path: str = DEFAULT_FILE) -> list[GemmRow]:
-    """Every traced call of every record with an in-step time, predicted on the step's device model."""
-    hw, cal, recs = profiled_steps(path, "gemm_calls")
+def rows(path: str = DEFAULT_FILE, cal=None) -> list[GemmRow]:
+    """Every traced call of every record with an in-step time, predicted on the step's device model (under
+    ``cal``, a calibration, where given: a candidate; else the file's accelerator's profile)."""
+    hw, own, recs = profiled_steps(path, "gemm_calls")
+    cal = cal or own
     out = []
     for rec in recs:
         calls = rec["gemm_calls"]
@@ -77,8 +79,9 @@ def rows(path: str = DEFAULT_FILE) -> list[GemmRow]:
             if not c.get("in_step_s"):
                 continue
             m, n, k, batch = gemm_dims(c["shapes"])
-            pred = gemm_time(dev, m, n, k, TORCH_DTYPES[c["dtype"]], batch)
             cls = "batched" if c["op"] in ("bmm", "baddbmm") else "linear"
+            cost = score_gemm_time if cls == "batched" else gemm_time      # as the simulator costs local attention's
+            pred = cost(dev, m, n, k, TORCH_DTYPES[c["dtype"]], batch)
             out.append(GemmRow(step, cls, layout(c["strides"]), m, n, k, batch, c["count"], c["in_step_s"], pred))
     return out
 

@@ -10,7 +10,7 @@ from models.schema import ModelSpec, MoEConfig
 from simulator.calibration import Calibration
 from simulator.comm import COLLECTIVES, collective_time, fabric_from_hardware
 from simulator.compute import (ELEMENTWISE_PASSES, attention_time, cast_to_fp32_time, causal_fraction, elementwise_time,
-                               fp32_clone_time, gemm_time, grouped_gemm_time, masked_fill_time, memcpy_time, mixed_add_time,
+                               fp32_clone_time, gemm_time, grouped_gemm_time, score_gemm_time, masked_fill_time, memcpy_time, mixed_add_time,
                                softmax_backward_kernel_time, torch_silu_mul_time)
 from simulator.engine import device_model, simulate
 from simulator.power import step_clock_fraction, work_class
@@ -93,6 +93,8 @@ def kernel_time(rec: dict, hw: Hardware, cal: Calibration) -> float:
     if kind == "copy":
         return memcpy_time(dev, float(rec["bytes_moved"]))
     if kind == "gemm":      # batched (bmm_random: ``batch`` = b*heads) or, without the field, one GEMM
+        if rec.get("set") == "bmm_random":      # unfused attention's batched GEMMs, costed as the simulator costs them
+            return score_gemm_time(dev, rec["m"], rec["n"], rec["k"], record_dtype(rec), int(rec["batch"]))
         return gemm_time(dev, rec["m"], rec["n"], rec["k"], record_dtype(rec), batch=int(rec.get("batch") or 1))
     if kind in SSD_KINDS:
         return ssd_record_time(rec, dev)

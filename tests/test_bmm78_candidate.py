@@ -73,3 +73,45 @@ def test_in_step_batched_gemms_never_fitted():
     assert committed["batched"]["mape"] == pytest.approx(0.225, abs=5e-4)
     assert cand["batched"]["mape"] == pytest.approx(0.1008, abs=5e-4)
     assert cand["linear"]["count"] == 60 and cand["linear"]["mape"] == pytest.approx(0.0640, abs=5e-4)
+
+
+# registered in 6d48275 before either draw was measured (prereg_bmm_random{80,81}_*_bmm78.txt)
+BMM78_REGISTERED = {("h200", 80): (0.1167, 0.0771, {"dk": 0.0261, "dp": 0.1700, "dq": 0.0401, "dv": 0.0606,
+                                                    "pv": 0.0321, "qk_baddbmm": 0.1334}),
+                    ("h100", 81): (0.1070, 0.0831, {"dk": 0.0419, "dp": 0.1902, "dq": 0.0211, "dv": 0.0572,
+                                                    "pv": 0.0268, "qk_baddbmm": 0.1616})}
+
+
+def _registered_errors(gpu: str, seed: int, registration: str) -> dict:
+    from validation.gemm_regimes import registered_bmm_pairs
+    pairs = registered_bmm_pairs(ROOT / "validation" / "measurements" / "logs" /
+                                 f"prereg_bmm_random{seed}_{gpu}{registration}.txt",
+                                 ROOT / "validation" / "measurements" / "repeat" / f"{gpu}_bmm_random{seed}.json")
+    assert len(pairs) == 48
+    errs: dict = {}
+    for r, p in pairs:
+        errs.setdefault(r["gemm"], []).append(p / r["time_s"] - 1)
+    return errs
+
+
+@pytest.mark.parametrize("gpu,seed", sorted(BMM78_REGISTERED))
+def test_bmm78_on_the_draws_registered_before_measurement(gpu, seed):
+    """The second draws (never fitted): bmm78 H200 11.67 -> 7.71%, H100 10.70 -> 8.31%, as registered. The reading
+    GEMMs (PV, dQ, dK, dV: an s x d output) come within 2-6%; the writing ones (QK^T and dP, an s x s output from
+    k = head dim) stay at 13-19%, predicted too fast where cuBLAS picks its slow transposed-tile kernels (the first
+    draws' observation), now the draws' largest errors."""
+    committed, fitted, per_gemm = BMM78_REGISTERED[(gpu, seed)]
+    base, errs = _registered_errors(gpu, seed, ""), _registered_errors(gpu, seed, "_bmm78")
+    assert sum(abs(e) for v in base.values() for e in v) / 48 == pytest.approx(committed, abs=5e-4)
+    assert sum(abs(e) for v in errs.values() for e in v) / 48 == pytest.approx(fitted, abs=5e-4)
+    assert {k: sum(map(abs, v)) / len(v) for k, v in errs.items()} == pytest.approx(per_gemm, abs=5e-4)
+    worst = sorted((e for k in ("dp", "qk_baddbmm") for e in errs[k]))[:3]
+    assert all(e < -0.28 for e in worst)
+
+
+@pytest.mark.xfail(strict=True, reason="issue #12: GEMMs <= 7% on a fresh run; bmm78 as registered 7.71% (H200 "
+                                       "seed 80), 8.31% (H100 seed 81)")
+@pytest.mark.parametrize("gpu,seed", sorted(BMM78_REGISTERED))
+def test_bmm78_within_the_gemm_target(gpu, seed):
+    errs = _registered_errors(gpu, seed, "_bmm78")
+    assert sum(abs(e) for v in errs.values() for e in v) / 48 <= 0.07

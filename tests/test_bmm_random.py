@@ -197,9 +197,18 @@ BMM_DRAWS = {("h200", 78): (0.0907, {"pv": 0.0599, "qk_baddbmm": 0.1487, "dk": 0
                                      "dp": 0.1391})}
 
 
-def _bmm_pairs(gpu: str, seed: int) -> list:
+# session 38: the second draws, registered in commit 6d48275 by the code of 5ebb162 (the committed model and
+# candidate bmm78), measured after it on newly lent machines (H100 seed 81 in session 37, H200 seed 80 in 38)
+SECOND_BMM_DRAWS = {("h200", 80): (0.1167, {"dk": 0.0938, "dp": 0.1856, "dq": 0.0638, "dv": 0.1084, "pv": 0.1129,
+                                            "qk_baddbmm": 0.1359}),
+                    ("h100", 81): (0.1070, {"dk": 0.0731, "dp": 0.1507, "dq": 0.0548, "dv": 0.0798, "pv": 0.1377,
+                                            "qk_baddbmm": 0.1458})}
+
+
+def _bmm_pairs(gpu: str, seed: int, registration: str = "") -> list:
     from validation.gemm_regimes import registered_bmm_pairs
-    return registered_bmm_pairs(ROOT / "validation" / "measurements" / "logs" / f"prereg_bmm_random{seed}_{gpu}.txt",
+    return registered_bmm_pairs(ROOT / "validation" / "measurements" / "logs" /
+                                f"prereg_bmm_random{seed}_{gpu}{registration}.txt",
                                 ROOT / "validation" / "measurements" / "repeat" / f"{gpu}_bmm_random{seed}.json")
 
 
@@ -214,6 +223,21 @@ def test_first_bmm_draws_as_registered(gpu, seed):
     for r, p in pairs:
         errs.setdefault(r["gemm"], []).append(abs(p / r["time_s"] - 1))
     pooled, per_gemm = BMM_DRAWS[(gpu, seed)]
+    assert sum(sum(v) for v in errs.values()) / 48 == pytest.approx(pooled, abs=5e-4)
+    assert {k: sum(v) / len(v) for k, v in errs.items()} == pytest.approx(per_gemm, abs=5e-4)
+
+
+@pytest.mark.parametrize("gpu,seed", sorted(SECOND_BMM_DRAWS))
+def test_second_bmm_draws_as_registered(gpu, seed):
+    """By the committed model, as registered: H200 seed 80 11.67%, H100 seed 81 10.70%; per GEMM H200 6.4% (dQ) to
+    18.6% (dP), H100 5.5% (dQ) to 15.1% (dP). Every case measured in both passes. Ratchets at the registered
+    figures."""
+    pairs = _bmm_pairs(gpu, seed)
+    assert len(pairs) == 48 and all(r["passes"] == 2 for r, _ in pairs)
+    errs: dict = {}
+    for r, p in pairs:
+        errs.setdefault(r["gemm"], []).append(abs(p / r["time_s"] - 1))
+    pooled, per_gemm = SECOND_BMM_DRAWS[(gpu, seed)]
     assert sum(sum(v) for v in errs.values()) / 48 == pytest.approx(pooled, abs=5e-4)
     assert {k: sum(v) / len(v) for k, v in errs.items()} == pytest.approx(per_gemm, abs=5e-4)
 
@@ -254,9 +278,9 @@ def test_h100_output_heavy_kernels_writing_transposed_tiles_run_slow():
     assert max(out["T"]) < 0.50 < 0.72 < min(out["N"])
 
 
-@pytest.mark.xfail(strict=True, reason="issue #12: GEMMs <= 7% MAPE on a fresh run; the first batched-GEMM draws are "
-                                       "9.07% (H200) and 10.95% (H100) as registered")
-@pytest.mark.parametrize("gpu,seed", sorted(BMM_DRAWS))
+@pytest.mark.xfail(strict=True, reason="issue #12: GEMMs <= 7% MAPE on a fresh run; the batched-GEMM draws are "
+                                       "9.07% / 11.67% (H200) and 10.95% / 10.70% (H100) as registered")
+@pytest.mark.parametrize("gpu,seed", sorted(BMM_DRAWS) + sorted(SECOND_BMM_DRAWS))
 def test_bmm_draws_within_the_gemm_target(gpu, seed):
     pairs = _bmm_pairs(gpu, seed)
     assert sum(abs(p / r["time_s"] - 1) for r, p in pairs) / len(pairs) <= 0.07

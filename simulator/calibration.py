@@ -133,6 +133,12 @@ class Calibration:
                                  (simulator.compute.score_gemm_floor_Bps; 0: the generic floor,
                                  gemm_floor_Bps; issue #12 session 37, candidate bmm78: fitted on
                                  bmm_random78/79)
+      unfused_layout_copies      1: cost the layout copies of Megatron-Core's local attention (the
+                                 context's permute(...).contiguous() forward; the q/k/v gradients
+                                 copied back into their strided layout backward) at the strided
+                                 element rate (simulator.compute.strided_elementwise_time); 0: not
+                                 costed, as before session 38 (issue #12: found by profiling the
+                                 composite kernel by kernel; no parameter of its own)
       gemm_overlap_exposed       share of the smaller of a GEMM's tile compute and its HBM
                                  streaming time not hidden behind the larger (pipeline fill from
                                  a cold L2, epilogue stores; simulator.compute.gemm_with_roofline_s);
@@ -270,6 +276,7 @@ class Calibration:
     gemm_floor_fraction: float = 0.0
     score_gemm_floor_fraction: float = 0.0
     score_gemm_floor_exponent: float = 0.0
+    unfused_layout_copies: float = 0.0
     gemm_floor_size_exponent: float = 0.0
     gemm_floor_full_bytes: float = 0.0
     gemm_overlap_exposed: float = 0.0
@@ -384,6 +391,7 @@ def _profile_schema() -> type:
     spec.update(gemm_floor_fraction=(Optional[Annotated[float, Field(ge=0, le=1)]], None),
                 score_gemm_floor_fraction=(Optional[Annotated[float, Field(ge=0, le=1)]], None),
                 score_gemm_floor_exponent=(Optional[Annotated[float, Field(ge=0, le=1)]], None),
+                unfused_layout_copies=(Optional[Literal[0, 1]], None),
                 gemm_overlap_exposed=(Optional[Annotated[float, Field(ge=0, le=1)]], None),
                 gemm_peak_fraction=(Optional[dict[str, fraction]], None),
                 memory_op_fraction=(Optional[dict[str, fraction]], None),

@@ -1064,7 +1064,14 @@ def unfused_torch_attention_parts(dev: DeviceModel, batch: int, heads: int, kv_h
     with dynamic casts) and ``masked_fill_`` with a broadcast mask (a non-contiguous iterator:
     elementwise_kernel<128, 2> with offset calculators) -- at their own measured rates,
     :func:`nonvectorized_time`. The fp32 softmax forward per element (:func:`elementwise_time`), the
-    scores above the causal diagonal (-10000 after the mask) at ``softmax_masked_cost``."""
+    scores above the causal diagonal (-10000 after the mask) at ``softmax_masked_cost``.
+
+    ``layout_copy`` (only where the calibration's ``unfused_layout_copies`` is 1; candidate m76copy, issue #12
+    session 38): the strided copies the pattern runs around its GEMMs, non-vectorized
+    (``elementwise_kernel<128, 4>`` direct_copy, :func:`strided_elementwise_time`): forward the context's
+    ``permute(2, 0, 1, 3).contiguous()`` (b·h·sq·d elements); backward dQ, and dK and dV unless the heads are
+    grouped (their gradients then come out of the sum over the group), copied into the strided layout of
+    [s, b, heads, d] storage. Kernel counts as profiled (validation/measurements/profiles/*_unfused_profile*.json)."""
     bh = batch * heads
     n = bh * seq_q * seq_kv                                   # score elements
     rows, row = bh * seq_q, seq_kv
@@ -1082,7 +1089,8 @@ def unfused_torch_attention_parts(dev: DeviceModel, batch: int, heads: int, kv_h
                 ("softmax_fwd", elementwise_time(dev, "softmax", rows, row, "fp32",
                                                  masked=1.0 - causal_fraction(seq_q, seq_kv, causal))),
                 ("cast_to_bf16", memory_time(dev, 6.0 * n, op="copy")),
-                ("small", memory_time(dev, repeat, launches=2) + memory_time(dev, mask_build, launches=3))]
+                ("small", memory_time(dev, repeat, launches=2) + memory_time(dev, mask_build, launches=3)),
+                ("layout_copy", dev.cal.unfused_layout_copies * strided_elementwise_time(dev, bh * seq_q * head_dim))]
     grads = 4 * bh * head_dim * (seq_q + seq_kv)              # alpha multiply of dQ and dK (bf16: read 2, write 2)
     reduce = 2 * batch * seq_kv * head_dim * 2 * (kv_heads + heads) if kv_heads != heads else 0.0
     return [("gemm", score_gemm_time(dev, seq_q, seq_kv, head_dim, "bf16", bh) + score_gemm_time(dev, seq_kv, head_dim, seq_q, "bf16", bh)
@@ -1093,7 +1101,10 @@ def unfused_torch_attention_parts(dev: DeviceModel, batch: int, heads: int, kv_h
             ("memcpy", fp32_clone_time(dev, masked * n)),
             ("mask", masked_fill_time(dev, masked * n)),
             ("cast_to_bf16", memory_time(dev, 6.0 * n, op="copy")),
-            ("small", memory_time(dev, grads, launches=2) + memory_time(dev, reduce, launches=2))]
+            ("small", memory_time(dev, grads, launches=2) + memory_time(dev, reduce, launches=2)),
+            ("layout_copy", dev.cal.unfused_layout_copies * (
+                strided_elementwise_time(dev, bh * seq_q * head_dim)
+                + (0.0 if kv_heads != heads else strided_elementwise_time(dev, 2 * bh * seq_kv * head_dim, launches=2))))]
 
 
 def _math_attention_time(dev: DeviceModel, batch: int, heads: int, seq_q: int, seq_kv: int,

@@ -133,7 +133,7 @@ def modelled_families(rec: dict, hw: Hardware, cal) -> dict[str, float]:
                 kv = max(1, model.kv_heads // p.tp)
                 direction = "bwd" if op.phase == "bwd" else "fwd"
                 for fam, t in unfused_torch_attention_parts(ctx.dev, batch, heads, kv, s, s, d, direction):
-                    out[fam if fam != "small" else "other"] += t * n
+                    out[fam if fam not in ("small", "layout_copy") else "other"] += t * n
                 continue
             out[_torch_op_family(op) if torch_native else _op_family(op)] += op.time_s * n
     out["nccl"] += st.dp_total

@@ -291,7 +291,7 @@ def probe(fn, setup):
             raise Unsupported("; ".join(why + [f"{type(exc).__name__}: {' '.join(str(exc).split())}"])) from None
 
 
-def run_case(c, flush, nvml, rec):
+def run_case(c, flush, nvml, rec, profile: bool = False):
     import torch
     import common
     dev = common.device()
@@ -309,6 +309,8 @@ def run_case(c, flush, nvml, rec):
         fn, setup = make_call(c, dev, dt)
         probe(fn, setup)
         st = common.time_fn(fn, flush=flush, setup=setup)
+        if profile and common.on_cuda():
+            st.update(common.kernel_times(fn, flush=flush, setup=setup))
     except Unsupported as exc:
         r = dict(base, time_s=None, unsupported=True, reason=common.short_exc(exc, 600).replace("Unsupported: ", ""))
         common.log(f"  {label(c)}  unsupported: {r['reason'][:160]}")
@@ -365,6 +367,9 @@ def main():
                     help="shapes in the --fresh-seed draw (default 28)")
     ap.add_argument("--mqa", action="store_true",
                     help="with --fresh-seed: every shape with one KV head (multi-query attention)")
+    ap.add_argument("--profile", action="store_true",
+                    help="also profile each timed case (torch.profiler, 3 more calls): every kernel's device "
+                         "seconds per call (diagnosis of a composite such as unfused_torch, kernel by kernel)")
     args = ap.parse_args()
     chosen = args.backends.split(",")
     bad = [b for b in chosen if b not in BACKENDS]
@@ -403,6 +408,7 @@ def main():
     info = common.device_info(suite="attention_backends",
                               random_seed=RANDOM_SEED if args.fresh_seed is None else args.fresh_seed, backends=chosen,
                               fresh_n=args.fresh_n if args.fresh_seed is not None else None, mqa=args.mqa,
+                              profiled=args.profile,
                               cudnn=cudnn.version() if cudnn.is_available() else None,
                               sdpa_backends=sorted(SDPBackend.__members__),
                               timing="common.time_fn: L2 flush before each call, 2 warm-ups, median of 5..50 calls",
@@ -413,7 +419,7 @@ def main():
     common.log("info:", info)
     rec, flush, dl = common.start_seeded_run(args.out, info, args.budget_s, "attention_backends")
     t0 = time.time()
-    common.run_within_budget(cs, dl, rec, lambda c: run_case(c, flush, nvml, rec), label)
+    common.run_within_budget(cs, dl, rec, lambda c: run_case(c, flush, nvml, rec, args.profile), label)
     counts = {}
     for r in rec.records:
         key = (r["backend"], "unsupported" if r.get("unsupported") else "oom" if r.get("oom") else "timed")

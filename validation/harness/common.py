@@ -242,6 +242,57 @@ def time_fn(fn, *, flush=None, setup=None, warmup: int = 2, target_s: float = 0.
     return _stats([resolve(x) for x in pend])
 
 
+def kernel_times(fn, *, flush=None, setup=None, calls: int = 3) -> dict:
+    """Every CUDA kernel of ``calls`` calls of fn() under torch.profiler, each call profiled alone
+    (setup and the L2 flush before it, outside the profile): ``kernels`` [[name (first 160
+    characters), device seconds per call, launches per call], ...] by time, ``kernel_s`` their sum
+    and ``busy_s`` the union of the kernels' intervals per call (what the GPU was busy), all per
+    call. Empty where the profiler fails or no kernel ran."""
+    try:
+        from torch.profiler import ProfilerActivity, profile
+        by_name: dict = {}
+        busy = 0.0
+        for _ in range(calls):
+            if setup is not None:
+                setup()
+            if flush is not None:
+                flush()
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                fn()
+                torch.cuda.synchronize()
+            spans = []
+            for e in prof.events():
+                if getattr(e.device_type, "name", "") != "CUDA":
+                    continue
+                a, b = e.time_range.start, e.time_range.end          # microseconds
+                spans.append((a, b))
+                tot, cnt = by_name.get(e.name, (0.0, 0))
+                by_name[e.name] = (tot + (b - a) * 1e-6, cnt + 1)
+            busy += union_length(spans) * 1e-6
+        if not by_name:
+            return {}
+        rows = sorted(by_name.items(), key=lambda kv: -kv[1][0])
+        return {"kernels": [[k[:160], round(v[0] / calls, 9), round(v[1] / calls, 3)] for k, v in rows],
+                "kernel_s": round(sum(v[0] for v in by_name.values()) / calls, 9),
+                "busy_s": round(busy / calls, 9), "profiled_calls": calls}
+    except Exception as exc:  # noqa: BLE001
+        log(f"  (kernel profile not taken: {type(exc).__name__}: {exc})")
+        return {}
+
+
+def union_length(spans: list) -> float:
+    """Total length covered by a list of (start, end) intervals."""
+    total, cur_a, cur_b = 0.0, None, None
+    for a, b in sorted(spans):
+        if cur_b is None or a > cur_b:
+            total += (cur_b - cur_a) if cur_b is not None else 0.0
+            cur_a, cur_b = a, b
+        else:
+            cur_b = max(cur_b, b)
+    return total + ((cur_b - cur_a) if cur_b is not None else 0.0)
+
+
 def time_graph(fn, calls: int = 20, replays: int = 7) -> float | None:
     """Seconds per call of fn() run back to back on the GPU alone: ``calls`` calls captured in one
     CUDA graph, replayed ``replays`` times (median), no L2 flush (operands warm where they fit in

@@ -863,6 +863,7 @@ def kernel_profile(ctx: Ctx, step, top_n: int = 30) -> dict:
     with the most time (seconds, calls; a case's ``profile_top_n``, 30 unless set). Empty where the
     profiler fails."""
     import torch
+    import common
     try:
         from torch.profiler import ProfilerActivity, profile
         ctx.sync()
@@ -879,15 +880,7 @@ def kernel_profile(ctx: Ctx, step, top_n: int = 30) -> dict:
             spans.append((a, b))
             tot, cnt = by_name.get(e.name, (0.0, 0))
             by_name[e.name] = (tot + (b - a) * 1e-6, cnt + 1)
-        spans.sort()
-        busy, cur_a, cur_b = 0.0, None, None
-        for a, b in spans:
-            if cur_b is None or a > cur_b:
-                busy += (cur_b - cur_a) if cur_b is not None else 0.0
-                cur_a, cur_b = a, b
-            else:
-                cur_b = max(cur_b, b)
-        busy += (cur_b - cur_a) if cur_b is not None else 0.0
+        busy = common.union_length(spans)
         top = sorted(by_name.items(), key=lambda kv: -kv[1][0])[:top_n]
         return {"profile_wall_s": round(wall, 6), "profile_busy_s": round(busy * 1e-6, 6),
                 "profile_kernel_s": round(sum(v[0] for v in by_name.values()), 6),

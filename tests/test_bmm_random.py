@@ -212,32 +212,18 @@ def _bmm_pairs(gpu: str, seed: int, registration: str = "") -> list:
                                 ROOT / "validation" / "measurements" / "repeat" / f"{gpu}_bmm_random{seed}.json")
 
 
-@pytest.mark.parametrize("gpu,seed", sorted(BMM_DRAWS))
-def test_first_bmm_draws_as_registered(gpu, seed):
-    """Every case measured in both passes and registered; MAPE as registered: H200 seed 78 9.07%, H100 seed 79
-    10.95%; per GEMM H200 3.5% (dQ) to 14.9% (QK^T), H100 6.3% (dK) to 13.9% (dP). Ratchets at the registered
-    figures."""
+@pytest.mark.parametrize("gpu,seed", sorted(BMM_DRAWS) + sorted(SECOND_BMM_DRAWS))
+def test_bmm_draws_as_registered(gpu, seed):
+    """Every case measured in both passes and registered; MAPE by the committed model as registered: first draws
+    H200 seed 78 9.07%, H100 seed 79 10.95% (per GEMM H200 3.5% (dQ) to 14.9% (QK^T), H100 6.3% (dK) to 13.9%
+    (dP)); second draws H200 seed 80 11.67%, H100 seed 81 10.70% (H200 6.4% (dQ) to 18.6% (dP), H100 5.5% (dQ) to
+    15.1% (dP)). Ratchets at the registered figures."""
     pairs = _bmm_pairs(gpu, seed)
     assert len(pairs) == 48 and all(r["passes"] == 2 for r, _ in pairs)
     errs: dict = {}
     for r, p in pairs:
         errs.setdefault(r["gemm"], []).append(abs(p / r["time_s"] - 1))
-    pooled, per_gemm = BMM_DRAWS[(gpu, seed)]
-    assert sum(sum(v) for v in errs.values()) / 48 == pytest.approx(pooled, abs=5e-4)
-    assert {k: sum(v) / len(v) for k, v in errs.items()} == pytest.approx(per_gemm, abs=5e-4)
-
-
-@pytest.mark.parametrize("gpu,seed", sorted(SECOND_BMM_DRAWS))
-def test_second_bmm_draws_as_registered(gpu, seed):
-    """By the committed model, as registered: H200 seed 80 11.67%, H100 seed 81 10.70%; per GEMM H200 6.4% (dQ) to
-    18.6% (dP), H100 5.5% (dQ) to 15.1% (dP). Every case measured in both passes. Ratchets at the registered
-    figures."""
-    pairs = _bmm_pairs(gpu, seed)
-    assert len(pairs) == 48 and all(r["passes"] == 2 for r, _ in pairs)
-    errs: dict = {}
-    for r, p in pairs:
-        errs.setdefault(r["gemm"], []).append(abs(p / r["time_s"] - 1))
-    pooled, per_gemm = SECOND_BMM_DRAWS[(gpu, seed)]
+    pooled, per_gemm = {**BMM_DRAWS, **SECOND_BMM_DRAWS}[(gpu, seed)]
     assert sum(sum(v) for v in errs.values()) / 48 == pytest.approx(pooled, abs=5e-4)
     assert {k: sum(v) / len(v) for k, v in errs.items()} == pytest.approx(per_gemm, abs=5e-4)
 

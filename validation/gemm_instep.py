@@ -104,8 +104,17 @@ def summary(rs: list[GemmRow]) -> dict[str, dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    rs = rows(argv[0] if argv else DEFAULT_FILE)
+    """Print every traced GEMM call of FILE against the model, then the per-class summary."""
+    import argparse
+    ap = argparse.ArgumentParser(description="Every GEMM of profiled training steps against meshcast's GEMM model.")
+    ap.add_argument("file", nargs="?", default=DEFAULT_FILE, help=f"plan_step records with gemm_calls (default {DEFAULT_FILE})")
+    ap.add_argument("--profile", help="calibration profile YAML to cost them with (default: the committed one)")
+    args = ap.parse_args(sys.argv[1:] if argv is None else argv)
+    cal = None
+    if args.profile:
+        from simulator.calibration import load_calibration
+        cal = load_calibration(args.profile)
+    rs = rows(args.file, cal=cal)
     for r in rs:
         print(f"{r.step:36s} {r.cls:7s} {r.layout} {r.m:6d} {r.n:6d} {r.k:6d} b{r.batch:<3d} x{r.calls:<4d} "
               f"in-step {r.measured_s * 1e6:8.1f} us  model {r.predicted_s * 1e6:8.1f} us  {r.error:+.3f}")

@@ -1090,7 +1090,7 @@ def unfused_torch_attention_parts(dev: DeviceModel, batch: int, heads: int, kv_h
                                                  masked=1.0 - causal_fraction(seq_q, seq_kv, causal))),
                 ("cast_to_bf16", memory_time(dev, 6.0 * n, op="copy")),
                 ("small", memory_time(dev, repeat, launches=2) + memory_time(dev, mask_build, launches=3)),
-                ("layout_copy", dev.cal.unfused_layout_copies * strided_elementwise_time(dev, bh * seq_q * head_dim))]
+                ("layout_copy", _unfused_layout_copies_time(dev, bh * seq_q * head_dim, 0.0))]
     grads = 4 * bh * head_dim * (seq_q + seq_kv)              # alpha multiply of dQ and dK (bf16: read 2, write 2)
     reduce = 2 * batch * seq_kv * head_dim * 2 * (kv_heads + heads) if kv_heads != heads else 0.0
     return [("gemm", score_gemm_time(dev, seq_q, seq_kv, head_dim, "bf16", bh) + score_gemm_time(dev, seq_kv, head_dim, seq_q, "bf16", bh)
@@ -1102,9 +1102,18 @@ def unfused_torch_attention_parts(dev: DeviceModel, batch: int, heads: int, kv_h
             ("mask", masked_fill_time(dev, masked * n)),
             ("cast_to_bf16", memory_time(dev, 6.0 * n, op="copy")),
             ("small", memory_time(dev, grads, launches=2) + memory_time(dev, reduce, launches=2)),
-            ("layout_copy", dev.cal.unfused_layout_copies * (
-                strided_elementwise_time(dev, bh * seq_q * head_dim)
-                + (0.0 if kv_heads != heads else strided_elementwise_time(dev, 2 * bh * seq_kv * head_dim, launches=2))))]
+            ("layout_copy", _unfused_layout_copies_time(dev, bh * seq_q * head_dim,
+                                                        0.0 if kv_heads != heads else 2 * bh * seq_kv * head_dim))]
+
+
+def _unfused_layout_copies_time(dev: DeviceModel, q_elements: float, kv_elements: float) -> float:
+    """Seconds of the local attention's strided layout copies (0 unless the calibration's
+    ``unfused_layout_copies`` is on): one launch over the query-sized tensor (the context forward, dQ
+    backward) and, where ``kv_elements`` > 0, two over dK and dV (:func:`strided_elementwise_time`)."""
+    if not dev.cal.unfused_layout_copies:
+        return 0.0
+    kv = strided_elementwise_time(dev, kv_elements, launches=2) if kv_elements else 0.0
+    return dev.cal.unfused_layout_copies * (strided_elementwise_time(dev, q_elements) + kv)
 
 
 def _math_attention_time(dev: DeviceModel, batch: int, heads: int, seq_q: int, seq_kv: int,

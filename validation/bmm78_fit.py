@@ -82,23 +82,20 @@ def run(gpu: str):
 
 def write_candidate(gpu: str, base_path: Path, out: Path, name: str, law: tuple, err: tuple) -> None:
     """``base_path``'s profile with the fitted law, a ``fits`` entry and a ``candidate`` line, to ``out``."""
-    import datetime
-
     import yaml
+
+    from validation.candidate_io import write_candidate_profile
     data = yaml.safe_load(base_path.read_text())
     data["parameters"].update({p: round(v, 6) for p, v in zip(PARAMS, law)})
     f = f"validation/measurements/repeat/{gpu}_bmm_random{DRAW[gpu]}.json"
-    data["fitted_on"] = list(dict.fromkeys(list(data.get("fitted_on") or []) + [f]))
-    data.setdefault("fits", {})[f"compute[bmm78: {' '.join(PARAMS)}]"] = {
+    write_candidate_profile(data, [f], f"compute[bmm78: {' '.join(PARAMS)}]", {
         "fitted_on": [f], "method": ("validation/bmm78_fit.py (issue #12 session 37): the HBM rate of unfused attention's "
                                      "batched GEMMs, soft-L1 least squares on log(predicted / measured) over every "
                                      "case of the draw (its faster pass; development data), every other parameter kept"),
         "records": err[0], "fitted": list(PARAMS),
-        "fitted_error": {"bmm": {"count": err[0], "mape_before": round(err[1], 4), "mape": round(err[2], 4)}}}
-    data["candidate"] = (f"{name} (issue #12 session 37, {datetime.date.today().isoformat()}): registered beside "
-                         f"{PROFILES[gpu]} for the bmm_random draw of seed {DRAW[gpu] + 2} and an attention draw; not "
-                         "adopted unless it wins there and on the step sets")
-    out.write_text(yaml.safe_dump(data, sort_keys=False, width=110))
+        "fitted_error": {"bmm": {"count": err[0], "mape_before": round(err[1], 4), "mape": round(err[2], 4)}}},
+        f"{name} (issue #12 session 37, {{date}}): registered beside {PROFILES[gpu]} for the bmm_random draw of seed "
+        f"{DRAW[gpu] + 2} and an attention draw; not adopted unless it wins there and on the step sets", out)
 
 
 def main(argv=None) -> int:

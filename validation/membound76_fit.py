@@ -115,16 +115,15 @@ def run(gpu: str):
 
 def write_profile(gpu: str, costs: dict, pairs: list, cand, out: Path) -> None:
     """Candidate membound68 of ``gpu`` with the fitted costs, a ``fits`` entry and a ``candidate`` line, to ``out``."""
-    import datetime
-
     import yaml
+
+    from validation.candidate_io import write_candidate_profile
     data = yaml.safe_load((CANDIDATES / f"{mb.PROFILES[gpu]}-membound68.yaml").read_text())
     data["parameters"]["softmax_masked_cost_by_kernel"] = {k: round(v, 6) for k, v in costs.items()}
     # the shared- and global-memory kernels, never timed masked: the wide register kernel's cost, the nearest measured
     data["parameters"]["softmax_masked_cost"] = round(costs["reg_wide"], 6)
     files = [f"validation/measurements/{gpu}_{n}.json" for n in PAIR_FILES[gpu]]
-    data["fitted_on"] = list(dict.fromkeys(list(data.get("fitted_on") or []) + files))
-    data["fits"]["compute[membound76: softmax_masked_cost_by_kernel]"] = {
+    write_candidate_profile(data, files, "compute[membound76: softmax_masked_cost_by_kernel]", {
         "fitted_on": files,
         "method": ("validation/membound76_fit.py (issue #12 session 37): the causal mask's cost per softmax forward "
                    "kernel on top of candidate membound68, soft-L1 least squares on log(predicted / measured) of the "
@@ -132,11 +131,8 @@ def write_profile(gpu: str, costs: dict, pairs: list, cand, out: Path) -> None:
                    f"twins of seed {DRAW[gpu]}" + (" and the isolated pairs of h200_instep_conditions.json" if gpu == "h200" else "")),
         "records": 2 * len(pairs), "fitted": [f"softmax_masked_cost_by_kernel.{k}" for k in costs],
         "fitted_error": {"mask_ratio": {"count": len(pairs), "mape": round(ratio_mape(pairs, cand), 4)}},
-    }
-    data["candidate"] = (f"membound76 (issue #12 session 37, {datetime.date.today().isoformat()}): registered beside "
-                         f"{mb.PROFILES[gpu]} and membound68 for the seed-{DRAW[gpu] + 2} memory-bound draw; not adopted "
-                         "unless it wins there and on the attention and step sets")
-    out.write_text(yaml.safe_dump(data, sort_keys=False, width=110))
+    }, f"membound76 (issue #12 session 37, {{date}}): registered beside {mb.PROFILES[gpu]} and membound68 for the "
+       f"seed-{DRAW[gpu] + 2} memory-bound draw; not adopted unless it wins there and on the attention and step sets", out)
 
 
 def main(argv=None) -> int:

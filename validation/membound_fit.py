@@ -29,7 +29,6 @@ the files and the fit's per-kind error.
 from __future__ import annotations
 
 import argparse
-import datetime
 from pathlib import Path
 
 from simulator.calibration import PROFILE_DIR, calibration_for
@@ -123,6 +122,8 @@ def write_candidate(gpu: str, res, samples, out: Path, name: str, method: str, f
     fitted errors over ``samples``, and a ``candidate:`` line: candidate ``name`` of issue #12 session
     ``session``, registered beside the committed profile for memory-bound draw ``seed``."""
     import yaml
+
+    from validation.candidate_io import write_candidate_profile
     data = yaml.safe_load((PROFILE_DIR / f"{PROFILES[gpu]}.yaml").read_text())
     p = data["parameters"]
     for path, v in [(x.path, float(v)) for x, v in zip(res.params, res.values)] + list((fixed or {}).items()):
@@ -131,16 +132,13 @@ def write_candidate(gpu: str, res, samples, out: Path, name: str, method: str, f
             p.setdefault(parts[0], {})[parts[1]] = v
         else:
             p[path] = v
-    data["fitted_on"] = list(dict.fromkeys(list(data.get("fitted_on") or []) + files))
-    data["fits"][f"compute[{name}: {' '.join(x.path for x in res.params)}]"] = {
+    write_candidate_profile(data, files, f"compute[{name}: {' '.join(x.path for x in res.params)}]", {
         "fitted_on": files, "method": method,
         "records": res.n_records, "residual_rms_log": round(res.residual_rms, 4), "converged": res.success,
         "fitted": [x.path for x in res.params], "kept_from_start": [x.path for x in res.unconstrained],
         "fitted_error": {k: {"count": n, "mape": round(e, 4)} for k, (n, e) in kind_errors(samples, res.calibration).items()},
-    }
-    data["candidate"] = (f"{name} (issue #12 session {session}, {datetime.date.today().isoformat()}): registered beside "
-                         f"{PROFILES[gpu]} for the seed-{seed} memory-bound draw; not adopted unless it wins there")
-    out.write_text(yaml.safe_dump(data, sort_keys=False, width=110))
+    }, f"{name} (issue #12 session {session}, {{date}}): registered beside {PROFILES[gpu]} for the seed-{seed} "
+       "memory-bound draw; not adopted unless it wins there", out)
 
 
 def write_profile(gpu: str, res, samples, out: Path) -> None:

@@ -1,0 +1,17 @@
+"""Writing a candidate calibration profile (validation/candidates/*.yaml): the part every fit script shares."""
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+
+
+def write_candidate_profile(data: dict, files: list[str], fit_key: str, fit_entry: dict, candidate: str,
+                            out: Path) -> None:
+    """Add ``files`` to the profile ``data``'s ``fitted_on`` (once each, in order), record ``fit_entry`` under
+    ``fits[fit_key]``, set its ``candidate`` line to ``candidate`` with today's date after the first ``{date}``
+    placeholder, and write it as YAML to ``out``."""
+    import yaml
+    data["fitted_on"] = list(dict.fromkeys(list(data.get("fitted_on") or []) + files))
+    data.setdefault("fits", {})[fit_key] = fit_entry
+    data["candidate"] = candidate.format(date=datetime.date.today().isoformat())
+    out.write_text(yaml.safe_dump(data, sort_keys=False, width=110))

@@ -217,6 +217,18 @@ class Calibration:
                                  session 36, candidate membound68) scales fp32 rows' per-element
                                  cycles; empty: the warp kernel is bytes at
                                  memory_op_fraction["softmax"] (before session 22)
+      softmax_reg_cycles[key]    PyTorch's register softmax forward (``reg``, ``reg_wide``) as SM
+                                 cycles at the boost clock (simulator.compute.softmax_reg_time):
+                                 ``<kernel>_wave`` per wave of resident blocks, ``<kernel>_element``
+                                 per element and ``<kernel>_slot`` per register slot of a row per
+                                 block, ``fp32`` a factor on fp32 rows' element cycles; empty (the
+                                 committed profiles): the padded row at softmax_elements_per_cycle
+                                 (issue #12 session 39, candidate membound78)
+      softmax_plain_reread[key]  PyTorch's global-memory softmax forward re-reading rows from HBM
+                                 (simulator.compute.softmax_plain_reread_s): ``passes`` re-read
+                                 passes, the fraction from HBM rising from ``reread_from_bytes`` per
+                                 row over ``reread_span_bytes``; empty (the committed profiles): none
+                                 (issue #12 session 39, candidate membound78)
       softmax_masked_cost        the row work of PyTorch's fp32 softmax forward per score a mask
                                  set to -10000 (Megatron's attention_mask_func), relative to an
                                  ordinary score (1: no difference); fitted on the isolated
@@ -293,6 +305,8 @@ class Calibration:
     softmax_masked_cost_by_kernel: dict = field(default_factory=dict)
     softmax_wave_cycles: float = 0.0
     softmax_warp_cycles: dict = field(default_factory=dict)
+    softmax_reg_cycles: dict = field(default_factory=dict)
+    softmax_plain_reread: dict = field(default_factory=dict)
     memory_kernel_fixed_s: float = 0.0
     memory_kernel_chained_s: float = 0.0
     memory_op_fixed_s: dict = field(default_factory=dict)
@@ -361,7 +375,8 @@ DICT_PARAMETERS = ("gemm_peak_fraction", "attention_kernel_fraction", "attention
                    "attention_kernel_overhead", "attention_kernel_score_ops", "memory_op_fraction", "collective_fraction", "collective_alpha_fraction",
                    "collective_shard_steps", "sustained_clock_fraction", "ssd_fraction", "ssd_host_s",
                    "step_power", "softmax_elements_per_cycle", "norm_forward", "softmax_warp_cycles", "memory_op_fixed_s",
-                   "softmax_masked_cost_by_kernel")
+                   "softmax_masked_cost_by_kernel", "softmax_reg_cycles",
+                   "softmax_plain_reread")
 
 
 FRACTIONS = ("gemm_unaligned_fraction", "gemm_clock_bound_fraction", "hbm_fraction", "attention_fwd_fraction", "attention_bwd_fraction",
@@ -414,6 +429,10 @@ def _profile_schema() -> type:
                                             nonneg]], None),
                 softmax_warp_cycles=(Optional[dict[Literal["kernel", "row", "element", "element_wide", "latency", "fp32"], nonneg]],
                                      None),
+                softmax_reg_cycles=(Optional[dict[Literal["reg_wave", "reg_element", "reg_slot", "reg_wide_wave",
+                                                          "reg_wide_element", "reg_wide_slot", "fp32"], nonneg]], None),
+                softmax_plain_reread=(Optional[dict[Literal["reread_from_bytes", "reread_span_bytes", "passes"], nonneg]],
+                                      None),
                 memory_op_fixed_s=(Optional[dict[Literal["copy"], nonneg]], None),
                 softmax_masked_cost_by_kernel=(Optional[dict[Literal["warp", "reg", "reg_wide", "smem", "plain"], positive]], None),
                 links=(Optional[dict[str, link]], None))

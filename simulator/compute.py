@@ -1434,11 +1434,14 @@ def softmax_forward_time(dev: DeviceModel, rows: int, row: int, dtype: str, mask
             return max(softmax_warp_time(dev, rows, row, factor, dtype) + memory_fixed_s(dev.cal), stream)
         work = memory_time(dev, elements * DTYPE_BYTES["bf16"] * ELEMENTWISE_PASSES["softmax"] * factor, op="softmax")
         return max(work, stream)
+    if kernel.startswith("reg") and dev.cal.softmax_reg_cycles:      # candidate membound78 (issue #12 session 39)
+        return max(softmax_reg_time(dev, kernel, rows, row, factor, dtype) + memory_fixed_s(dev.cal), stream)
     if kernel.startswith("reg"):
         threads = softmax_block_threads(row)
         elements = float(rows) * -(-row // threads) * threads
     elif dev.cal.softmax_wave_cycles:       # a profile fitted with waves (session 21)
-        return max(softmax_block_waves_time(dev, kernel, rows, row, factor, dtype) + memory_fixed_s(dev.cal), stream)
+        return max(softmax_block_waves_time(dev, kernel, rows, row, factor, dtype) + memory_fixed_s(dev.cal)
+                   + softmax_plain_reread_s(dev, kernel, rows, row, dtype), stream)
     work = elements / softmax_element_rate(dev, kernel, dtype) * factor + memory_fixed_s(dev.cal)
     return max(work, stream)
 
@@ -1507,6 +1510,54 @@ def torch_silu_mul_time(dev: DeviceModel, tokens: int, hidden: int, dtype: str =
     n = float(tokens) * hidden * DTYPE_BYTES[dtype]
     return (memory_time(dev, 2.0 * n, op="silu") + memory_time(dev, 3.0 * n, launches=0, op="add")
             + dev.cal.memory_kernel_chained_s)
+
+
+def softmax_reg_time(dev: DeviceModel, kernel: str, rows: int, row: int, factor: float = 1.0,
+                     dtype: str = "bf16") -> float:
+    """Seconds of PyTorch's register softmax forward (``reg`` / ``reg_wide``: one block of
+    softmax_block_threads(row) threads per row, each thread holding ``slots`` = ceil(row / threads)
+    values of it) over ``rows`` rows, beyond its fixed cost, as SM cycles at the boost clock: whole
+    waves of SMs x (2048 // threads) blocks, each wave ``softmax_reg_cycles["<kernel>_wave"]`` cycles
+    (a row's load latency and its two block-wide reductions, max and sum, paid once per wave) plus, per
+    resident block, ``<kernel>_element`` cycles per element of the row and ``<kernel>_slot`` cycles per
+    register slot; ``fp32`` (absent: 1) scales the element cycles of fp32 rows; ``factor`` scales the
+    element and slot work (masked scores). Why (issue #12 session 39, candidate membound78): the
+    committed form charges the row padded to whole slots (slots x threads elements at one rate), so
+    rows just past a slot boundary cost as much as the full slot; on the development draws
+    (membound_random40-77, bf16 and fp32 alike) rows of 10k+ take per SM ~1250 ns at 2.2k
+    elements, rising ~0.16-0.25 ns per element within a slot count and ~100 ns per slot across a
+    boundary (~500 ns per row of latency left at zero elements), and the padded form left rows with
+    15-25% of their last slot empty 10-23% slow on both GPUs. The predicated-off slots cost their
+    issue slots, not their loads. Cycles fitted (validation/membound78_fit.py), not read from the binary."""
+    c = dev.cal.softmax_reg_cycles
+    a = dev.accelerator
+    threads = softmax_block_threads(row)
+    slots = -(-row // threads)
+    per_sm = max(1, 2048 // threads)
+    waves = -(-rows // (a.sm_count * per_sm))
+    element = c[f"{kernel}_element"] * (c.get("fp32", 1.0) if dtype == "fp32" else 1.0)
+    block = (element * row + c[f"{kernel}_slot"] * slots) * factor
+    return waves * (c[f"{kernel}_wave"] + per_sm * block) / a.boost_clock_hz
+
+
+def softmax_plain_reread_s(dev: DeviceModel, kernel: str, rows: int, row: int, dtype: str) -> float:
+    """Seconds PyTorch's global-memory softmax forward (``plain``: cunn_SoftMaxForward, rows too long for
+    shared memory) spends re-reading rows from HBM: it reads each row three times (max, sum of
+    exponentials, then the output pass), the second and third from on-chip caches while the resident
+    blocks' rows fit there; ``softmax_plain_reread["passes"]`` such passes x the fraction of a row
+    coming back from HBM (:func:`norm_reread_fraction` of the row's bytes with the entry's
+    ``reread_from_bytes`` / ``reread_span_bytes``) x the rows' bytes at the achieved HBM rate. 0 for other
+    kernels and where the profile has no entry (the committed profiles). Why (issue #12 session 39,
+    candidate membound78): fp32 rows of 23-32k elements (92-128 KB per row, two resident 1024-thread blocks
+    per SM: 184-256 KB against the SM's 256 KB of L1 and shared memory) ran 10-35% slower than the
+    shared-memory rate gives on the H100 (membound_random69-77; H200 16-18% past ~30k), shorter rows and
+    every bf16 row (at most 64 KB) within a few percent. Inferred from rates, fitted
+    (validation/membound78_fit.py), not isolated by counters."""
+    rr = dev.cal.softmax_plain_reread
+    if kernel != "plain" or not rr:
+        return 0.0
+    row_bytes = float(row) * DTYPE_BYTES[dtype]
+    return rr["passes"] * norm_reread_fraction(rr, row_bytes) * rows * row_bytes / dev.hbm_Bps
 
 
 def softmax_block_waves_time(dev: DeviceModel, kernel: str, rows: int, row: int, factor: float = 1.0,

@@ -26,7 +26,9 @@ with the upper triangle set to -10000, as Megatron-Core's local attention feeds 
 1..64 within MAX_ELEMENTS scores. They test the mask's cost (``softmax_masked_cost``) off the shapes it was
 fitted on. From seed 74 (:data:`GRID_TWINS_FROM_SEED`) each causal grid has a twin of the same shape holding
 N(0, 1) fp32 scores (``data: randn``, timed right after it): the pair isolates what the mask costs in each
-kernel, as instep_conditions.py does at four shapes.
+kernel, as instep_conditions.py does at four shapes. From seed 78 (:data:`LONG_FP32_FROM_SEED`, session 39) a draw
+also times 12 long fp32 softmax rows (:func:`long_fp32_softmax_cases`, ``group: fp32_long``): the shared- and
+global-memory kernels' fp32 rates, which a draw's 24 fp32 rows reach only a few times.
 """
 from __future__ import annotations
 
@@ -43,6 +45,8 @@ FP32_SOFTMAX_FROM_SEED = 68
 CAUSAL_SOFTMAX_FROM_SEED = 72
 CAUSAL_PER_DRAW = 16
 GRID_TWINS_FROM_SEED = 74
+LONG_FP32_FROM_SEED = 78
+LONG_FP32_PER_DRAW = 12
 ELEMENT_BYTES = {"bfloat16": 2, "float32": 4}
 
 
@@ -84,6 +88,22 @@ def causal_softmax_cases(seed: int) -> list[dict]:
     return out
 
 
+def long_fp32_softmax_cases(seed: int) -> list[dict]:
+    """The draw's long fp32 softmax rows (none before :data:`LONG_FP32_FROM_SEED`, issue #12 session 39): rows of
+    12288..32768 elements (log-uniform, multiples of 8: PyTorch's shared- and global-memory kernels), 2^24..2^28
+    elements in all (log-uniform), ``group: fp32_long``; from a generator of their own. The 24 fp32 rows of a
+    draw hold only ~3-6 such rows, too few to judge the global-memory kernel's re-reads."""
+    if seed < LONG_FP32_FROM_SEED:
+        return []
+    rng = random.Random(f"membound_random long fp32 softmax {seed}")
+    out = []
+    for _ in range(LONG_FP32_PER_DRAW):
+        row = max(8, int(round(_log_uniform(rng, 12288, 32768) / 8)) * 8)
+        tokens = max(1, int(_log_uniform(rng, 1 << 24, MAX_ELEMENTS)) // row)
+        out.append(dict(kind="softmax", tokens=tokens, hidden=row, dtype="float32", group="fp32_long"))
+    return out
+
+
 def cases(small: bool = False, seed: int = SEED) -> list[dict]:
     """Every case of the draw ``seed`` as a plain dict, in the order the run times them."""
     if small:
@@ -93,14 +113,15 @@ def cases(small: bool = False, seed: int = SEED) -> list[dict]:
     out = [dict(kind="copy", nbytes=int(_log_uniform(rng, 1 << 18, 1 << 31)) // 4096 * 4096) for _ in range(PER_KIND)]
     for kind in KINDS:
         out += [_row_case(rng, kind) for _ in range(PER_KIND)]
-    return [dict(c, seed=seed) for c in out + fp32_softmax_cases(seed) + causal_softmax_cases(seed)]
+    return [dict(c, seed=seed) for c in out + fp32_softmax_cases(seed) + causal_softmax_cases(seed)
+            + long_fp32_softmax_cases(seed)]
 
 
 def label(c: dict) -> str:
     """The case as the prereg log and the console name it."""
     if c["kind"] == "copy":
         return f"copy      {c['nbytes']:12d} B"
-    data = {"causal_scores": " causal", "randn": " grid"}.get(c.get("data"), "")
+    data = {"causal_scores": " causal", "randn": " grid"}.get(c.get("data"), "") + (" long" if c.get("group") else "")
     return f"{c['kind']:9s} {c['tokens']:7d}x{c['hidden']:<6d} {c['dtype']}{data}"
 
 
@@ -125,7 +146,7 @@ def run_case(c: dict, flush, rec) -> None:
         r = dict(record_of(c), **common.time_fn(fn, flush=flush))
     else:
         r = kernels.bench_elem(c["kind"], c["tokens"], c["hidden"], flush, c["dtype"])
-    rec.add(dict(r, seed=c.get("seed", SEED), suite="membound_random"))
+    rec.add(dict(r, seed=c.get("seed", SEED), suite="membound_random", **({"group": c["group"]} if "group" in c else {})))
     common.free_memory()
 
 

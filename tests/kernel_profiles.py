@@ -44,3 +44,9 @@ def with_later_fits_of(cal, committed):
     maps = {m: {**getattr(cal, m), **{k: v for k, v in getattr(committed, m).items()
                                       if k.startswith(LATER_KERNELS)}} for m in LATER_KERNEL_MAPS}
     return replace(cal, **{p: getattr(committed, p) for p in SSD_PARAMETERS + SOFTMAX66_PARAMETERS}, **maps)
+
+
+def committed_before_39(gpu: str):
+    """The committed profile of ``gpu`` before issue #12 session 39 adopted candidate m78copy (frozen as
+    validation/candidates/<gpu>-sxm-pre39.yaml): what the candidates before it were registered beside."""
+    return candidate(gpu, "pre39")

@@ -91,7 +91,7 @@ def test_candidate_loads_and_is_the_committed_profile(gpu):
     from validation.gemm36_fit import BEFORE
     path = CAND / f"{gpu}-sxm-gemm36.yaml"
     assert path.read_text().startswith("candidate: 'gemm36")
-    cand, base = load_calibration(str(path)), load_calibration(f"{gpu}-sxm")
+    cand, base = load_calibration(str(path)), load_calibration(str(path.parent / f"{gpu}-sxm-pre39.yaml"))   # profile before session 39
     assert 0.004 < getattr(cand, PARAM) < 0.008          # 4-8 TB/s of L2 into the SMs on a 989 TFLOP/s part
     assert 1e-6 < cand.gemm_split_k_fixed_s < BEFORE[f"{gpu}-sxm"]["gemm_split_k_fixed_s"]
     assert replace(with_later_fits_of(cand, base), name=base.name, memory_op_fixed_s=base.memory_op_fixed_s,

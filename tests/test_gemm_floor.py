@@ -58,7 +58,8 @@ def test_the_law_moves_memory_bound_gemms_only():
 def test_candidate_is_the_committed_profile_with_the_law_on(profile):
     """The candidate changes the three floor parameters and nothing else, each inside the fit's bounds."""
     from validation.gemm60_fit import BOUNDS
-    cand, committed = load_calibration(str(CANDIDATES / f"{profile}-gemm60.yaml")), load_calibration(profile)
+    cand, committed = load_calibration(str(CANDIDATES / f"{profile}-gemm60.yaml")), \
+        load_calibration(str(CANDIDATES / f"{profile}-pre39.yaml"))      # the committed profile before session 39
     for p, (lo, hi) in BOUNDS.items():
         assert lo <= getattr(cand, p) <= hi
     assert replace(with_later_fits_of(cand, committed), **{p: 0.0 for p in BOUNDS}, name=committed.name) == committed

@@ -64,7 +64,8 @@ def test_candidate_is_the_committed_profile_with_the_six_fitted_values(profile):
     else, each inside the fit's bounds, and the exposed share is on."""
     from validation.gemm36_fit import value_of, with_values
     from validation.gemm62_fit import BOUNDS
-    cand, committed = load_calibration(str(CANDIDATES / f"{profile}-gemm62.yaml")), load_calibration(profile)
+    cand, committed = load_calibration(str(CANDIDATES / f"{profile}-gemm62.yaml")), \
+        load_calibration(str(CANDIDATES / f"{profile}-pre39.yaml"))      # the committed profile before session 39
     for p, (lo, hi) in BOUNDS.items():
         assert lo <= value_of(cand, p) <= hi
     assert cand.gemm_overlap_exposed > 0.05

@@ -20,7 +20,7 @@ import pytest
 from simulator.calibration import load_calibration
 from simulator.compute import (NORM_BLOCKS_PER_SM, memcpy_time, memory_fixed_s, memory_time,
                                norm_forward_time)
-from tests.kernel_profiles import candidate, kernel_device, with_later_fits_of
+from tests.kernel_profiles import committed_before_39, candidate, kernel_device, with_later_fits_of
 
 ROOT = Path(__file__).resolve().parent.parent
 GPUS = ("h200", "h100")
@@ -38,7 +38,7 @@ def test_without_the_parameters_both_mechanisms_are_off(gpu):
     """The profile of session 23 (membound46_fit.profile_before): a copy record costs exactly
     memory_time(op="copy"), and a norm forward without ``whole_waves`` its fractional-wave time."""
     from validation.membound46_fit import profile_before
-    cal = profile_before(gpu, load_calibration(f"{gpu}-sxm"))
+    cal = profile_before(gpu, committed_before_39(gpu))
     assert cal.memory_op_fixed_s == {} and "whole_waves" not in cal.norm_forward
     dev = _device(gpu, cal)
     for nbytes in (2.0**19, 3e6, 1e9):
@@ -52,14 +52,14 @@ def test_without_the_parameters_both_mechanisms_are_off(gpu):
 def test_committed_profiles_are_the_candidate(gpu):
     """Adopted in session 24: the committed profile predicts as the candidate does (but for the SSD scan's
     parameters, refitted in session 25)."""
-    committed, cand = load_calibration(f"{gpu}-sxm"), _candidate(gpu)
+    committed, cand = committed_before_39(gpu), _candidate(gpu)
     assert replace(with_later_fits_of(cand, committed), name=committed.name) == committed
     assert committed.norm_forward["whole_waves"] == 1.0 and committed.memory_op_fixed_s["copy"] > 0
 
 
 @pytest.mark.parametrize("gpu", GPUS)
 def test_memcpy_fixed_cost_replaces_the_kernel_fixed_cost_for_copies_only(gpu):
-    cal = load_calibration(f"{gpu}-sxm")
+    cal = committed_before_39(gpu)
     dev = _device(gpu, replace(cal, memory_op_fixed_s={"copy": 4.0e-6}))
     base = _device(gpu, cal)
     n = 1e6
@@ -70,7 +70,7 @@ def test_memcpy_fixed_cost_replaces_the_kernel_fixed_cost_for_copies_only(gpu):
 
 @pytest.mark.parametrize("gpu", GPUS)
 def test_whole_waves_changes_only_a_partial_tail_wave(gpu):
-    cal = load_calibration(f"{gpu}-sxm")
+    cal = committed_before_39(gpu)
     off, on = (_device(gpu, replace(cal, norm_forward={**cal.norm_forward, "whole_waves": w})) for w in (0.0, 1.0))
     slots = off.accelerator.sm_count * NORM_BLOCKS_PER_SM
     t = lambda dev, rows, row: norm_forward_time(dev, "layernorm", rows, row, "bf16")
@@ -93,7 +93,7 @@ def test_candidate_loads_and_turns_both_on(gpu):
                                     for s in (40, 41, 42, 43, 44, 45))
     assert not any("membound_random46" in f for f in data["fitted_on"])   # the judging draw
     from validation.membound46_fit import profile_before
-    cand, committed = _candidate(gpu), profile_before(gpu, load_calibration(f"{gpu}-sxm"))
+    cand, committed = _candidate(gpu), profile_before(gpu, committed_before_39(gpu))
     assert cand.norm_forward["whole_waves"] == 1.0
     assert 3e-6 < cand.memory_op_fixed_s["copy"] < memory_fixed_s(committed)
     # only the memcpy fixed cost and the norm forward's per-wave times and load latencies were fitted
@@ -112,7 +112,7 @@ def test_candidate_is_better_on_its_development_draws_h200():
     cand = _candidate("h200")
     for s in m.DRAWS:
         samples = m.fit_samples("h200", files=(f"membound_random{s}",))
-        today = calibration_for(samples[0][1].accelerator)[0]
+        today = committed_before_39("h200")       # session 39's softmax changes are not membound46's
         before = kind_errors(samples, m.profile_before("h200", before_softmax66("h200", today)))
         after = kind_errors(samples, cand)
         assert after["copy"][1] < before["copy"][1] and after["layernorm"][1] < before["layernorm"][1]

@@ -17,7 +17,7 @@ import pytest
 from simulator.calibration import load_calibration
 from simulator.compute import (softmax_block_threads, softmax_forward_time, softmax_scalar_tail,
                                softmax_warp_time, torch_softmax_kernel)
-from tests.kernel_profiles import SOFTMAX66_PARAMETERS, candidate, kernel_device, with_later_fits_of
+from tests.kernel_profiles import committed_before_39, SOFTMAX66_PARAMETERS, candidate, kernel_device, with_later_fits_of
 from validation.hardware import hardware_for
 from validation.records import load_measurements
 
@@ -40,7 +40,7 @@ def _both_off(cal):
 
 @pytest.mark.parametrize("gpu", GPUS)
 def test_absent_mechanisms_cost_what_a_zero_latency_and_an_smem_scalar_rate_cost(gpu):
-    committed = load_calibration(f"{gpu}-sxm")
+    committed = committed_before_39(gpu)
     assert committed.softmax_warp_cycles["latency"] > 0 and committed.softmax_elements_per_cycle["scalar"] > 0
     cal = _both_off(committed)
     dev = _device(gpu, cal)
@@ -78,7 +78,7 @@ def test_scalar_tail_is_the_ilp_reduce_epilogue():
 
 @pytest.mark.parametrize("gpu", GPUS)
 def test_latency_adds_cycles_per_element_of_the_row_once(gpu):
-    cal = _both_off(load_calibration(f"{gpu}-sxm"))
+    cal = _both_off(committed_before_39(gpu))
     base = _device(gpu, cal)
     on = _device(gpu, replace(cal, softmax_warp_cycles={**cal.softmax_warp_cycles, "latency": 7.0}))
     clock = base.accelerator.boost_clock_hz
@@ -89,7 +89,7 @@ def test_latency_adds_cycles_per_element_of_the_row_once(gpu):
 
 @pytest.mark.parametrize("gpu", GPUS)
 def test_scalar_rate_slows_only_rows_with_a_tail(gpu):
-    cal = _both_off(load_calibration(f"{gpu}-sxm"))
+    cal = _both_off(committed_before_39(gpu))
     base = _device(gpu, cal)
     on = _device(gpu, replace(cal, softmax_elements_per_cycle={**cal.softmax_elements_per_cycle, "scalar": 0.5}))
     assert softmax_forward_time(on, 4096, 32768, "bf16") == softmax_forward_time(base, 4096, 32768, "bf16")
@@ -110,11 +110,11 @@ def test_candidate_file_reproduces_its_fit(gpu):
                                     for s in m.DRAWS)
     assert not any("membound_random47" in f for f in data["fitted_on"])   # the judging draw
     from validation.membound66_fit import profile_before
-    cand, committed = _candidate(gpu), profile_before(gpu, load_calibration(f"{gpu}-sxm"))   # the profile of its time
+    cand, committed = _candidate(gpu), profile_before(gpu, committed_before_39(gpu))   # the profile of its time
     assert 5.0 < cand.softmax_warp_cycles["latency"] < 9.0
     assert 0.3 < cand.softmax_elements_per_cycle["scalar"] < cand.softmax_elements_per_cycle["smem"]
     # only the warp kernel's cycles and the scalar rate differ from the committed profile
-    later = with_later_fits_of(cand, load_calibration(f"{gpu}-sxm"))
+    later = with_later_fits_of(cand, committed_before_39(gpu))
     assert replace(later, name=committed.name, **{p: getattr(committed, p) for p in SOFTMAX66_PARAMETERS}) == committed
     assert {k: v for k, v in cand.softmax_elements_per_cycle.items() if k != "scalar"} == committed.softmax_elements_per_cycle
     errors = kind_errors(m.fit_samples(gpu), cand)
@@ -140,6 +140,6 @@ def test_candidate_is_worse_on_the_torch_paths_softmax(gpu, committed, candidate
     committed model 17.8 / 18.4, the candidate 21.0 / 21.8 us): its latency term is added to the SMs' throughput,
     where a warp's pass over its row overlaps the other warps' work once every SM holds several rows."""
     from validation.membound66_fit import profile_before
-    before = profile_before(gpu, load_calibration(f"{gpu}-sxm"))                 # the committed profile of its time
+    before = profile_before(gpu, committed_before_39(gpu))                 # the committed profile of its time
     assert _torch_paths_softmax_mape(gpu, before) == pytest.approx(committed, abs=5e-4)
     assert _torch_paths_softmax_mape(gpu, _candidate(gpu)) == pytest.approx(candidate, abs=5e-4)

@@ -10,7 +10,7 @@ import pytest
 
 from simulator.calibration import load_calibration
 from simulator.compute import softmax_forward_time, softmax_rate_key, softmax_warp_time, torch_softmax_kernel
-from tests.kernel_profiles import candidate, kernel_device
+from tests.kernel_profiles import committed_before_39, candidate, kernel_device
 
 ROOT = Path(__file__).resolve().parent.parent
 GPUS = ("h200", "h100")
@@ -28,13 +28,13 @@ def test_rate_key_takes_an_fp32_entry_only_where_the_profile_has_one():
 
 @pytest.mark.parametrize("gpu", GPUS)
 def test_committed_profiles_have_no_fp32_entries(gpu):
-    cal = load_calibration(f"{gpu}-sxm")
+    cal = committed_before_39(gpu)
     assert not set(FP32_KEYS) & set(cal.softmax_elements_per_cycle) and "fp32" not in cal.softmax_warp_cycles
 
 
 @pytest.mark.parametrize("gpu", GPUS)
 def test_fp32_entries_change_fp32_rows_only(gpu):
-    cal = load_calibration(f"{gpu}-sxm")
+    cal = committed_before_39(gpu)
     base, cand = kernel_device(gpu, cal), kernel_device(gpu, candidate(gpu, "membound68"))
     for rows, row in ((4096, 1536), (2000, 3000), (2000, 8000), (3000, 10240), (3000, 16384)):
         assert softmax_forward_time(cand, rows, row, "bf16") == softmax_forward_time(base, rows, row, "bf16")
@@ -43,7 +43,7 @@ def test_fp32_entries_change_fp32_rows_only(gpu):
 
 @pytest.mark.parametrize("gpu", GPUS)
 def test_warp_factor_scales_the_per_element_cycles(gpu):
-    cal = load_calibration(f"{gpu}-sxm")
+    cal = committed_before_39(gpu)
     one = kernel_device(gpu, replace(cal, softmax_warp_cycles={**cal.softmax_warp_cycles, "fp32": 1.0}))
     two = kernel_device(gpu, replace(cal, softmax_warp_cycles={**cal.softmax_warp_cycles, "fp32": 2.0}))
     c, clock = cal.softmax_warp_cycles, one.accelerator.boost_clock_hz
@@ -69,7 +69,7 @@ def test_candidate_file_reproduces_its_fit_on_earlier_data_only(gpu):
     fit = next(v for k, v in doc["fits"].items() if k.startswith("compute[membound68"))
     assert fit["converged"] and fit["fitted_on"] == [f"validation/measurements/{gpu}_{n}.json" for n in m.fit_files(gpu)]
     assert not any(f"membound_random{s}" in f for f in doc["fitted_on"] for s in (70, 71))
-    cand, committed = candidate(gpu, "membound68"), load_calibration(f"{gpu}-sxm")
+    cand, committed = candidate(gpu, "membound68"), committed_before_39(gpu)
     same = replace(cand, name=committed.name, softmax_masked_cost=committed.softmax_masked_cost,
                    softmax_warp_cycles={k: v for k, v in cand.softmax_warp_cycles.items() if k != "fp32"},
                    softmax_elements_per_cycle={k: v for k, v in cand.softmax_elements_per_cycle.items() if k not in FP32_KEYS})

@@ -10,7 +10,7 @@ import pytest
 
 from simulator.calibration import load_calibration
 from simulator.compute import masked_softmax_factor, softmax_forward_time, torch_softmax_kernel
-from tests.kernel_profiles import candidate, kernel_device
+from tests.kernel_profiles import committed_before_39, candidate, kernel_device
 
 ROOT = Path(__file__).resolve().parent.parent
 GPUS = ("h200", "h100")
@@ -26,7 +26,7 @@ def test_factor_takes_the_kernels_entry_else_the_one_value():
 
 @pytest.mark.parametrize("gpu", GPUS)
 def test_committed_profiles_have_no_per_kernel_mask_cost(gpu):
-    assert load_calibration(f"{gpu}-sxm").softmax_masked_cost_by_kernel == {}
+    assert committed_before_39(gpu).softmax_masked_cost_by_kernel == {}
 
 
 @pytest.mark.parametrize("gpu", GPUS)

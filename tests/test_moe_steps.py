@@ -111,11 +111,12 @@ def test_moe2_as_registered_meets_the_moe_target():
     measured / predicted factor): 12.7% MAPE, worst -21.6% (moe-32x4 with selective recompute, whose
     six steps spread 1.53-1.95 s), errors of both signs; peak memory 0.96% MAPE, 5/5 verdicts. Today's
     model (session 23's membound42 / gemm32 profiles): 12.85%, worst -21.7%; 12.87% since session 36 adopted the
-    membound66 softmax parameters (Megatron-Core local attention's fp32 softmax slightly slower)."""
+    membound66 softmax parameters (Megatron-Core local attention's fp32 softmax slightly slower); 12.89%, worst
+    -21.7%, since session 39 adopted m78copy (the local attention's kernels each at its own measured model)."""
     assert "model at commit de8a4cf" in PREREG2.read_text()
     res, _ = _results(MOE2, twins=True)
     s = {x.kind: x for x in summarize(res)}["plan_step"]
-    assert s.count == 5 and s.mape <= 0.1287 and s.worst_abs_error <= 0.2174
+    assert s.count == 5 and s.mape <= 0.1290 and s.worst_abs_error <= 0.2174
     assert s.memory_mape <= 0.0097 and (s.fit_correct, s.fit_total) == (5, 5)
     signs = {r.time_error > 0 for r in res}
     assert signs == {True, False}

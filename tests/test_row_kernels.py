@@ -76,16 +76,18 @@ def test_row_kernels_fitted_by_the_norm_and_membound_fits_only():
     """Session 16 fitted the norm model (``--only norm_forward``) on these files' RMSNorm and LayerNorm
     records; session 23 adopted the membound42 fit, which fitted the softmax parameters on them too, and
     session 24 the membound46 fit (the norm forward's per-wave times and load latencies under whole waves,
-    and the memcpy fixed cost), session 36 the membound66 fit (every softmax parameter). No other fit names them."""
+    and the memcpy fixed cost), session 36 the membound66 fit (every softmax parameter), session 39 the membound68
+    fit (fp32 softmax rates, with m78copy). No other fit names them."""
     from simulator.calibration import PROFILE_DIR, profile_fitted_on
     from hardware_specs.yamlio import read_yaml_mapping
     for gpu, profile in (("h200", "h200-sxm"), ("h100", "h100-sxm")):
         assert f"validation/measurements/{gpu}_row_kernels.json" in profile_fitted_on(profile)
         fits = read_yaml_mapping(PROFILE_DIR / f"{profile}.yaml")["fits"]
         naming = [name for name, fit in fits.items() if any("row_kernels" in f for f in fit.get("fitted_on", []))]
-        assert naming[0] == "compute[norm_forward]" and naming[1].startswith("compute[membound42:") and len(naming) == 4
+        assert naming[0] == "compute[norm_forward]" and naming[1].startswith("compute[membound42:") and len(naming) == 5
         assert all(p.startswith("norm_forward.") for p in fits["compute[norm_forward]"]["fitted"])
         assert "softmax_warp_cycles.kernel" in fits[naming[1]]["fitted"]
         assert naming[2].startswith("compute[membound46:")
         assert all(p.startswith(("norm_forward.", "memory_op_fixed_s.")) for p in fits[naming[2]]["fitted"])
         assert naming[3].startswith("compute[membound66:") and all(p.startswith("softmax_") for p in fits[naming[3]]["fitted"])
+        assert naming[4].startswith("compute[membound68:") and all(p.startswith("softmax_") for p in fits[naming[4]]["fitted"])

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import least_squares
 
-from simulator.calibration import calibration_for, load_calibration
+from simulator.calibration import load_calibration
 from validation.gemm_regimes import reproduced_times
 from validation.hardware import hardware_for
 from validation.predict import predict_record
@@ -73,9 +73,10 @@ def fit_law(pairs: list, cal) -> tuple:
 
 
 def run(gpu: str):
-    """(fitted (fraction, exponent), samples, committed calibration, calibration with the law)."""
+    """(fitted (fraction, exponent), samples, committed calibration of its time, calibration with the law). The
+    committed profile of its time is the one before session 39 adopted the law (frozen as candidate pre39)."""
     pairs = samples(gpu)
-    committed = calibration_for(pairs[0][1].accelerator)[0]
+    committed = load_calibration(str(Path(__file__).resolve().parent / "candidates" / f"{PROFILES[gpu]}-pre39.yaml"))
     law = fit_law(pairs, committed)
     return law, pairs, committed, with_law(committed, law)
 
@@ -109,8 +110,7 @@ def main(argv=None) -> int:
           f"{100 * err[1]:.2f}% -> {100 * err[2]:.2f}%")
     if a.write:
         cands = ROOT / "candidates"
-        from simulator.calibration import PROFILE_DIR
-        write_candidate(a.gpu, PROFILE_DIR / f"{PROFILES[a.gpu]}.yaml", cands / f"{PROFILES[a.gpu]}-bmm78.yaml",
+        write_candidate(a.gpu, cands / f"{PROFILES[a.gpu]}-pre39.yaml", cands / f"{PROFILES[a.gpu]}-bmm78.yaml",
                         "bmm78", law, err)
         write_candidate(a.gpu, cands / f"{PROFILES[a.gpu]}-membound76.yaml", cands / f"{PROFILES[a.gpu]}-m76bmm.yaml",
                         "m76bmm (membound76 + bmm78)", law, err)

@@ -96,12 +96,13 @@ def long_fp32_softmax_cases(seed: int) -> list[dict]:
     if seed < LONG_FP32_FROM_SEED:
         return []
     rng = random.Random(f"membound_random long fp32 softmax {seed}")
-    out = []
-    for _ in range(LONG_FP32_PER_DRAW):
-        row = max(8, int(round(_log_uniform(rng, 12288, 32768) / 8)) * 8)
-        tokens = max(1, int(_log_uniform(rng, 1 << 24, MAX_ELEMENTS)) // row)
-        out.append(dict(kind="softmax", tokens=tokens, hidden=row, dtype="float32", group="fp32_long"))
-    return out
+    return [_long_row_case(rng) for _ in range(LONG_FP32_PER_DRAW)]
+
+
+def _long_row_case(rng: random.Random) -> dict:
+    row = max(8, int(round(_log_uniform(rng, 12288, 32768) / 8)) * 8)
+    tokens = max(1, int(_log_uniform(rng, 1 << 24, MAX_ELEMENTS)) // row)
+    return dict(kind="softmax", tokens=tokens, hidden=row, dtype="float32", group="fp32_long")
 
 
 def cases(small: bool = False, seed: int = SEED) -> list[dict]:

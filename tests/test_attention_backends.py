@@ -592,29 +592,26 @@ PREREG22 = ROOT / "validation" / "measurements" / "logs" / "prereg_attention22_h
 FRESH22 = ROOT / "validation" / "measurements" / "h200_attention_fresh22.json"
 PREREG23 = ROOT / "validation" / "measurements" / "logs" / "prereg_attention23_h100.txt"
 FRESH23 = ROOT / "validation" / "measurements" / "h100_attention_fresh23.json"
+def _repeat_draw(seed: int, gpu: str) -> tuple[Path, Path]:
+    """(registration log, run file in repeat/) of the fresh attention draw ``seed`` on ``gpu``."""
+    meas = ROOT / "validation" / "measurements"
+    return meas / "logs" / f"prereg_attention{seed}_{gpu}.txt", meas / "repeat" / f"{gpu}_attention_fresh{seed}.json"
+
+
 # session 37: seeds 37 (H100, measured in session 37) and 38 (H200, session 38), registered in c904724 by the
-# code of 6d48275, runs in repeat/
-PREREG37 = ROOT / "validation" / "measurements" / "logs" / "prereg_attention37_h100.txt"
-FRESH37 = ROOT / "validation" / "measurements" / "repeat" / "h100_attention_fresh37.json"
-PREREG38 = ROOT / "validation" / "measurements" / "logs" / "prereg_attention38_h200.txt"
-FRESH38 = ROOT / "validation" / "measurements" / "repeat" / "h200_attention_fresh38.json"
-# session 38: seeds 39 (H200) and 40 (H100), registered in a3082aa by the code of fdbfcbd (with candidates m76bmm
-# and m76copy beside the committed model)
-PREREG39 = ROOT / "validation" / "measurements" / "logs" / "prereg_attention39_h200.txt"
-FRESH39 = ROOT / "validation" / "measurements" / "repeat" / "h200_attention_fresh39.json"
-PREREG40 = ROOT / "validation" / "measurements" / "logs" / "prereg_attention40_h100.txt"
-FRESH40 = ROOT / "validation" / "measurements" / "repeat" / "h100_attention_fresh40.json"
-# session 39: seeds 41 (H200) and 42 (H100), registered in dfaf03f by the code of 157d98b (with candidates m76copy and
-# m78copy beside the committed model; m78copy adopted after: tests/test_m76copy_candidate.py)
-PREREG41 = ROOT / "validation" / "measurements" / "logs" / "prereg_attention41_h200.txt"
-FRESH41 = ROOT / "validation" / "measurements" / "repeat" / "h200_attention_fresh41.json"
-PREREG42 = ROOT / "validation" / "measurements" / "logs" / "prereg_attention42_h100.txt"
-FRESH42 = ROOT / "validation" / "measurements" / "repeat" / "h100_attention_fresh42.json"
-# session 39 again: seeds 43 (H200) and 44 (H100), registered in 6b4737b at 44bdefb (the model of 1f1a57a: m78copy adopted)
-PREREG43 = ROOT / "validation" / "measurements" / "logs" / "prereg_attention43_h200.txt"
-FRESH43 = ROOT / "validation" / "measurements" / "repeat" / "h200_attention_fresh43.json"
-PREREG44 = ROOT / "validation" / "measurements" / "logs" / "prereg_attention44_h100.txt"
-FRESH44 = ROOT / "validation" / "measurements" / "repeat" / "h100_attention_fresh44.json"
+# code of 6d48275; session 38: seeds 39 (H200) and 40 (H100), registered in a3082aa by the code of fdbfcbd (with
+# candidates m76bmm and m76copy beside the committed model); session 39: seeds 41 (H200) and 42 (H100), registered
+# in dfaf03f by the code of 157d98b (candidates m76copy and m78copy beside it; m78copy adopted after:
+# tests/test_m76copy_candidate.py), and seeds 43 (H200) and 44 (H100), registered in 6b4737b at 44bdefb (the model
+# of 1f1a57a: m78copy adopted); runs in repeat/
+PREREG37, FRESH37 = _repeat_draw(37, "h100")
+PREREG38, FRESH38 = _repeat_draw(38, "h200")
+PREREG39, FRESH39 = _repeat_draw(39, "h200")
+PREREG40, FRESH40 = _repeat_draw(40, "h100")
+PREREG41, FRESH41 = _repeat_draw(41, "h200")
+PREREG42, FRESH42 = _repeat_draw(42, "h100")
+PREREG43, FRESH43 = _repeat_draw(43, "h200")
+PREREG44, FRESH44 = _repeat_draw(44, "h100")
 # pooled forward and forward+backward MAPE per backend, as registered (session 21's runs)
 AS_REGISTERED = {
     "20": {"cudnn": 0.0541, "efficient": 0.0436, "flash": 0.0798, "math": 0.0583, "unfused_torch": 0.0326},

@@ -604,14 +604,9 @@ def _repeat_draw(seed: int, gpu: str) -> tuple[Path, Path]:
 # in dfaf03f by the code of 157d98b (candidates m76copy and m78copy beside it; m78copy adopted after:
 # tests/test_m76copy_candidate.py), and seeds 43 (H200) and 44 (H100), registered in 6b4737b at 44bdefb (the model
 # of 1f1a57a: m78copy adopted); runs in repeat/
-PREREG37, FRESH37 = _repeat_draw(37, "h100")
-PREREG38, FRESH38 = _repeat_draw(38, "h200")
-PREREG39, FRESH39 = _repeat_draw(39, "h200")
-PREREG40, FRESH40 = _repeat_draw(40, "h100")
-PREREG41, FRESH41 = _repeat_draw(41, "h200")
-PREREG42, FRESH42 = _repeat_draw(42, "h100")
-PREREG43, FRESH43 = _repeat_draw(43, "h200")
-PREREG44, FRESH44 = _repeat_draw(44, "h100")
+REPEAT_DRAWS = {"37": ("h100", "6d48275"), "38": ("h200", "6d48275"), "39": ("h200", "fdbfcbd"),
+                "40": ("h100", "fdbfcbd"), "41": ("h200", "157d98b"), "42": ("h100", "157d98b"),
+                "43": ("h200", "44bdefb"), "44": ("h100", "44bdefb")}     # seed: (gpu, model commit in the log)
 # pooled forward and forward+backward MAPE per backend, as registered (session 21's runs)
 AS_REGISTERED = {
     "20": {"cudnn": 0.0541, "efficient": 0.0436, "flash": 0.0798, "math": 0.0583, "unfused_torch": 0.0326},
@@ -630,11 +625,8 @@ AS_REGISTERED = {
 }
 REGISTRATIONS = {"20": (PREREG20, FRESH20, "0492bc2"), "20_fa2": (PREREG20_FA2, FRESH20, "5a66076"),
                  "21": (PREREG21, FRESH21, "7370b04"), "22": (PREREG22, FRESH22, "9feff29"),
-                 "23": (PREREG23, FRESH23, "9feff29"), "37": (PREREG37, FRESH37, "6d48275"),
-                 "38": (PREREG38, FRESH38, "6d48275"), "39": (PREREG39, FRESH39, "fdbfcbd"),
-                 "40": (PREREG40, FRESH40, "fdbfcbd"), "41": (PREREG41, FRESH41, "157d98b"),
-                 "42": (PREREG42, FRESH42, "157d98b"), "43": (PREREG43, FRESH43, "44bdefb"),
-                 "44": (PREREG44, FRESH44, "44bdefb")}
+                 "23": (PREREG23, FRESH23, "9feff29"),
+                 **{seed: (*_repeat_draw(int(seed), gpu), commit) for seed, (gpu, commit) in REPEAT_DRAWS.items()}}
 
 
 @pytest.mark.parametrize("name", sorted(REGISTRATIONS))
@@ -685,8 +677,8 @@ def test_fresh_runs_were_never_fitted():
     """No fresh run is in a profile's fit list."""
     from simulator.calibration import profile_fitted_on
     fitted = {Path(f).name for p in ("h200-sxm", "h100-sxm") for f in profile_fitted_on(p)}
-    assert not {FRESH20.name, FRESH21.name, FRESH22.name, FRESH23.name, FRESH37.name, FRESH38.name, FRESH39.name,
-                FRESH40.name, FRESH41.name, FRESH42.name, FRESH43.name, FRESH44.name} & fitted
+    assert not {run.name for _, run, _ in REGISTRATIONS.values()} & fitted
+    assert {FRESH20.name, FRESH21.name, FRESH22.name, FRESH23.name} <= {run.name for _, run, _ in REGISTRATIONS.values()}
 
 
 def test_mqa_draw_is_the_same_draw_with_one_kv_head(tmp_path):

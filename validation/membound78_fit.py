@@ -190,9 +190,8 @@ def main(argv=None) -> int:
     pairs = m76.twin_pairs(a.gpu)
     print(f"  mask costs {costs}; ratio MAPE {100 * m76.ratio_mape(pairs, cand):.2f}%")
     for s in draw_files(a.gpu)[-4:]:
-        name = (s,)
-        before = mb.kind_errors(mb.fit_samples(a.gpu, MEASUREMENTS, name), base)
-        after = mb.kind_errors(mb.fit_samples(a.gpu, MEASUREMENTS, name), cand)
+        draw = mb.fit_samples(a.gpu, MEASUREMENTS, (s,))
+        before, after = mb.kind_errors(draw, base), mb.kind_errors(draw, cand)
         print(f"  {s}: softmax {100 * before['softmax'][1]:.1f} -> {100 * after['softmax'][1]:.1f}%")
     if a.out:
         write_profile(a.gpu, res, samples, reread, plain, costs, a.out)

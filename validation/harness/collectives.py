@@ -10,6 +10,18 @@ per-call time of 20 back-to-back calls in one event pair (median of 5, max over 
 the ranks' launch skew after the barrier over 20 calls, as nccl-tests do, and is the better
 small-message latency figure. `bytes` is each rank's input buffer (all_gather: the input shard;
 reduce_scatter: the full input), bf16.
+
+Since session 40 (`info.collectives_version` 2) each record also separates the GPU's time from the
+host's (informative fields; `time_s` keeps its meaning):
+- `time_batched_s` for every size (from 256 MiB: `BIG_BATCH_OPS` calls per event pair);
+- `time_graph_s` (up to 64 MiB): the per-call time of `BATCH_OPS` calls captured in one CUDA graph
+  and replayed (median of `BATCH_REPS` replays, max over ranks). A replay issues no host work per
+  call, so this is the GPU's time of the collective alone: NCCL's kernel and the wait for the peer;
+- `host_issue_s` (up to 64 MiB): host seconds per call to issue `BATCH_OPS` calls while the stream
+  is held by a sleep kernel (the GPU cannot finish anything meanwhile, so the host never waits):
+  the CPU cost of one torch.distributed call (ProcessGroupNCCL's bookkeeping and NCCL's enqueue),
+  median of `BATCH_REPS`, max over ranks.
+`graph_error` names why a case could not be captured (both ranks must capture for any to replay).
 """
 from __future__ import annotations
 
@@ -30,9 +42,11 @@ from common import fmt_rate, log  # noqa: E402
 OPS = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv", "all_to_all"]
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
-BATCH_MAX_BYTES = 64 * MiB
+BATCH_MAX_BYTES = 64 * MiB     # graph replay and host issue up to here; batched at every size
 BATCH_OPS = 20
 BATCH_REPS = 5
+BIG_BATCH_OPS = 4              # back-to-back calls per event pair from 256 MiB
+SLEEP_CYCLES = 40_000_000      # ~20 ms at 1.98 GHz: holds the stream while the host issues BATCH_OPS calls
 
 
 def sizes(small, max_bytes):
@@ -130,33 +144,95 @@ def bench(op, nbytes, rank, world, dev, dtype):
     tl = tt.tolist()
     out = dict(time_s=float(statistics.median(tl)), time_min_s=float(min(tl)),
                time_max_s=float(max(tl)), reps=len(tl))
-    if nbytes <= BATCH_MAX_BYTES:
-        # informative: BATCH_OPS back-to-back calls inside one event pair after one barrier, so the
-        # ranks' launch skew after the barrier is spread over many calls (as nccl-tests time it)
-        per = []
-        for _ in range(BATCH_REPS):
-            if cuda:
-                torch.cuda.synchronize()
-            dist.barrier()
-            if cuda:
-                s = torch.cuda.Event(enable_timing=True)
-                e = torch.cuda.Event(enable_timing=True)
-                s.record()
-                for _ in range(BATCH_OPS):
-                    fn()
-                e.record()
-                torch.cuda.synchronize()
-                per.append(s.elapsed_time(e) / 1e3 / BATCH_OPS)
-            else:
-                t = time.perf_counter()
-                for _ in range(BATCH_OPS):
-                    fn()
-                per.append((time.perf_counter() - t) / BATCH_OPS)
-        pt = torch.tensor(per, dtype=torch.float64, device=dev)
-        dist.all_reduce(pt, op=dist.ReduceOp.MAX)
-        out.update(time_batched_s=float(statistics.median(pt.tolist())), batch_ops=BATCH_OPS)
+    out.update(_batched(fn, nbytes, dev))
+    if cuda and nbytes <= BATCH_MAX_BYTES:
+        out.update(_host_issue(fn, dev))
+        out.update(_graph(fn, dev))
     del fn
     return out
+
+
+def _max_over_ranks(values, dev) -> float:
+    """Per rep the largest value over ranks (the slower rank gates), then the median over reps."""
+    t = torch.tensor(values, dtype=torch.float64, device=dev)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(statistics.median(t.tolist()))
+
+
+def _batched(fn, nbytes, dev) -> dict:
+    """Per-call seconds of back-to-back calls in one event pair after one barrier, so the ranks'
+    launch skew is spread over many calls (as nccl-tests time it)."""
+    cuda = dev.type == "cuda"
+    ops, reps = (BATCH_OPS, BATCH_REPS) if nbytes <= BATCH_MAX_BYTES else (BIG_BATCH_OPS, 3)
+    per = []
+    for _ in range(reps):
+        if cuda:
+            torch.cuda.synchronize()
+        dist.barrier()
+        if cuda:
+            s = torch.cuda.Event(enable_timing=True)
+            e = torch.cuda.Event(enable_timing=True)
+            s.record()
+            for _ in range(ops):
+                fn()
+            e.record()
+            torch.cuda.synchronize()
+            per.append(s.elapsed_time(e) / 1e3 / ops)
+        else:
+            t = time.perf_counter()
+            for _ in range(ops):
+                fn()
+            per.append((time.perf_counter() - t) / ops)
+    return dict(time_batched_s=_max_over_ranks(per, dev), batch_ops=ops)
+
+
+def _host_issue(fn, dev) -> dict:
+    """Host seconds per call to issue BATCH_OPS calls while a sleep kernel holds the stream."""
+    per = []
+    for _ in range(BATCH_REPS):
+        torch.cuda.synchronize()
+        dist.barrier()
+        torch.cuda._sleep(SLEEP_CYCLES)
+        t = time.perf_counter()
+        for _ in range(BATCH_OPS):
+            fn()
+        per.append((time.perf_counter() - t) / BATCH_OPS)
+        torch.cuda.synchronize()
+    return dict(host_issue_s=_max_over_ranks(per, dev))
+
+
+def _graph(fn, dev) -> dict:
+    """Per-call GPU seconds of BATCH_OPS calls captured in one CUDA graph and replayed; replayed
+    only when every rank captured (a one-sided replay would wait for its peer forever)."""
+    torch.cuda.synchronize()
+    dist.barrier()
+    graph, err = torch.cuda.CUDAGraph(), None
+    try:
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            for _ in range(BATCH_OPS):
+                fn()
+    except Exception as exc:  # noqa: BLE001
+        err = common.short_exc(exc)
+    ok = torch.tensor([0 if err else 1], device=dev)
+    dist.all_reduce(ok, op=dist.ReduceOp.MIN)
+    if not ok.item():
+        return dict(graph_error=err or "another rank failed to capture")
+    gpu_sync = torch.zeros(1, device=dev)
+    graph.replay()
+    per = []
+    for _ in range(BATCH_REPS):
+        torch.cuda.synchronize()
+        dist.barrier()
+        s = torch.cuda.Event(enable_timing=True)
+        e = torch.cuda.Event(enable_timing=True)
+        dist.all_reduce(gpu_sync)
+        s.record()
+        graph.replay()
+        e.record()
+        torch.cuda.synchronize()
+        per.append(s.elapsed_time(e) / 1e3 / BATCH_OPS)
+    del graph
+    return dict(time_graph_s=_max_over_ranks(per, dev))
 
 
 def main():
@@ -182,7 +258,8 @@ def main():
         dtype = torch.float32
     rank, world = dist.get_rank(), dist.get_world_size()
     info = common.device_info(world=world, nccl=common.nccl_version_str() if cuda else None,
-                              suite="collectives", timing="GPU-aligned: one-element all_reduce before the start event")
+                              suite="collectives", timing="GPU-aligned: one-element all_reduce before the start event",
+                              collectives_version=2)
     if rank == 0:
         log("info:", info)
     rec = common.Recorder(args.out, info, enabled=(rank == 0))
@@ -217,6 +294,12 @@ def main():
                 rec.add(r)
                 tb = st.get("time_batched_s")
                 tbs = f"  batched {tb * 1e6:8.1f} us" if tb else ""
+                if "time_graph_s" in st:
+                    tbs += f"  graph {st['time_graph_s'] * 1e6:8.1f} us"
+                if "host_issue_s" in st:
+                    tbs += f"  host {st['host_issue_s'] * 1e6:6.1f} us"
+                if "graph_error" in st:
+                    tbs += f"  graph error: {st['graph_error']}"
                 log(f"  {op:14s} {nb:>11d} B {st['time_s'] * 1e6:10.1f} us  algbw {fmt_rate(algbw, 'B/s')}"
                     f"  busbw {fmt_rate(algbw * bus_factor(op, world), 'B/s')}{tbs}")
     dist.barrier()

@@ -36,6 +36,10 @@ class LinkEfficiency:
     all-gather, reduce-scatter), seconds: a call of link time t over n ranks pays
     ramp_s/(n−1)·(1 − e^(−t/ramp_tau_s)) more, so its marginal bandwidth rises toward β with size
     (simulator.comm.ring_ramp; ramp_tau_s 0: no term).
+    ``nccl_bus_Bps``: where positive, the protocol is NCCL's own choice by size, kind and GPU count
+    (simulator.nccl.protocol, its tuner run with this ring-graph bus bandwidth: 360 GB/s on
+    H100/H200 NVLink, read from NCCL's log) instead of the one ``ll_max_bytes`` switch; LL128 is
+    costed as Simple. Not fitted.
     """
 
     alpha_s: float
@@ -46,6 +50,7 @@ class LinkEfficiency:
     chunk_bytes: float = 0.0
     ramp_s: float = 0.0
     ramp_tau_s: float = 0.0
+    nccl_bus_Bps: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -253,6 +258,12 @@ class Calibration:
       collective_alpha_fraction[kind]  its fixed cost relative to all_reduce's per step
       collective_shard_steps[kind]     δ: extra time δ·S/β on the rank's own shard S of a ring
                                  collective (crosses no link, same kernel); 0 = none
+      collective_host_s[kind]    host seconds to issue one torch.distributed call of the kind
+                                 (ProcessGroupNCCL's bookkeeping, NCCL's enqueue), measured with the
+                                 stream held (collectives.py v2 ``host_issue_s``). Added to the GPU
+                                 time only for a call timed alone (validate's collective records);
+                                 a step's host model counts collective calls among its ops. Empty:
+                                 the link's α carries the host's share (profiles fitted on ``time_s``)
     Communication (per tier kind: nvlink, pcie, xgmi, scale_out):
       links[kind]                LinkEfficiency
     Not a fitted parameter:
@@ -324,6 +335,7 @@ class Calibration:
     memory_op_fraction: dict = field(default_factory=dict)
     collective_fraction: dict = field(default_factory=dict)
     collective_alpha_fraction: dict = field(default_factory=dict)
+    collective_host_s: dict = field(default_factory=dict)
     collective_shard_steps: dict = field(default_factory=dict)
     links: dict = field(default_factory=lambda: {
         "nvlink": LinkEfficiency(alpha_s=8.0e-6, bandwidth_fraction=0.80, ll_alpha_s=5.0e-6, ll_bandwidth_fraction=0.3),
@@ -350,7 +362,8 @@ class Calibration:
         from tiny "twin" steps run on it."""
         if not factor > 0:
             raise ValueError(f"host speed factor must be positive, got {factor}")
-        return replace(self, **{k: getattr(self, k) * factor for k in HOST_PARAMETERS})
+        return replace(self, **{k: getattr(self, k) * factor for k in HOST_PARAMETERS},
+                       collective_host_s={k: v * factor for k, v in self.collective_host_s.items()})
 
     def without_gemm_residuals(self) -> "Calibration":
         """This profile with the GEMM residual correction off (itself where it is off already): the model
@@ -373,7 +386,7 @@ HOST_PARAMETERS = ("host_op_s", "fsdp_unit_host_s", "ddp_tensor_host_s", "optimi
 
 DICT_PARAMETERS = ("gemm_peak_fraction", "attention_kernel_fraction", "attention_kernel_overlap",
                    "attention_kernel_overhead", "attention_kernel_score_ops", "memory_op_fraction", "collective_fraction", "collective_alpha_fraction",
-                   "collective_shard_steps", "sustained_clock_fraction", "ssd_fraction", "ssd_host_s",
+                   "collective_shard_steps", "collective_host_s", "sustained_clock_fraction", "ssd_fraction", "ssd_host_s",
                    "step_power", "softmax_elements_per_cycle", "norm_forward", "softmax_warp_cycles", "memory_op_fixed_s",
                    "softmax_masked_cost_by_kernel", "softmax_reg_cycles",
                    "softmax_plain_reread")
@@ -400,7 +413,7 @@ def _profile_schema() -> type:
                                  bandwidth_fraction=(fraction, None), ll_alpha_s=(nonneg, None),
                                  ll_bandwidth_fraction=(Annotated[float, Field(ge=0, le=1)], None),
                                  ll_max_bytes=(nonneg, None), chunk_bytes=(nonneg, None),
-                                 ramp_s=(nonneg, None), ramp_tau_s=(nonneg, None))
+                                 ramp_s=(nonneg, None), ramp_tau_s=(nonneg, None), nccl_bus_Bps=(nonneg, None))
     spec = {name: (Optional[fraction if name in FRACTIONS else nonneg], None)
             for name, value in DEFAULT.to_dict().items() if isinstance(value, float)}
     spec.update(gemm_floor_fraction=(Optional[Annotated[float, Field(ge=0, le=1)]], None),
@@ -417,6 +430,7 @@ def _profile_schema() -> type:
                 collective_fraction=(Optional[dict[str, positive]], None),
                 collective_alpha_fraction=(Optional[dict[str, positive]], None),
                 collective_shard_steps=(Optional[dict[str, nonneg]], None),
+                collective_host_s=(Optional[dict[str, nonneg]], None),
                 sustained_clock_fraction=(Optional[dict[str, fraction]], None),
                 step_power=(Optional[dict[str, nonneg]], None),
                 ssd_fraction=(Optional[dict[str, fraction]], None),

@@ -36,6 +36,7 @@ import math
 from dataclasses import dataclass
 
 from hardware_specs.catalog import Hardware
+from simulator import nccl
 from simulator.calibration import DEFAULT, Calibration
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv")
@@ -58,6 +59,8 @@ class Level:
     chunk_bytes: float = 0.0  # pipeline chunk of a chained broadcast (0: no fill term)
     ramp_s: float = 0.0       # start-up cost of a ring's two-way traffic at 2 ranks, at most (ring_ramp)
     ramp_tau_s: float = 0.0   # its time constant, seconds of link time (0: no term)
+    nccl_bus_Bps: float = 0.0 # >0: NCCL's protocol choice with this ring bus bandwidth (low_latency)
+    ll_cap_Bps: float | None = None   # NCCL's LL bus-bandwidth cap of the GPU generation (llMaxBws)
 
 
 @dataclass(frozen=True)
@@ -119,7 +122,7 @@ def fabric_from_hardware(hw: Hardware, cal: Calibration = DEFAULT) -> Fabric:
     bw0 = intra.bandwidth_per_direction_Bps
     levels = [Level("intra_node", intra.kind, span0, bw0, eff.alpha_s, bw0 * eff.bandwidth_fraction,
                     eff.ll_alpha_s, bw0 * eff.ll_bandwidth_fraction, intra.latency_s, eff.ll_max_bytes, eff.chunk_bytes,
-                    eff.ramp_s, eff.ramp_tau_s)]
+                    eff.ramp_s, eff.ramp_tau_s, eff.nccl_bus_Bps, nccl.LL_MAX_BW_BPS.get(hw.accelerator.family))]
     for tier in hw.cluster.tiers:
         share = tier.nics_per_node * tier.nic_bandwidth_per_direction_Bps / node.gpus_per_node
         share /= tier.oversubscription
@@ -141,7 +144,7 @@ def flat_time(level: Level, kind: str, nbytes: float, n: int, fraction: float = 
     bandwidth and fixed-cost factors and its own-shard term."""
     if n <= 1 or nbytes <= 0:
         return 0.0
-    ll = level.ll_beta_Bps > 0 and nbytes <= level.ll_max_bytes
+    ll = low_latency(level, kind, nbytes, n)
     a, b = (level.ll_alpha_s, level.ll_beta_Bps) if ll else (level.alpha_s, level.beta_Bps)
     t = _alpha_beta(kind, nbytes, n, a * alpha_fraction, b * fraction, level.hop_s)
     own = shard_bytes(kind, nbytes, n) if self_copy_in_series(kind) else 0.0
@@ -150,11 +153,28 @@ def flat_time(level: Level, kind: str, nbytes: float, n: int, fraction: float = 
         _chain_fill(kind, nbytes, n, level.chunk_bytes, b * fraction)
 
 
+def low_latency(level: Level, kind: str, nbytes: float, n: int) -> bool:
+    """Whether a call runs NCCL's low-latency protocol on ``level``: NCCL's own choice by size, kind
+    and ranks (simulator.nccl.protocol; LL128 counts as the bandwidth protocol) where the level has
+    NCCL's ring bus bandwidth, else up to ``ll_max_bytes``; never where LL is not modelled."""
+    if level.ll_beta_Bps <= 0:
+        return False
+    if level.nccl_bus_Bps > 0:
+        link = {"pcie": "pci", "scale_out": "net"}.get(level.kind, "nvlink")
+        return nccl.protocol(kind, nbytes, n, level.nccl_bus_Bps, link, level.ll_cap_Bps, True) == "LL"
+    return nbytes <= level.ll_max_bytes
+
+
+RAMP_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+
+
 def ring_ramp(kind: str, n: int, link_s: float, ramp_s: float, tau_s: float) -> float:
-    """Start-up of a ring collective's two-way traffic, seconds: ``ramp_s``/(n−1)·(1 − e^(−t/τ))
+    """Start-up of a collective's two-way traffic, seconds: ``ramp_s``/(n−1)·(1 − e^(−t/τ))
     for a call of link time t = ``link_s`` over ``n`` ranks (all-reduce, all-gather,
-    reduce-scatter with NCCL's Simple protocol; 0 for broadcast, send/recv and all-to-all, and
-    when no τ is calibrated). Small calls run at β/(1 + ramp_s/((n−1)τ)); the excess stops growing
+    reduce-scatter and, since session 40, all-to-all, where each rank also sends and receives at
+    once, with NCCL's Simple protocol; 0 for one-way broadcast and send/recv, and when no τ is
+    calibrated; no committed profile before session 40 carries a τ, so the all-to-all term moved
+    only the logged ring start-up candidate of session 31). Small calls run at β/(1 + ramp_s/((n−1)τ)); the excess stops growing
     past a few τ, so large calls approach β.
 
     Source: the data, not NCCL's code (docs/cost_model.md §3). In every 2-GPU H200 run the marginal
@@ -165,7 +185,7 @@ def ring_ramp(kind: str, n: int, link_s: float, ramp_s: float, tau_s: float) -> 
     ``calcCollChunking`` shrinks chunks only for tree, NVLS, CollNet and PAT). The rise is smaller
     on 4 GPUs; 1/(n−1), the share of a rank's traffic that is its own shard, is the assumed scaling
     (two GPU counts measured)."""
-    if tau_s <= 0 or ramp_s <= 0 or n <= 1 or kind not in ("all_reduce", "all_gather", "reduce_scatter"):
+    if tau_s <= 0 or ramp_s <= 0 or n <= 1 or kind not in RAMP_KINDS:
         return 0.0
     return ramp_s / (n - 1) * -math.expm1(-link_s / tau_s)
 

@@ -58,8 +58,10 @@ class Prediction:
     clock_fraction: float | None = None     # training steps: SM clock / f_max under the power limit
 
 
-def predict_record(rec: dict, hw: Hardware, cal: Calibration) -> Prediction:
-    """The predicted time (and, for training steps, peak memory and fit) of one record."""
+def predict_record(rec: dict, hw: Hardware, cal: Calibration, gpu_only: bool = False) -> Prediction:
+    """The predicted time (and, for training steps, peak memory and fit) of one record. A collective
+    is a call timed alone: the GPU's time (simulator.comm) plus the host's seconds to issue it
+    (``Calibration.collective_host_s``); ``gpu_only``: the GPU's time alone."""
     kind = rec["kind"]
     if rec.get("condition") not in MODELLED_CONDITIONS:
         raise Unsupported(f"measured under step conditions ({rec['condition']!r}: after GEMMs or inside a chain "
@@ -73,7 +75,8 @@ def predict_record(rec: dict, hw: Hardware, cal: Calibration) -> Prediction:
             return Prediction(grouped_gemm_record_time(rec, hw, cal))
         if kind in COLLECTIVES:
             fabric = fabric_from_hardware(hw, cal)
-            return Prediction(collective_time(fabric, kind, float(rec["bytes"]), int(rec["world"])))
+            host = 0.0 if gpu_only else cal.collective_host_s.get(kind, 0.0)
+            return Prediction(collective_time(fabric, kind, float(rec["bytes"]), int(rec["world"])) + host)
         if kind == "train_step":
             return train_step_prediction(rec, hw, cal)
         if kind == "plan_step":

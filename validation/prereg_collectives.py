@@ -57,10 +57,13 @@ def model_commit() -> str:
     return (head or "unknown") + ("+dirty" if dirty else "")
 
 
-def prediction_lines(like: str, world: int | None = None, candidate: str | None = None) -> list[str]:
+def prediction_lines(like: str, world: int | None = None, candidate: str | None = None,
+                     gpu_time: bool = False) -> list[str]:
     """The prereg file: a header (hardware, profile, commit) and one line per case:
     ``kind bytes world predicted_time_s``, plus ``candidate_time_s`` under the profile file
-    ``candidate`` where one is given (a model not adopted yet, scored on the same run)."""
+    ``candidate`` where one is given (a model not adopted yet, scored on the same run), and with
+    ``gpu_time`` ``candidate_gpu_time_s``, its GPU's time alone (harness v2's ``time_graph_s`` to
+    64 MiB, ``time_batched_s`` above)."""
     mf = load_measurements(like)
     n = int(world or mf.info.get("world") or 2)
     hw = hardware_for(mf)
@@ -71,24 +74,75 @@ def prediction_lines(like: str, world: int | None = None, candidate: str | None 
            f"# cases: validation/harness/collectives.py defaults (OPS x sizes up to 4 GiB), bytes as MEASUREMENTS.md "
            f"defines them; hardware from {like}",
            f"# candidate_time_s: the same cases under profile {candidate}" if candidate else "#",
-           "# kind bytes world predicted_time_s" + (" candidate_time_s" if candidate else "")]
+           "# kind bytes world predicted_time_s" + (" candidate_time_s" if candidate else "")
+           + (" candidate_gpu_time_s" if candidate and gpu_time else "")]
     alt = load_calibration(candidate) if candidate else None
     for kind, nbytes in harness_cases():
         rec = {"kind": kind, "bytes": nbytes, "world": n, "dtype": "bfloat16"}
         line = f"{kind} {nbytes} {n} {predict_record(rec, hw, cal).time_s:.6e}"
-        out.append(line + (f" {predict_record(rec, hw, alt).time_s:.6e}" if alt else ""))
+        line += f" {predict_record(rec, hw, alt).time_s:.6e}" if alt else ""
+        out.append(line + (f" {predict_record(rec, hw, alt, gpu_only=True).time_s:.6e}" if alt and gpu_time else ""))
     return out
+
+
+def gpu_time_s(rec: dict, min_batched_bytes: int = 0) -> float | None:
+    """The GPU's seconds for one call of a collective record (harness v2): its CUDA-graph replay
+    time where measured, else its back-to-back time if the record is at least
+    ``min_batched_bytes`` (where the host runs ahead of the GPU); None when it has neither."""
+    if rec.get("time_graph_s"):
+        return float(rec["time_graph_s"])
+    if rec.get("time_batched_s") and int(rec["bytes"]) >= min_batched_bytes:
+        return float(rec["time_batched_s"])
+    return None
+
+
+def registered(path: str | Path) -> dict[tuple[str, int], list[float]]:
+    """{(kind, bytes): [registered predictions, in the file's column order]} of a prereg file."""
+    rows = [line.split() for line in Path(path).read_text().splitlines() if line.strip() and not line.startswith("#")]
+    return {(r[0], int(r[1])): [float(x) for x in r[3:]] for r in rows}
+
+
+def score(prereg: str | Path, run: str | Path, min_bytes: int = 0, max_bytes: int = 1 << 62) -> dict[str, list[float]]:
+    """{kind: [MAPE per prediction column]} of a run against its registration, over the cases
+    from ``min_bytes`` to ``max_bytes``: the time columns against ``time_s``, a GPU-time column
+    (the last, where the file has one) against :func:`gpu_time_s`."""
+    reg = registered(prereg)
+    gpu_col = "candidate_gpu_time_s" in Path(prereg).read_text().split("\n# kind", 1)[-1].split("\n", 1)[0]
+    errs: dict[str, list[list[float]]] = {}
+    for r in load_measurements(run).records:
+        key = (r.get("kind"), int(r.get("bytes", 0)))
+        if key not in reg or not r.get("time_s") or not min_bytes <= key[1] <= max_bytes:
+            continue
+        preds = reg[key]
+        measured = [float(r["time_s"])] * len(preds)
+        if gpu_col:
+            measured[-1] = gpu_time_s(r)
+        e = errs.setdefault(key[0], [[] for _ in preds])
+        for i, (p, m) in enumerate(zip(preds, measured)):
+            if m:
+                e[i].append(abs(p / m - 1.0))
+    return {k: [sum(v) / len(v) if v else float("nan") for v in cols] for k, cols in errs.items()}
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--like", required=True, help="a collectives file of the machine type (its info.gpu, world)")
+    p.add_argument("--like", required=False, help="a collectives file of the machine type (its info.gpu, world)")
     p.add_argument("--world", type=int, default=None, help="GPUs (default: the --like file's info.world)")
     p.add_argument("--candidate", default=None, help="a second profile file whose predictions go in a second column")
+    p.add_argument("--gpu-time", action="store_true", help="also the candidate's GPU time alone (harness v2)")
     p.add_argument("-o", "--output", default=None, help="file to write (default: stdout)")
+    p.add_argument("--score", nargs=2, metavar=("PREREG", "RUN"), default=None,
+                   help="instead: each kind's MAPE of a run against its registration, per column")
     args = p.parse_args(argv)
+    if args.score:
+        for label, lo in (("all sizes", 0), (">= 1 MiB", 1 << 20)):
+            for kind, cols in score(*args.score, min_bytes=lo).items():
+                print(f"{label:9s} {kind:15s} " + "  ".join(f"{100 * c:6.2f}%" for c in cols))
+        return 0
+    if not args.like:
+        p.error("--like is required to write predictions")
     try:
-        lines = prediction_lines(args.like, args.world, args.candidate)
+        lines = prediction_lines(args.like, args.world, args.candidate, args.gpu_time)
     except MeshcastError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

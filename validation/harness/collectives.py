@@ -116,29 +116,10 @@ def bench(op, nbytes, rank, world, dev, dtype):
         fn()
     if cuda:
         torch.cuda.synchronize()
-    times = []
     # a one-element all-reduce right before the start event lines the ranks up on the GPU, so
     # the timed call does not include the ranks' launch skew after the host barrier
     gpu_sync = torch.zeros(1, device=dev)
-    for _ in range(reps):
-        if cuda:
-            torch.cuda.synchronize()
-        dist.barrier()
-        if cuda:
-            s = torch.cuda.Event(enable_timing=True)
-            e = torch.cuda.Event(enable_timing=True)
-            dist.all_reduce(gpu_sync)
-            s.record()
-            fn()
-            e.record()
-            times.append((s, e))
-        else:
-            t = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t)
-    if cuda:
-        torch.cuda.synchronize()
-        times = [s.elapsed_time(e) / 1e3 for s, e in times]
+    times = [_time_region(fn, dev, gpu_sync) for _ in range(reps)]
     tt = torch.tensor(times, dtype=torch.float64, device=dev)
     dist.all_reduce(tt, op=dist.ReduceOp.MAX)
     tl = tt.tolist()
@@ -152,6 +133,29 @@ def bench(op, nbytes, rank, world, dev, dtype):
     return out
 
 
+def _time_region(body, dev, gpu_sync=None) -> float:
+    """Seconds ``body`` takes after a host barrier: between CUDA events on the GPU (first lining
+    the ranks up with a one-element all-reduce of ``gpu_sync`` where given), by the host's clock
+    without CUDA."""
+    cuda = dev.type == "cuda"
+    if cuda:
+        torch.cuda.synchronize()
+    dist.barrier()
+    if not cuda:
+        t = time.perf_counter()
+        body()
+        return time.perf_counter() - t
+    s = torch.cuda.Event(enable_timing=True)
+    e = torch.cuda.Event(enable_timing=True)
+    if gpu_sync is not None:
+        dist.all_reduce(gpu_sync)
+    s.record()
+    body()
+    e.record()
+    torch.cuda.synchronize()
+    return s.elapsed_time(e) / 1e3
+
+
 def _max_over_ranks(values, dev) -> float:
     """Per rep the largest value over ranks (the slower rank gates), then the median over reps."""
     t = torch.tensor(values, dtype=torch.float64, device=dev)
@@ -162,27 +166,12 @@ def _max_over_ranks(values, dev) -> float:
 def _batched(fn, nbytes, dev) -> dict:
     """Per-call seconds of back-to-back calls in one event pair after one barrier, so the ranks'
     launch skew is spread over many calls (as nccl-tests time it)."""
-    cuda = dev.type == "cuda"
     ops, reps = (BATCH_OPS, BATCH_REPS) if nbytes <= BATCH_MAX_BYTES else (BIG_BATCH_OPS, 3)
-    per = []
-    for _ in range(reps):
-        if cuda:
-            torch.cuda.synchronize()
-        dist.barrier()
-        if cuda:
-            s = torch.cuda.Event(enable_timing=True)
-            e = torch.cuda.Event(enable_timing=True)
-            s.record()
-            for _ in range(ops):
-                fn()
-            e.record()
-            torch.cuda.synchronize()
-            per.append(s.elapsed_time(e) / 1e3 / ops)
-        else:
-            t = time.perf_counter()
-            for _ in range(ops):
-                fn()
-            per.append((time.perf_counter() - t) / ops)
+
+    def calls():
+        for _ in range(ops):
+            fn()
+    per = [_time_region(calls, dev) / ops for _ in range(reps)]
     return dict(time_batched_s=_max_over_ranks(per, dev), batch_ops=ops)
 
 
@@ -219,18 +208,7 @@ def _graph(fn, dev) -> dict:
         return dict(graph_error=err or "another rank failed to capture")
     gpu_sync = torch.zeros(1, device=dev)
     graph.replay()
-    per = []
-    for _ in range(BATCH_REPS):
-        torch.cuda.synchronize()
-        dist.barrier()
-        s = torch.cuda.Event(enable_timing=True)
-        e = torch.cuda.Event(enable_timing=True)
-        dist.all_reduce(gpu_sync)
-        s.record()
-        graph.replay()
-        e.record()
-        torch.cuda.synchronize()
-        per.append(s.elapsed_time(e) / 1e3 / BATCH_OPS)
+    per = [_time_region(graph.replay, dev, gpu_sync) / BATCH_OPS for _ in range(BATCH_REPS)]
     del graph
     return dict(time_graph_s=_max_over_ranks(per, dev))
 

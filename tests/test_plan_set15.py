@@ -20,6 +20,7 @@ from simulator.calibration import calibration_for
 from validation.accuracy import plan_families_of, plan_groups, summarize
 from validation.hardware import hardware_for
 from validation.host_speed import evaluate_per_plan_twins, plan_host_speeds, twin_key, twin_ratio_by_index
+from validation.prereg_collectives import registered
 from validation.records import load_measurements
 
 MEAS = Path(__file__).resolve().parent.parent / "validation" / "measurements"
@@ -144,9 +145,7 @@ def test_moe3_misses_the_plan_family_target():
 
 
 def _registered_collectives():
-    lines = PREREG_COLL19.read_text().splitlines()
-    rows = [line.split() for line in lines if line.strip() and not line.startswith("#")]
-    return {(k, int(b)): (float(p), float(c)) for k, b, _, p, c in rows}
+    return registered(PREREG_COLL19)
 
 
 def _coll19_mape(min_bytes: int = 0, max_bytes: int = 1 << 62) -> dict[str, tuple[float, float]]:

@@ -89,7 +89,7 @@ def kind_mape(path: Path, cal, min_batched_bytes: int, min_bytes: int = 0) -> di
     errs: dict[str, list[float]] = {}
     for r in mf.records:
         if int(r["bytes"]) >= min_bytes:
-            p = predict_record({**r, "time_graph_s": None}, hw, cal, gpu_only=True).time_s
+            p = predict_record(r, hw, cal, gpu_only=True).time_s
             errs.setdefault(r["kind"], []).append(abs(p / r["time_s"] - 1.0))
     return {k: (100 * statistics.mean(v), len(v)) for k, v in errs.items()}
 

@@ -102,12 +102,18 @@ def registered(path: str | Path) -> dict[tuple[str, int], list[float]]:
     return {(r[0], int(r[1])): [float(x) for x in r[3:]] for r in rows}
 
 
+def columns(path: str | Path) -> list[str]:
+    """The column names of a prereg file (its ``# kind bytes world ...`` header line)."""
+    head = next((line for line in Path(path).read_text().splitlines() if line.startswith("# kind ")), "")
+    return head[2:].split()
+
+
 def score(prereg: str | Path, run: str | Path, min_bytes: int = 0, max_bytes: int = 1 << 62) -> dict[str, list[float]]:
     """{kind: [MAPE per prediction column]} of a run against its registration, over the cases
     from ``min_bytes`` to ``max_bytes``: the time columns against ``time_s``, a GPU-time column
     (the last, where the file has one) against :func:`gpu_time_s`."""
     reg = registered(prereg)
-    gpu_col = "candidate_gpu_time_s" in Path(prereg).read_text().split("\n# kind", 1)[-1].split("\n", 1)[0]
+    gpu_col = "candidate_gpu_time_s" in columns(prereg)
     errs: dict[str, list[list[float]]] = {}
     for r in load_measurements(run).records:
         key = (r.get("kind"), int(r.get("bytes", 0)))
@@ -135,8 +141,14 @@ def main(argv=None) -> int:
                    help="instead: each kind's MAPE of a run against its registration, per column")
     args = p.parse_args(argv)
     if args.score:
-        for label, lo in (("all sizes", 0), (">= 1 MiB", 1 << 20)):
-            for kind, cols in score(*args.score, min_bytes=lo).items():
+        try:
+            tables = [(label, score(*args.score, min_bytes=lo)) for label, lo in (("all sizes", 0), (">= 1 MiB", 1 << 20))]
+        except (MeshcastError, OSError, ValueError) as exc:
+            print(f"error: --score {' '.join(args.score)}: {exc}", file=sys.stderr)
+            return 2
+        print("columns: " + " ".join(columns(args.score[0])[3:]))
+        for label, table in tables:
+            for kind, cols in table.items():
                 print(f"{label:9s} {kind:15s} " + "  ".join(f"{100 * c:6.2f}%" for c in cols))
         return 0
     if not args.like:

@@ -644,6 +644,24 @@ def fa2_fwd_block_work(seq_q: int, seq_kv: int, bm: int, bn: int, causal: bool) 
     return tuple(max(0, min(n_kv, math.ceil((offset + min((i + 1) * bm, seq_q)) / bn))) for i in range(n_q))
 
 
+def fa2_uneven_mask_work(work: tuple, seq_q: int, seq_kv: int, bm: int, bn: int, causal: bool,
+                         extra_tiles: float) -> tuple:
+    """``work`` (tiles per forward block, :func:`fa2_fwd_block_work`) with the extra masking step of
+    FlashAttention-2's causal forward at lengths no multiple of its tile. flash_fwd_kernel.h runs the
+    first ceil(kBlockM / kBlockN) key blocks of each query block through its masking loop, and one
+    more where Is_even_MN is false (seq_q % kBlockM or seq_kv % kBlockN), so a query block with more
+    tiles than that pays one more masked step. Measured on one H100 (the session-41 mask probe,
+    validation/measurements/repeat/h100_attention_maskprobe.json): at 520-576 keys the kernel takes
+    1.55x (head_dim 64) and 1.34x (128) the time it takes at 640 with the same tiles, fading at long
+    lengths; neither cuDNN nor the memory-efficient kernel shows it. ``extra_tiles`` (profile
+    ``attention_uneven_mask_tiles``) is that step's cost beyond a plain tile's, in tiles."""
+    even = seq_q % bm == 0 and seq_kv % bn == 0
+    if not causal or even or extra_tiles <= 0:
+        return work
+    steps = -(-bm // bn)                           # masked steps of the even kernel
+    return tuple(w + extra_tiles if w > steps else w for w in work)
+
+
 @lru_cache(maxsize=16384)
 def list_schedule(work: tuple, repeats: int, overhead: float, sms: int, per_sm: int) -> float:
     """Makespan, in SM-time units (a block of w units alone on an SM takes w + overhead), of
@@ -708,7 +726,8 @@ def _flash_fwd_pass(dev: DeviceModel, batch: int, heads: int, kv_heads: int, seq
     :func:`flash_attention_bytes`; the kernel takes the larger of the two."""
     cal = dev.cal
     bm, bn = fa2_fwd_tile(head_dim)
-    work = fa2_fwd_block_work(seq_q, seq_kv, bm, bn, causal)
+    work = fa2_uneven_mask_work(fa2_fwd_block_work(seq_q, seq_kv, bm, bn, causal), seq_q, seq_kv, bm, bn, causal,
+                                cal.attention_uneven_mask_tiles)
     sms = dev.accelerator.sm_count
     slots = sms * FA2_FWD_CTAS_PER_SM
     peak = dev.accelerator.peak_flops("bf16") * dev.clock_rate("bf16")

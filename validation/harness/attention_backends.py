@@ -112,6 +112,26 @@ def fresh_cases(seed: int, n: int = 28, mqa: bool = False):
     return out
 
 
+# sequence lengths of the mask probe: multiples of 128 and lengths just past them (issue #12 session 41: the
+# FlashAttention-2 forward, causal, at lengths no multiple of its key block, runs far slower than its tiles say)
+MASK_PROBE_SEQS = (512, 520, 576, 640, 1024, 1032, 1088, 1152, 2048, 2056, 2112, 4096, 4104, 8192, 8200)
+
+
+def mask_probe_cases(backends=("flash",)):
+    """The mask probe (``set: mask_probe``): forward only, causal and not, head_dim 64 and 128, at
+    MASK_PROBE_SEQS with b*h sized as the sweep (``shape``) at the multiple of 128 at or below each
+    length, so lengths that differ by a few rows run the same grid of heads; one case per (backend, shape)."""
+    out = []
+    for d in HEAD_DIMS:
+        for s in MASK_PROBE_SEQS:
+            b, h, kv = shape(s - s % 128, d)          # the same heads as the multiple below it
+            for causal in (True, False):
+                for be in backends:
+                    out.append(dict(batch=b, heads=h, kv_heads=kv, seq=s, head_dim=d, causal=causal,
+                                    set="mask_probe", backend=be, direction="fwd", layout="bshd"))
+    return out
+
+
 def cases(small: bool = False):
     """Every (shape, backend, direction) as a dict; run order: the sweep on the fused backends,
     then the random set on the four SDPA backends, then flash and cuDNN on the head_dim-128 MHA
@@ -367,6 +387,9 @@ def main():
                     help="shapes in the --fresh-seed draw (default 28)")
     ap.add_argument("--mqa", action="store_true",
                     help="with --fresh-seed: every shape with one KV head (multi-query attention)")
+    ap.add_argument("--mask-probe", action="store_true",
+                    help="only the mask probe (mask_probe_cases): forward, causal and not, at sequence lengths "
+                         "just past multiples of 128, on the chosen backends")
     ap.add_argument("--profile", action="store_true",
                     help="also profile each timed case (torch.profiler, 3 more calls): every kernel's device "
                          "seconds per call (diagnosis of a composite such as unfused_torch, kernel by kernel)")
@@ -379,7 +402,12 @@ def main():
         raise SystemExit(f"--fresh-n must be at least 1, got {args.fresh_n}")
     if args.mqa and args.fresh_seed is None:
         raise SystemExit("--mqa needs --fresh-seed")
-    every = fresh_cases(args.fresh_seed, args.fresh_n, args.mqa) if args.fresh_seed is not None else cases(args.small)
+    if args.mask_probe:
+        every = mask_probe_cases(tuple(b for b in chosen if b in SDPA_BACKENDS))
+    elif args.fresh_seed is not None:
+        every = fresh_cases(args.fresh_seed, args.fresh_n, args.mqa)
+    else:
+        every = cases(args.small)
     cs = [c for c in every if c["backend"] in chosen]
     if args.dry_run:
         for c in cs:

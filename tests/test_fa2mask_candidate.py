@@ -99,3 +99,15 @@ def test_fresh_draws_every_backend_pooled_within_8_percent(gpu, seed):
     pooled = {be: v["mape"] for (be, kind), v in table.items() if kind == "pooled"}
     assert set(pooled) == {"cudnn", "efficient", "flash", "math", "unfused_torch"}
     assert max(pooled.values()) <= 0.065
+
+
+def test_mask_probe_cases_run_the_same_heads_just_past_a_multiple():
+    """The harness's --mask-probe list: forward only, flash unless told, and a length past a multiple of 128 runs
+    the heads of that multiple (so the per-head times above compare like with like)."""
+    from validation.prereg_attention import _harness
+    cases = _harness().mask_probe_cases()
+    assert {c["direction"] for c in cases} == {"fwd"} and {c["backend"] for c in cases} == {"flash"}
+    heads = {(c["head_dim"], c["seq"]): c["batch"] * c["heads"] for c in cases}
+    assert heads[(64, 576)] == heads[(64, 520)] == heads[(64, 512)]
+    assert heads[(128, 1088)] == heads[(128, 1024)]
+    assert {c["causal"] for c in cases} == {True, False}

@@ -152,11 +152,11 @@ class Calibration:
       attention_bwd_fraction     FlashAttention backward: fraction of bf16 peak
       attention_softmax_fraction achieved fraction of the special-function units' exp rate
       attention_tile_overhead    fixed work per FlashAttention thread block, in score tiles
+                                 (the four attention_* above: PyTorch SDPA's FlashAttention-2, ``flash``)
       attention_uneven_mask_tiles  FlashAttention-2 forward, causal, at a length no multiple of
                                  its tile (Is_even_MN false): the extra masking step each query
                                  block runs (flash_fwd_kernel.h n_masking_steps + 1), in score
                                  tiles beyond a plain tile's; 0 = not costed (issue #12 session 41)
-                                 (the four attention_* above: PyTorch SDPA's FlashAttention-2, ``flash``)
       attention_kernel_fraction[backend_direction]  the other fused attention kernels
                                  (``cudnn_fwd``, ``cudnn_bwd``, ``efficient_fwd``, ``efficient_bwd``;
                                  a kernel compiled per head_dim per variant: ``triton_fa_d64_fwd`` ...):

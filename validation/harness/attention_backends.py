@@ -402,6 +402,8 @@ def main():
         raise SystemExit(f"--fresh-n must be at least 1, got {args.fresh_n}")
     if args.mqa and args.fresh_seed is None:
         raise SystemExit("--mqa needs --fresh-seed")
+    if args.mask_probe and (args.fresh_seed is not None or args.small):
+        raise SystemExit("--mask-probe runs its own case list: leave out --fresh-seed and --small")
     if args.mask_probe:
         every = mask_probe_cases(tuple(b for b in chosen if b in SDPA_BACKENDS))
     elif args.fresh_seed is not None:
@@ -412,7 +414,7 @@ def main():
     if args.dry_run:
         for c in cs:
             print(f"{label(c)}  est {estimate_case_s(c):6.3f} s")
-        n_sets = {s: sum(1 for c in cs if c["set"] == s) for s in ("sweep", "random")}
+        n_sets = {s: sum(1 for c in cs if c["set"] == s) for s in dict.fromkeys(c["set"] for c in cs)}
         print(f"{len(cs)} cases {n_sets}; estimated {estimate_total_s(cs):.0f} s on one H200 (limit {BUDGET_S:.0f} s)")
         return
     if not args.out:

@@ -157,6 +157,13 @@ class Calibration:
                                  its tile (Is_even_MN false): the extra masking step each query
                                  block runs (flash_fwd_kernel.h n_masking_steps + 1), in score
                                  tiles beyond a plain tile's; 0 = not costed (issue #12 session 41)
+      ffma_gemm[fraction|overhead_k|small_tile_exponent]  fp32 GEMMs on the CUDA cores (no TF32:
+                                 PyTorch's default ``allow_tf32`` False; cuBLAS's sm80_xmma ..._ffma
+                                 kernels), as PyTorch's SDPA math backend runs its batched GEMMs:
+                                 fraction of the datasheet fp32 peak, per-tile prologue/epilogue in
+                                 K elements, small-tile exponent (simulator.compute.ffma_gemm_time);
+                                 empty: costed as a ``fp32`` GEMM of the tensor-core model (issue #12
+                                 session 42: fitted on the profiled math sweep's GEMM kernels)
       attention_kernel_fraction[backend_direction]  the other fused attention kernels
                                  (``cudnn_fwd``, ``cudnn_bwd``, ``efficient_fwd``, ``efficient_bwd``;
                                  a kernel compiled per head_dim per variant: ``triton_fa_d64_fwd`` ...):
@@ -312,6 +319,7 @@ class Calibration:
     attention_softmax_fraction: float = 0.50
     attention_tile_overhead: float = 1.0
     attention_uneven_mask_tiles: float = 0.0
+    ffma_gemm: dict = field(default_factory=dict)
     ssd_fraction: dict = field(default_factory=dict)
     ssd_hbm_fraction: float = 1.0
     ssd_kernel_fixed_s: float = 0.0
@@ -439,6 +447,7 @@ def _profile_schema() -> type:
                 sustained_clock_fraction=(Optional[dict[str, fraction]], None),
                 step_power=(Optional[dict[str, nonneg]], None),
                 ssd_fraction=(Optional[dict[str, fraction]], None),
+                ffma_gemm=(Optional[dict[Literal["fraction", "overhead_k", "small_tile_exponent"], nonneg]], None),
                 ssd_host_s=(Optional[dict[str, nonneg]], None),
                 softmax_elements_per_cycle=(Optional[dict[Literal["reg", "reg_wide", "smem", "scalar", "reg_fp32", "reg_wide_fp32",
                                                                    "smem_fp32"], positive]], None),

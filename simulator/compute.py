@@ -398,6 +398,35 @@ def gemm_tile_s(dev: DeviceModel, tm: int, tn: int, k: int, dtype: str, vector: 
     return main + 2.0 * tm * tn * cal.gemm_tile_overhead_k / per_sm
 
 
+# cuBLAS's fp32 CUDA-core GEMM kernels (sm80_xmma_gemm_f32f32_..._ffma) as traced on an H100 under PyTorch's
+# SDPA math backend (validation/measurements/repeat/h100_attention_math_profile.json): output tiles and K-tile
+FFMA_TILES = ((128, 128), (256, 64), (128, 64), (64, 128), (64, 64))
+FFMA_TILE_K = 8
+
+
+def ffma_gemm_time(dev: DeviceModel, m: int, n: int, k: int, batch: int = 1) -> float:
+    """Seconds of an fp32 (batched) GEMM on the CUDA cores, without TF32 (PyTorch's default
+    ``torch.backends.cuda.matmul.allow_tf32 = False``): the tile model of :func:`gemm_tile_s` with the
+    FFMA kernels' own tiles (FFMA_TILES), K-tile (8) and constants ``ffma_gemm`` -- waves of
+    ⌈tiles / SMs⌉ tiles, each 2·tm·tn·(k_pad + ``overhead_k``) FLOPs at the SM's share of the datasheet
+    fp32 peak x ``fraction`` x (tm·tn / 128²) ** ``small_tile_exponent`` -- plus ``gemm_launch_s``; the
+    best tile. A profile without ``ffma_gemm`` costs it as a ``fp32`` GEMM of the tensor-core model."""
+    p = dev.cal.ffma_gemm
+    if not p:
+        return gemm_time(dev, m, n, k, "fp32", batch)
+    if min(m, n, k, batch) <= 0:
+        return 0.0
+    sms = dev.accelerator.sm_count
+    per_sm = dev.accelerator.peak_flops("fp32") * p["fraction"] * dev.clock_rate("fp32") / sms
+    k_pad = math.ceil(k / FFMA_TILE_K) * FFMA_TILE_K + p.get("overhead_k", 0.0)
+    best = math.inf
+    for tm, tn in FFMA_TILES:
+        rate = per_sm * (tm * tn / (FFMA_TILES[0][0] * FFMA_TILES[0][1])) ** p.get("small_tile_exponent", 0.0)
+        waves = math.ceil(math.ceil(m / tm) * math.ceil(n / tn) * batch / sms)
+        best = min(best, waves * 2.0 * tm * tn * k_pad / rate)
+    return best + dev.cal.gemm_launch_s
+
+
 def split_k_reduction_s(dev: DeviceModel, m: int, n: int, s: int, batch: int = 1) -> float:
     """Seconds to reduce ``s`` fp32 partial m×n outputs: each written and read back once
     (8·s·m·n bytes per product at HBM bandwidth, an upper bound: on Hopper the partials of a
@@ -548,7 +577,9 @@ def attention_time(dev: DeviceModel, batch: int, heads: int, seq_q: int, seq_kv:
     if backend == "unfused_torch":
         return _unfused_torch_attention_time(dev, batch, heads, kv_heads, seq_q, seq_kv, head_dim, direction, causal)
     if backend == "math":
-        return _math_attention_time(dev, batch, heads, seq_q, seq_kv, head_dim, causal, direction)
+        if not dev.cal.ffma_gemm:
+            return _math_attention_time_coarse(dev, batch, heads, seq_q, seq_kv, head_dim, causal, direction)
+        return _math_attention_time(dev, batch, heads, kv_heads, seq_q, seq_kv, head_dim, causal, direction)
     if backend == "unfused":
         return _unfused_attention_time(dev, batch, heads, seq_q, seq_kv, head_dim, direction)
     t = 0.0
@@ -1135,10 +1166,89 @@ def _unfused_layout_copies_time(dev: DeviceModel, q_elements: float, kv_elements
     return dev.cal.unfused_layout_copies * (strided_elementwise_time(dev, q_elements) + kv)
 
 
-def _math_attention_time(dev: DeviceModel, batch: int, heads: int, seq_q: int, seq_kv: int,
+def _math_attention_time(dev: DeviceModel, batch: int, heads: int, kv_heads: int, seq_q: int, seq_kv: int,
                          head_dim: int, causal: bool, direction: str) -> float:
-    """Unfused attention as PyTorch's math backend runs it for bf16 inputs: upcast to fp32,
-    fp32 batched GEMMs, the score matrix materialised in fp32 (mask, softmax), downcast."""
+    """PyTorch's SDPA math backend: the sum of its kernels, :func:`math_attention_parts`."""
+    dirs = ("fwd", "bwd") if direction == "fwd_bwd" else (direction,)
+    return sum(t for d in dirs for _, t in math_attention_parts(dev, batch, heads, kv_heads, seq_q, seq_kv,
+                                                                head_dim, d, causal))
+
+
+def math_attention_parts(dev: DeviceModel, batch: int, heads: int, kv_heads: int, seq_q: int, seq_kv: int,
+                         head_dim: int, direction: str, causal: bool = True) -> list[tuple[str, float]]:
+    """(kernel family, seconds) of each kernel PyTorch's SDPA math backend launches for bf16 inputs in the
+    [b, s, h, d] storage models pass to SDPA (``q.view(b, s, h, d).transpose(1, 2)``), ``direction``
+    ``fwd`` or ``bwd``; E = b·h·sq·skv score elements, Q = b·h·sq·d, Kx = b·h·skv·d (keys and values
+    repeated to every query head), K = b·kv_heads·skv·d.
+
+    Read from aten/src/ATen/native/transformers/attention.cpp ``_scaled_dot_product_attention_math``
+    (torch 2.5 and later; the measurements ran 2.11) and checked kernel by kernel against a profile
+    of the sweep on one H100 (validation/measurements/repeat/h100_attention_math_profile.json).
+    Forward: q, k, v upcast to fp32 (``.to(kFloat)``: the unrolled dtype-converting copy, read 2 write
+    4); q and kᵀ scaled by √scale (two vectorized fp32 multiplies); grouped keys and values repeated
+    to every head (``repeat_interleave``, a non-vectorized copy of Kx each); the batched matmul's
+    folding of the strided [b, h, s, d] views into contiguous [b·h, s, d] operands (three
+    non-vectorized copies: q, kᵀ, v); QKᵀ as an fp32 (FFMA) batched GEMM writing E; with
+    ``is_causal`` an sq x skv bool mask built (ones, tril, converted to a 0/−inf float mask) and added
+    in place (``attn.add_(mask)``: a broadcast iterator, non-vectorized, read 4 write 4 per score);
+    ``_safe_softmax``: the fp32 softmax (read 4 write 4), ``eq(-inf)`` (vectorized, read 4 write 1),
+    ``all`` over each row (a reduction reading 1 byte per score) and ``where`` on the broadcast row
+    flag (non-vectorized, read 4 write 4); PV as an fp32 batched GEMM; both outputs cast back to
+    bf16 (the context, and the score matrix ``attn.to(origin_dtype)``, read 4 write 2 per score).
+    Backward (autograd; ``_safe_softmax``'s derivative is the softmax backward): the context's
+    gradient to fp32; the two GEMMs of PV; PyTorch's CUDA softmax backward, ``grad * output`` (a
+    vectorized fp32 multiply: read 4, read 4, write 4) and the row kernel (read 4, read 4, write 4);
+    the two GEMMs of QKᵀ; the scale's two multiplies on dQ and dK; the grouped heads' gradients
+    summed back to kv_heads; dQ, dK, dV copied out of the folded layout (non-vectorized, four
+    copies as profiled) and cast to bf16.
+
+    Rates: every kernel class at the rate the profile fits for that class elsewhere -- fp32 batched
+    GEMMs by :func:`score_gemm_time`, non-vectorized iterators by :func:`nonvectorized_time` and
+    :func:`strided_elementwise_time`, the dtype-converting upcast by :func:`cast_to_fp32_time`,
+    vectorized fp32 elementwise kernels at the ``add`` fraction, casts to bf16 at the ``copy``
+    fraction, the softmax forward by its kernel model (:func:`elementwise_time`, causal rows'
+    −inf scores at ``softmax_masked_cost`` as Megatron's −10000: an ASSUMPTION, both underflow
+    exp to 0) and the row-reduction ``all`` at ``hbm_fraction``. No parameter is fitted to math records."""
+    bh = batch * heads
+    n = float(bh) * seq_q * seq_kv                     # score elements
+    q, kx, k = float(bh) * seq_q * head_dim, float(bh) * seq_kv * head_dim, float(batch) * kv_heads * seq_kv * head_dim
+    grouped = kv_heads != heads
+    masked = 1.0 if causal else 0.0
+    if direction == "fwd":
+        mask_build = masked * seq_q * seq_kv * (1 + 2 + 5)   # ones (w1), tril (r1 w1), 0/-inf float mask (r1 w4)
+        return [("gemm", ffma_gemm_time(dev, seq_q, seq_kv, head_dim, bh)
+                 + ffma_gemm_time(dev, seq_q, head_dim, seq_kv, bh)),
+                ("cast_to_fp32", cast_to_fp32_time(dev, q + 2 * k)),
+                ("scale", memory_time(dev, 8.0 * (q + kx), launches=2, op="add")),
+                ("layout_copy", strided_elementwise_time(dev, q + 2 * kx, launches=3)
+                 + (strided_elementwise_time(dev, 2 * kx, launches=2) if grouped else 0.0)),
+                ("mask", nonvectorized_time(dev, masked * 8.0 * n)
+                 + (memory_time(dev, mask_build, launches=3) if causal else 0.0)),
+                ("softmax_fwd", elementwise_time(dev, "softmax", bh * seq_q, seq_kv, "fp32",
+                                                 masked=1.0 - causal_fraction(seq_q, seq_kv, causal))),
+                ("safe_softmax", memory_time(dev, 5.0 * n, op="add") + memory_time(dev, n)
+                 + nonvectorized_time(dev, 8.0 * n)),
+                ("cast_to_bf16", memory_time(dev, 6.0 * (n + q), launches=2, op="copy"))]
+    reduce = 4.0 * (2 * kx + 2 * k) if grouped else 0.0   # dK, dV summed over each group (read Kx, write K)
+    return [("gemm", ffma_gemm_time(dev, seq_q, seq_kv, head_dim, bh)
+             + ffma_gemm_time(dev, seq_kv, head_dim, seq_q, bh)
+             + ffma_gemm_time(dev, seq_q, head_dim, seq_kv, bh)
+             + ffma_gemm_time(dev, seq_kv, head_dim, seq_q, bh)),
+            ("cast_to_fp32", cast_to_fp32_time(dev, q)),
+            ("softmax_bwd_mul", softmax_backward_kernel_time(dev, n)),
+            ("softmax_bwd", softmax_backward_kernel_time(dev, n)),
+            ("scale", memory_time(dev, 8.0 * (q + kx), launches=2, op="add")),
+            ("layout_copy", strided_elementwise_time(dev, q + 3 * kx if not grouped else q + kx, launches=4)),
+            ("cast_to_bf16", memory_time(dev, 6.0 * (q + 2 * k), launches=3, op="copy")),
+            ("small", memory_time(dev, reduce, launches=2))]
+
+
+def _math_attention_time_coarse(dev: DeviceModel, batch: int, heads: int, seq_q: int, seq_kv: int,
+                         head_dim: int, causal: bool, direction: str) -> float:
+    """Unfused attention as PyTorch's math backend runs it for bf16 inputs, as costed before issue #12
+    session 42 (a profile without ``ffma_gemm``): fp32 batched GEMMs of the tensor-core model, the score
+    matrix's mask and softmax passes at the HBM rate; fewer passes than the backend runs (its
+    :func:`math_attention_parts`), which ``gemm_peak_fraction["fp32"]``, fitted on math records, absorbed."""
     bh = batch * heads
     scores = bh * seq_q * seq_kv * DTYPE_BYTES["fp32"]
     qkv = 3 * bh * seq_q * head_dim * (2 + 4)

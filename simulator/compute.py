@@ -577,8 +577,6 @@ def attention_time(dev: DeviceModel, batch: int, heads: int, seq_q: int, seq_kv:
     if backend == "unfused_torch":
         return _unfused_torch_attention_time(dev, batch, heads, kv_heads, seq_q, seq_kv, head_dim, direction, causal)
     if backend == "math":
-        if not dev.cal.ffma_gemm:
-            return _math_attention_time_coarse(dev, batch, heads, seq_q, seq_kv, head_dim, causal, direction)
         return _math_attention_time(dev, batch, heads, kv_heads, seq_q, seq_kv, head_dim, causal, direction)
     if backend == "unfused":
         return _unfused_attention_time(dev, batch, heads, seq_q, seq_kv, head_dim, direction)
@@ -1202,13 +1200,15 @@ def math_attention_parts(dev: DeviceModel, batch: int, heads: int, kv_heads: int
     summed back to kv_heads; dQ, dK, dV copied out of the folded layout (non-vectorized, four
     copies as profiled) and cast to bf16.
 
-    Rates: every kernel class at the rate the profile fits for that class elsewhere -- fp32 batched
-    GEMMs by :func:`score_gemm_time`, non-vectorized iterators by :func:`nonvectorized_time` and
+    Rates: every kernel class at the rate the profile fits for that class elsewhere -- the fp32 batched
+    GEMMs on the CUDA cores by :func:`ffma_gemm_time` (its ``ffma_gemm`` constants fitted on that profile's
+    GEMM kernels, validation/math42_fit.py), non-vectorized iterators by :func:`nonvectorized_time` and
     :func:`strided_elementwise_time`, the dtype-converting upcast by :func:`cast_to_fp32_time`,
     vectorized fp32 elementwise kernels at the ``add`` fraction, casts to bf16 at the ``copy``
     fraction, the softmax forward by its kernel model (:func:`elementwise_time`, causal rows'
     −inf scores at ``softmax_masked_cost`` as Megatron's −10000: an ASSUMPTION, both underflow
-    exp to 0) and the row-reduction ``all`` at ``hbm_fraction``. No parameter is fitted to math records."""
+    exp to 0) and the row-reduction ``all`` at ``hbm_fraction``. Nothing else is fitted to math records.
+    Registered on fresh draws 47 (H200) and 48 (H100), issue #12 session 42 (docs/validation.md)."""
     bh = batch * heads
     n = float(bh) * seq_q * seq_kv                     # score elements
     q, kx, k = float(bh) * seq_q * head_dim, float(bh) * seq_kv * head_dim, float(batch) * kv_heads * seq_kv * head_dim
@@ -1241,25 +1241,6 @@ def math_attention_parts(dev: DeviceModel, batch: int, heads: int, kv_heads: int
             ("layout_copy", strided_elementwise_time(dev, q + 3 * kx if not grouped else q + kx, launches=4)),
             ("cast_to_bf16", memory_time(dev, 6.0 * (q + 2 * k), launches=3, op="copy")),
             ("small", memory_time(dev, reduce, launches=2))]
-
-
-def _math_attention_time_coarse(dev: DeviceModel, batch: int, heads: int, seq_q: int, seq_kv: int,
-                         head_dim: int, causal: bool, direction: str) -> float:
-    """Unfused attention as PyTorch's math backend runs it for bf16 inputs, as costed before issue #12
-    session 42 (a profile without ``ffma_gemm``): fp32 batched GEMMs of the tensor-core model, the score
-    matrix's mask and softmax passes at the HBM rate; fewer passes than the backend runs (its
-    :func:`math_attention_parts`), which ``gemm_peak_fraction["fp32"]``, fitted on math records, absorbed."""
-    bh = batch * heads
-    scores = bh * seq_q * seq_kv * DTYPE_BYTES["fp32"]
-    qkv = 3 * bh * seq_q * head_dim * (2 + 4)
-    mask_passes = 2.125 if causal else 0.0          # masked_fill: read + write scores, read a bool mask
-    t_fwd = (gemm_time(dev, seq_q, seq_kv, head_dim, "fp32", bh) + gemm_time(dev, seq_q, head_dim, seq_kv, "fp32", bh)
-             + memory_time(dev, scores * (1 + ELEMENTWISE_PASSES["softmax"] + mask_passes), launches=3)
-             + memory_time(dev, qkv, launches=3))
-    t_bwd = (gemm_time(dev, seq_q, seq_kv, head_dim, "fp32", bh) + gemm_time(dev, seq_kv, head_dim, seq_q, "fp32", bh)
-             + gemm_time(dev, seq_q, head_dim, seq_kv, "fp32", bh) + gemm_time(dev, seq_kv, head_dim, seq_q, "fp32", bh)
-             + memory_time(dev, scores * (3 + mask_passes), launches=2) + memory_time(dev, qkv, launches=3))
-    return {"fwd": t_fwd, "bwd": t_bwd, "fwd_bwd": t_fwd + t_bwd}[direction]
 
 
 def nonvectorized_time(dev: DeviceModel, nbytes: float, cast: bool = False, launches: int = 1) -> float:

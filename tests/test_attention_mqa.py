@@ -195,15 +195,16 @@ def test_session_36_mqa_h200_every_direction_within_8_percent():
 
 
 def test_session_36_h100_candidate_log_is_the_committed_model_but_for_local_attention():
-    """The committed h100-sxm model predicts every cuDNN, FlashAttention-2 and math case of seed 36 as the candidate's
-    registration does; the log written under the committed model's name used h200-sxm (the old default) and differs."""
+    """The committed h100-sxm model predicts every cuDNN and FlashAttention-2 case of seed 36 as the candidate's
+    registration does (its math cases too until session 42 re-costed the math backend: candidate math42); the log
+    written under the committed model's name used h200-sxm (the old default) and differs."""
     from validation.prereg_attention import predictions, read_prereg, record_key
     cand = read_prereg(str(MEAS / "logs" / "prereg_attention36_h100_mqa_membound68.txt"))
     wrong = read_prereg(str(MEAS / "logs" / "prereg_attention36_h100_mqa.txt"))
     assert "profile: h200-sxm" in (MEAS / "logs" / "prereg_attention36_h100_mqa.txt").read_text().splitlines()[2]
     rows = predictions(36, 28, None, "NVIDIA H100 80GB HBM3", "attention_backends_mqa")
-    other = [(tuple(record_key(r)), t) for r, t in rows if r["backend"] != "unfused_torch" and t is not None]
-    assert len(other) >= 200
+    other = [(tuple(record_key(r)), t) for r, t in rows if r["backend"] not in ("unfused_torch", "math") and t is not None]
+    assert len(other) >= 140
     assert all(cand[k] == pytest.approx(t, rel=1e-5) for k, t in other)
     assert sum(wrong[k] != pytest.approx(t, rel=1e-5) for k, t in other) > 100
 

@@ -26,7 +26,10 @@ def test_adopted_in_session_39_as_part_of_m78copy(gpu):
     before = committed_before_39(gpu)
     assert before.softmax_reg_cycles == {} and before.softmax_plain_reread == {}
     today = load_calibration(f"{gpu}-sxm")
-    assert replace(candidate(gpu, "m78copy"), name=today.name) == today
+    # session 42 adopted math42: the SDPA math backend's fp32 GEMMs on the CUDA cores (ffma_gemm), nothing else
+    math42 = load_calibration(str(ROOT / "validation" / "candidates" / f"{gpu}-sxm-math42.yaml"))
+    assert today.ffma_gemm == math42.ffma_gemm and today.ffma_gemm
+    assert replace(candidate(gpu, "m78copy"), name=today.name, ffma_gemm=today.ffma_gemm) == today
     doc = yaml.safe_load((ROOT / "hardware_specs" / "profiles" / f"{gpu}-sxm.yaml").read_text())
     assert "candidate" not in doc and "adoption[session 39: m78copy]" in doc["fits"]
 

@@ -241,7 +241,7 @@ def test_h200_takes_the_h100_triton_fa_forward_and_fits_its_backward_on_seed_52(
     # session 39 adopted m78copy: softmax, mask costs, the batched-GEMM law and the layout copies, none triton_fa's
     m78 = ("softmax_elements_per_cycle", "softmax_warp_cycles", "softmax_masked_cost", "softmax_masked_cost_by_kernel",
            "softmax_reg_cycles", "softmax_plain_reread", "score_gemm_floor_fraction", "score_gemm_floor_exponent",
-           "unfused_layout_copies")
+           "unfused_layout_copies", "ffma_gemm")     # ffma_gemm: session 42 adopted math42
     later.update({p: getattr(h200, p) for p in m78})
     patched = replace(cand, name=h200.name, **later, **{m: {**getattr(cand, m), **bwd_of[m]} for m in bwd_of})
     assert patched == h200

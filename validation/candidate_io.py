@@ -15,3 +15,10 @@ def write_candidate_profile(data: dict, files: list[str], fit_key: str, fit_entr
     data.setdefault("fits", {})[fit_key] = fit_entry
     data["candidate"] = candidate.format(date=datetime.date.today().isoformat())
     out.write_text(yaml.safe_dump(data, sort_keys=False, width=110))
+
+
+def registered_line(tag: str, session: int, profile: str, draw: str = "attention fresh draw") -> str:
+    """The ``candidate`` line of a candidate registered beside ``profile`` for the next ``draw`` (a ``{date}``
+    placeholder left for :func:`write_candidate_profile`)."""
+    return (f"{tag} (issue #12 session {session}, {{date}}): registered beside {profile} for the next {draw}; "
+            "not adopted unless it wins there")

@@ -82,7 +82,7 @@ def write_candidate(gpu: str, extra: float, err: dict) -> Path:
     """The committed profile of ``gpu`` with the fitted value, a ``fits`` entry and a ``candidate`` line."""
     import yaml
 
-    from validation.candidate_io import write_candidate_profile
+    from validation.candidate_io import registered_line, write_candidate_profile
     base = ROOT.parent / "hardware_specs" / "profiles" / f"{PROFILES[gpu]}.yaml"
     out = ROOT / "candidates" / f"{PROFILES[gpu]}-fa2mask.yaml"
     data = yaml.safe_load(base.read_text())
@@ -95,8 +95,7 @@ def write_candidate(gpu: str, extra: float, err: dict) -> Path:
         "records": err["n"], "fitted": [PARAM],
         "fitted_error": {"flash_fwd_probe": {"count": err["n"], "mape_before": round(err["before"], 4),
                                              "mape": round(err["after"], 4)}}},
-        f"fa2mask (issue #12 session 41, {{date}}): registered beside {PROFILES[gpu]} for the next attention fresh "
-        f"draw; not adopted unless it wins there", out)
+        registered_line("fa2mask", 41, PROFILES[gpu]), out)
     return out
 
 

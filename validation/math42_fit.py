@@ -146,7 +146,7 @@ def write_candidate(gpu: str, ffma: dict, err: dict) -> Path:
     """The committed profile of ``gpu`` with ``ffma_gemm`` set, a ``fits`` entry and a ``candidate`` line."""
     import yaml
 
-    from validation.candidate_io import write_candidate_profile
+    from validation.candidate_io import registered_line, write_candidate_profile
     base = ROOT.parent / "hardware_specs" / "profiles" / f"{PROFILES[gpu]}.yaml"
     out = ROOT / "candidates" / f"{PROFILES[gpu]}-math42.yaml"
     data = yaml.safe_load(base.read_text())
@@ -160,8 +160,7 @@ def write_candidate(gpu: str, ffma: dict, err: dict) -> Path:
         "fitted_error": {"math_gemm_kernels": {"count": err["n"], "mape": round(err["gemm"], 4)},
                          "math_records": {"count": err["n"], "mape_before": round(err["before"], 4),
                                           "mape": round(err["after"], 4)}}},
-        f"math42 (issue #12 session 42, {{date}}): registered beside {PROFILES[gpu]} for the next attention fresh "
-        f"draw; not adopted unless it wins there", out)
+        registered_line("math42", 42, PROFILES[gpu]), out)
     return out
 
 

@@ -417,7 +417,8 @@ def ffma_gemm_time(dev: DeviceModel, m: int, n: int, k: int, batch: int = 1) -> 
     if min(m, n, k, batch) <= 0:
         return 0.0
     sms = dev.accelerator.sm_count
-    per_sm = dev.accelerator.peak_flops("fp32") * p["fraction"] * dev.clock_rate("fp32") / sms
+    fraction = p.get("fraction") or dev.cal.gemm_fraction("fp32")      # a profile that sets only some of the three
+    per_sm = dev.accelerator.peak_flops("fp32") * fraction * dev.clock_rate("fp32") / sms
     k_pad = math.ceil(k / FFMA_TILE_K) * FFMA_TILE_K + p.get("overhead_k", 0.0)
     best = math.inf
     for tm, tn in FFMA_TILES:

@@ -103,3 +103,24 @@ def test_development_figures_on_the_committed_draws():
         assert len(pairs) == n
         assert F.mape(pairs, cal, "attention_fwd") <= fwd + 0.0005
         assert F.mape(pairs, cal, "attention_fwd_bwd") <= fwd_bwd + 0.0005
+
+
+def test_ffma_gemm_time_is_waves_of_tiles_over_k_plus_the_tile_overhead():
+    """ffma_gemm_time: for a GEMM of many full waves the time is proportional to (k + overhead_k) and to the batch;
+    a profile with only some of the three constants takes ``gemm_peak_fraction["fp32"]`` for the fraction; an empty
+    ``ffma_gemm`` costs it as a tensor-core fp32 GEMM (gemm_time)."""
+    import dataclasses
+
+    from hardware_specs.catalog import load_accelerator
+    from simulator.compute import ffma_gemm_time, gemm_time
+    from simulator.engine import device_model
+    acc, cal = load_accelerator("h100-sxm"), load_calibration("h100-sxm")
+    dev = device_model(acc, cal)
+    o, launch = cal.ffma_gemm["overhead_k"], cal.gemm_launch_s
+    t64, t512 = (ffma_gemm_time(dev, 4096, 4096, k, 64) - launch for k in (64, 512))
+    assert t512 / t64 == pytest.approx((512 + o) / (64 + o), rel=1e-9)
+    assert ffma_gemm_time(dev, 4096, 4096, 64, 128) - launch == pytest.approx(2 * t64, rel=2e-3)   # whole waves
+    partial = device_model(acc, dataclasses.replace(cal, ffma_gemm={"overhead_k": o}))
+    assert ffma_gemm_time(partial, 4096, 4096, 64, 64) > 0
+    empty = device_model(acc, dataclasses.replace(cal, ffma_gemm={}))
+    assert ffma_gemm_time(empty, 4096, 4096, 64, 64) == gemm_time(empty, 4096, 4096, 64, "fp32", 64)

@@ -1071,13 +1071,19 @@ def _unfused_attention_time(dev: DeviceModel, batch: int, heads: int, seq_q: int
     return {"fwd": t_fwd, "bwd": t_bwd, "fwd_bwd": t_fwd + t_bwd}[direction]
 
 
+def summed_parts(parts, direction: str, *args, **kwargs) -> float:
+    """Seconds of a composite attention backend in ``direction`` (``fwd``, ``bwd`` or ``fwd_bwd``): the sum of
+    the (family, seconds) kernels ``parts(*args, d, **kwargs)`` lists for each direction d it covers."""
+    dirs = ("fwd", "bwd") if direction == "fwd_bwd" else (direction,)
+    return sum(t for d in dirs for _, t in parts(*args, d, **kwargs))
+
+
 def _unfused_torch_attention_time(dev: DeviceModel, batch: int, heads: int, kv_heads: int, seq_q: int,
                                   seq_kv: int, head_dim: int, direction: str, causal: bool = True) -> float:
     """Megatron-Core's local DotProductAttention (no apex, no Transformer Engine): the sum of its
     kernels, :func:`unfused_torch_attention_parts`."""
-    dirs = ("fwd", "bwd") if direction == "fwd_bwd" else (direction,)
-    return sum(t for d in dirs for _, t in unfused_torch_attention_parts(dev, batch, heads, kv_heads, seq_q, seq_kv,
-                                                                         head_dim, d, causal))
+    return summed_parts(unfused_torch_attention_parts, direction, dev, batch, heads, kv_heads, seq_q, seq_kv,
+                        head_dim, causal=causal)
 
 
 def unfused_torch_attention_parts(dev: DeviceModel, batch: int, heads: int, kv_heads: int, seq_q: int, seq_kv: int,
@@ -1168,9 +1174,8 @@ def _unfused_layout_copies_time(dev: DeviceModel, q_elements: float, kv_elements
 def _math_attention_time(dev: DeviceModel, batch: int, heads: int, kv_heads: int, seq_q: int, seq_kv: int,
                          head_dim: int, causal: bool, direction: str) -> float:
     """PyTorch's SDPA math backend: the sum of its kernels, :func:`math_attention_parts`."""
-    dirs = ("fwd", "bwd") if direction == "fwd_bwd" else (direction,)
-    return sum(t for d in dirs for _, t in math_attention_parts(dev, batch, heads, kv_heads, seq_q, seq_kv,
-                                                                head_dim, d, causal))
+    return summed_parts(math_attention_parts, direction, dev, batch, heads, kv_heads, seq_q, seq_kv, head_dim,
+                        causal=causal)
 
 
 def math_attention_parts(dev: DeviceModel, batch: int, heads: int, kv_heads: int, seq_q: int, seq_kv: int,

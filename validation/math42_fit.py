@@ -40,6 +40,7 @@ from simulator.calibration import load_calibration
 from simulator.compute import ffma_gemm_time
 from simulator.engine import device_model
 from validation.hardware import hardware_for
+from validation.kernel_reconcile import MEASURED_FAMILIES
 from validation.predict import predict_record
 from validation.records import load_measurements
 
@@ -48,15 +49,14 @@ PROFILE_RUN = "validation/measurements/repeat/h100_attention_math_profile.json"
 PROFILES = {"h100": "h100-sxm", "h200": "h200-sxm"}
 F_SCALE = 0.05          # soft-L1 scale of the log errors
 START = {"fraction": 0.8, "overhead_k": 32.0, "small_tile_exponent": 0.2}
-GEMM_KERNEL = re.compile(r"gemm|xmma|nvjet|cutlass")
+_SHARED = dict(MEASURED_FAMILIES)      # kernel classes named as validation.kernel_reconcile names them in steps
+GEMM_KERNEL = re.compile(_SHARED["gemm"])
 # profiled kernel name -> the family of simulator.compute.math_attention_parts it belongs to, first match wins
 MATH_FAMILIES = (
-    ("gemm", GEMM_KERNEL.pattern), ("softmax_fwd", r"SoftMaxForward|softmax_warp_forward"),
-    ("softmax_bwd", r"SoftMaxBackward|softmax_warp_backward"),
+    *((f, _SHARED[f]) for f in ("gemm", "softmax_fwd", "softmax_bwd")),
     ("mask", r"CUDAFunctor_add<float>|triu_tril|FillFunctor<bool>"),
-    ("safe_softmax", r"where_kernel|isneginf|and_kernel"), ("cast_to_bf16", r"bfloat16_copy"),
-    ("softmax_bwd_mul", r"BinaryFunctor<float, float, float, at::native::binary_internal::MulFunctor"),
-    ("cast_to_fp32", r"unrolled_elementwise_kernel<at::native::direct_copy"),
+    ("safe_softmax", r"where_kernel|isneginf|and_kernel"),
+    *((f, _SHARED[f]) for f in ("cast_to_bf16", "softmax_bwd_mul", "cast_to_fp32")),
     ("layout_copy", r"elementwise_kernel<128, .*direct_copy"),
     ("scale", r"AUnaryFunctor<float, float, float, at::native::binary_internal::MulFunctor"))
 

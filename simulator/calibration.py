@@ -92,6 +92,11 @@ class Calibration:
       gemm_unaligned_reuse_exponent  those fallback kernels' loads of a tile of reuse r = 2·tm·tn/(tm+tn)
                                  take (r_max / r) ** this longer than the per-element load law
                                  (fewer, smaller warps per small CTA tile; candidate gemm40); 0: off
+      gemm_tile_granularity      0: the tile search of an aligned, unbatched GEMM takes the five coarse tiles
+                                 (simulator.compute.GEMM_TILES); g > 0: also cuBLAS's wide nvjet tiles, one
+                                 side 128, 192 or 256 and the other from 128 to 256 (320 beside 128) in steps
+                                 of g elements (simulator.compute.gemm_tiles; issue #12 session 43,
+                                 candidate gemm72)
       gemm_sm_load_bytes_per_flop  bytes one SM loads GEMM operands at (L2 to shared memory) per
                                  FLOP of its datasheet dense bf16 peak: a tile's main loop takes at
                                  least (tm + tn)·k·bytes / (this x bf16 peak / SMs) seconds; 0: no cap
@@ -300,6 +305,7 @@ class Calibration:
     gemm_l2_operand_bytes_per_flop: float = 0.0
     gemm_unaligned_store_serial: float = 0.0
     gemm_unaligned_reuse_exponent: float = 0.0
+    gemm_tile_granularity: float = 0.0
     kernel_launch_s: float = 5.0e-6
     gemm_launch_s: float = 6.0e-6
     gemm_fp8_fixed_s: float = 0.0
@@ -434,6 +440,7 @@ def _profile_schema() -> type:
                 score_gemm_floor_exponent=(Optional[Annotated[float, Field(ge=0, le=1)]], None),
                 unfused_layout_copies=(Optional[Literal[0, 1]], None),
                 gemm_overlap_exposed=(Optional[Annotated[float, Field(ge=0, le=1)]], None),
+                gemm_tile_granularity=(Optional[Literal[0, 8, 16, 32]], None),
                 gemm_peak_fraction=(Optional[dict[str, fraction]], None),
                 memory_op_fraction=(Optional[dict[str, fraction]], None),
                 attention_kernel_fraction=(Optional[dict[str, fraction]], None),

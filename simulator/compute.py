@@ -295,6 +295,39 @@ def unaligned_split_k_factors(tiles: int, k: int, sms: int, waves: float) -> lis
     return _split_factors(tiles, k, waves * sms, GEMM_UNALIGNED_MAX_SPLIT_K, GEMM_UNALIGNED_SPLIT_MIN_K)
 
 
+# cuBLAS's Hopper kernels (nvjet) for large aligned GEMMs run wide tiles at a finer width than the five
+# coarse tiles: traced on the H100 and H200 development draws (validation/gemm_kernels.py), one side
+# 128, 192 or 256 and the other any multiple of 8 from 128 up (144, 152, 176, 208, 248, 272, 288, 304 ...),
+# which lets a persistent kernel cover m x n in whole waves of its ~132 CTAs (e.g. 1504 x 2896 in
+# 8 x 16 = 128 tiles of 192 x 192, one wave, where 128 x 128 tiles need 276, three waves).
+NVJET_WIDE_SIDES = {128: 320, 192: 256, 256: 256}   # fixed side: largest other side traced (elements)
+NVJET_WIDE_MIN = 128
+
+
+def gemm_tiles(cal, aligned: bool, batch: int = 1) -> tuple:
+    """Output tiles (rows of m, columns of n) the tile search of one GEMM considers: the five coarse
+    GEMM_TILES, and, for an aligned unbatched GEMM when the profile's ``gemm_tile_granularity`` g > 0,
+    also nvjet's wide tiles (:func:`nvjet_wide_tiles`). Unaligned GEMMs run CUTLASS fallback kernels
+    of the coarse tiles (traced), batched ones keep the tiles their own fit (bmm78) was made with."""
+    g = int(cal.gemm_tile_granularity)
+    if g <= 0 or not aligned or batch != 1:
+        return GEMM_TILES
+    return nvjet_wide_tiles(g)
+
+
+@lru_cache(maxsize=8)
+def nvjet_wide_tiles(g: int) -> tuple:
+    """GEMM_TILES followed by every tile with one side in NVJET_WIDE_SIDES and the other from
+    NVJET_WIDE_MIN to that side's largest traced width in steps of ``g``, in both orientations."""
+    out = list(GEMM_TILES)
+    for side, widest in NVJET_WIDE_SIDES.items():
+        for other in range(NVJET_WIDE_MIN, widest + 1, g):
+            for tile in ((side, other), (other, side)):
+                if tile not in out:
+                    out.append(tile)
+    return tuple(out)
+
+
 def gemm_plan(dev: DeviceModel, m: int, n: int, k: int, dtype: str = "bf16", batch: int = 1) -> tuple:
     """(compute seconds, tile rows, tile cols, split-K factor) of the fastest tiling under the
     model: for each output tile (tm, tn) and split factor s, waves of ⌈tiles·s / SMs⌉ tile-splits,
@@ -307,7 +340,7 @@ def gemm_plan(dev: DeviceModel, m: int, n: int, k: int, dtype: str = "bf16", bat
     vector = gemm_load_vector(n, k, dtype, dev.cal.gemm_unaligned_max_vector)
     waves = dev.cal.gemm_unaligned_split_waves
     best = (math.inf, 0, 0, 1)
-    for tm, tn in GEMM_TILES:
+    for tm, tn in gemm_tiles(dev.cal, vector is None, batch):
         tiles = math.ceil(m / tm) * math.ceil(n / tn) * batch
         factors = unaligned_split_k_factors(tiles, k, sms, waves) if vector is not None and waves > 0 \
             else split_k_factors(tiles, k, sms)

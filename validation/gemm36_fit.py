@@ -120,14 +120,14 @@ def fit(profile: str, start: dict | None = None) -> tuple[dict, float, float]:
     return coordinate_descent(base, dev_records(profile), BOUNDS, ROUNDS)
 
 
-def coordinate_descent(base, rows, bounds: dict, rounds: int) -> tuple[dict, float, float]:
+def coordinate_descent(base, rows, bounds: dict, rounds: int, iters: int = 25) -> tuple[dict, float, float]:
     """({parameter: fitted value}, pooled MAPE at them, pooled MAPE of ``base``): ``rounds`` rounds of a
-    golden-section search (:func:`golden`) per parameter of ``bounds`` in turn over its range, from
-    ``base``'s values, minimising :func:`pooled_mape` of ``rows``; every other parameter kept."""
+    golden-section search (:func:`golden`, ``iters`` steps) per parameter of ``bounds`` in turn over its
+    range, from ``base``'s values, minimising :func:`pooled_mape` of ``rows``; every other parameter kept."""
     values = {p: value_of(base, p) for p in bounds}
     for _ in range(rounds):
         for p in bounds:
-            values[p] = golden(lambda v: pooled_mape(rows, with_values(base, {**values, p: v})), *bounds[p])
+            values[p] = golden(lambda v: pooled_mape(rows, with_values(base, {**values, p: v})), *bounds[p], iters)
     return values, pooled_mape(rows, with_values(base, values)), pooled_mape(rows, base)
 
 

@@ -67,9 +67,10 @@ def label(case) -> str:
 # the pools of real training GEMMs, written by python -m validation.real_gemms, by suite: ``real`` at
 # micro-batch 1 (session 32, seed 60), ``real_mbs2`` at micro-batch 2 (session 33: the same models' GEMMs
 # with twice the tokens, none of them a shape of the first pool), ``real_mbs4`` at micro-batch 4 (session 34:
-# none of them a shape of either earlier pool)
+# none of them a shape of either earlier pool), ``real_mbs3`` at micro-batch 3 (session 43: none of them a
+# shape of the three earlier pools)
 REAL_POOLS = {"real": "real_gemm_pool.json", "real_mbs2": "real_gemm_pool_mbs2.json",
-              "real_mbs4": "real_gemm_pool_mbs4.json"}
+              "real_mbs4": "real_gemm_pool_mbs4.json", "real_mbs3": "real_gemm_pool_mbs3.json"}
 REAL_POOL = REAL_POOLS["real"]
 SUITES = ("random",) + tuple(REAL_POOLS)
 

@@ -13,8 +13,8 @@ Three suites, each writing a measurement file of format version 1 (records of ki
   - ``regime: after_sustained``: timed as the burst record, right after the sustained run
     (a hot GPU, L2 flushed).
   An ``info.idle_nvml`` sample is taken before anything runs.
-* ``real`` / ``real_mbs2`` / ``real_mbs4``: the random suite's timing over a registered set of real training
-  GEMMs (gemm_cases.real_cases: the pool validation/real_gemms.py writes at micro-batch 1 / 2 / 4, every shape
+* ``real`` / ``real_mbs2`` / ``real_mbs4`` / ``real_mbs3``: the random suite's timing over a registered set of real training
+  GEMMs (gemm_cases.real_cases: the pool validation/real_gemms.py writes at micro-batch 1 / 2 / 4 / 3, every shape
   off the 64-grid and a seeded sample of the rest).
 * ``random``: a held-out random set of GEMM shapes (seeded, ``--seed``), timed as kernels.py
   times GEMMs, each record with the NVML sample taken right after it. bf16: m, n, k log-uniform

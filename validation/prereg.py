@@ -150,7 +150,7 @@ def main(argv=None) -> int:
     ap.add_argument("--gemm-seed", type=int, metavar="SEED", help="the random GEMM draw of this seed instead")
     ap.add_argument("--gemm-suite", choices=harness("gemm_cases").SUITES + (BMM_SUITE,), default="random",
                     help="--gemm-seed: the random draw (default), a pool of real training GEMMs (real, real_mbs2, "
-                         "real_mbs4: micro-batch 1, 2, 4; gemm_cases.REAL_POOLS, sustained.py --suite) or "
+                         "real_mbs4, real_mbs3: micro-batch 1, 2, 4, 3; gemm_cases.REAL_POOLS, sustained.py --suite) or "
                          "bmm_random (the batched GEMMs of Megatron-Core's local attention, bmm_cases.py)")
     ap.add_argument("--like", required=True, help="a measurement file of the machine the grid will run on")
     ap.add_argument("--world", type=int, default=None)

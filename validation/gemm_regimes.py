@@ -114,6 +114,12 @@ def registered_pairs(log_path, path) -> list[tuple[dict, float]]:
     return [(r, registered[(r["dtype"], int(r["m"]), int(r["n"]), int(r["k"]))]) for r in recs]
 
 
+def registered_set_mapes(logs: dict, path) -> dict:
+    """{tag: (records, pooled MAPE)} of one measured GEMM set against each of its registrations ``logs`` ({tag: log
+    path}, e.g. the committed model's and a candidate's), records reduced by :func:`reproduced_times`."""
+    return {tag: mape_by_regime(registered_pairs(log, path))["all"] for tag, log in logs.items()}
+
+
 def registered_bmm_pairs(log_path, path) -> list[tuple[dict, float]]:
     """(record, registered seconds) of a bmm_random file (sustained.py --suite bmm_random) against its
     registration (``python -m validation.prereg --gemm-suite bmm_random``: one line per case, named as

@@ -22,3 +22,12 @@ def registered_line(tag: str, session: int, profile: str, draw: str = "attention
     placeholder left for :func:`write_candidate_profile`)."""
     return (f"{tag} (issue #12 session {session}, {{date}}): registered beside {profile} for the next {draw}; "
             "not adopted unless it wins there")
+
+
+def attention_fresh_paths(gpu: str, before: int | None = None) -> list[Path]:
+    """The committed attention fresh-draw files of ``gpu`` (``h200``/``h100``; validation/measurements and its
+    repeat/ folder, ``<gpu>_attention_fresh<seed>.json``), those of seed below ``before`` only when given."""
+    import re
+    meas = Path(__file__).resolve().parent / "measurements"
+    paths = sorted(meas.glob(f"{gpu}_attention_fresh*.json")) + sorted(meas.glob(f"repeat/{gpu}_attention_fresh*.json"))
+    return [p for p in paths if before is None or int(re.search(r"fresh(\d+)", p.name).group(1)) < before]

@@ -50,8 +50,8 @@ def flash_forward(path: str) -> list:
 
 def fresh_draws(gpu: str) -> list:
     """(record, hardware) of the FlashAttention-2 forwards of every committed attention fresh draw of ``gpu``."""
-    paths = sorted(ROOT.glob(f"measurements/{gpu}_attention_fresh*.json")) + \
-        sorted(ROOT.glob(f"measurements/repeat/{gpu}_attention_fresh*.json"))
+    from validation.candidate_io import attention_fresh_paths
+    paths = attention_fresh_paths(gpu)
     return [p for path in paths for p in flash_forward(str(path.relative_to(ROOT.parent)))]
 
 

@@ -135,10 +135,10 @@ REGISTERED_FOR_IT = ("h200_attention_fresh47.json", "h100_attention_fresh48.json
 
 def fresh_draws(gpu: str) -> list:
     """(record, hardware) of the math records of every committed attention fresh draw of ``gpu`` measured before
-    math42 was registered (the development data; REGISTERED_FOR_IT left out)."""
-    paths = sorted(ROOT.glob(f"measurements/{gpu}_attention_fresh*.json")) + \
-        sorted(ROOT.glob(f"measurements/repeat/{gpu}_attention_fresh*.json"))
-    paths = [p for p in paths if p.name not in REGISTERED_FOR_IT]
+    math42 was registered (the development data: seeds below those of REGISTERED_FOR_IT; later draws left out)."""
+    from validation.candidate_io import attention_fresh_paths
+    first = min(int(re.search(r"fresh(\d+)", name).group(1)) for name in REGISTERED_FOR_IT)
+    paths = attention_fresh_paths(gpu, before=first)
     return [p for path in paths for p in math_records(str(path.relative_to(ROOT.parent)))]
 
 

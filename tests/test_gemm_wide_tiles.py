@@ -2,6 +2,7 @@
 profile switch ``gemm_tile_granularity``; candidate gemm72, validation/gemm72_fit.py)."""
 import math
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -54,7 +55,7 @@ def test_granularity_must_be_a_traced_step(bad):
 
 
 # ---- candidate gemm72, registered before the runs (commit 2a1f722, code of 5b722fc) ------------------------------
-ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent
 MEAS = ROOT / "validation" / "measurements"
 CANDIDATES = ROOT / "validation" / "candidates"
 # {set: (measurement file, shapes, {tag: MAPE as registered})}, tag "" the committed model

@@ -481,6 +481,27 @@ def h100a_grid() -> list[dict]:
                        case(F, "llama-4b", 2048, 1, mbs=2, gbs=8, risky=True)])
 
 
+def single44_grid() -> list[dict]:
+    """Single-GPU plans registered in session 44 and run on one H100 and one H200 (the same grid on both:
+    logs/prereg_single44_h100.txt, logs/prereg_single44_h200.txt): model shapes and plan combinations
+    never run on one GPU, with the model of that session (its GEMM, attention, memory-bound and host
+    models all changed since h100a). Megatron-Core local: Qwen2.5-3B's shape with full recompute,
+    llama-2b at s4096 with selective recompute, gpt-2.7b at micro-batch 2, the Mixtral-like MoE at
+    s4096; torch-native: qwen-3b with full recompute, llama-2b at s8192 (flash attention's share grows),
+    gpt-1.3b at micro-batch 2 and s4096, and llama-4b (65.9 GiB predicted: close to an H100's line).
+    Risky, each run alone at the end in a fresh process: the three plans nearest or over an H100's
+    memory (Megatron qwen-3b 69.6 GiB and gpt-2.7b at micro-batch 2, 108.7 GiB, predicted not to fit
+    on 80 GB; torch-native llama-4b) and the MoE plan (a MoE case leaves memory behind in its process,
+    as in set moe3). Each plan is followed by its tiny twin (the machine's host speed)."""
+    F, T = "megatron-core-local", "torchtitan"
+    plans = [case(F, "qwen-3b", 2048, 1, gbs=8, recompute="full", risky=True),
+             case(F, "llama-2b", 4096, 1, gbs=4, recompute="selective"),
+             case(F, "gpt-2.7b", 2048, 1, mbs=2, gbs=8, risky=True), case(F, "moe-8x2", 4096, 1, gbs=8, risky=True),
+             case(T, "qwen-3b", 2048, 1, gbs=8, recompute="full"), case(T, "llama-2b", 8192, 1, gbs=2),
+             case(T, "gpt-1.3b", 4096, 1, mbs=2, gbs=8), case(T, "llama-4b", 2048, 1, gbs=8, risky=True)]
+    return [x for c in plans for x in (c, twin_of(c))]
+
+
 def native10_grid() -> list[dict]:
     """An eleventh pre-registered two-GPU set (logs/prereg11_h200x2_plan.txt), the first predicted
     with the step power model and run with NVML clocks per record: llama-3b at s4096 under
@@ -689,7 +710,7 @@ NAMED_GRIDS = {"host": host_grid, "prereg": prereg_grid, "prereg2": prereg2_grid
                "native9": native9_grid, "native10": native10_grid,
                "native11": native11_grid, "native12": native12_grid, "native12b": native12b_grid,
                "native13": native13_grid, "native14": native14_grid, "moe3": moe3_grid,
-               "h100a": h100a_grid}
+               "h100a": h100a_grid, "single44": single44_grid}
 
 
 def twin_of(c: dict) -> dict:

@@ -502,6 +502,26 @@ def single44_grid() -> list[dict]:
     return [x for c in plans for x in (c, twin_of(c))]
 
 
+def rank44_grid() -> list[dict]:
+    """Single-GPU plan choices of one model each, registered in session 44 for one H100
+    (logs/prereg_rank44_h100.txt): what a planner weighs on one GPU is micro-batch against recompute
+    against memory, so each group holds one model at one global batch under every such choice, for
+    Kendall tau and the pick. Megatron-Core local, llama-2b s4096 gbs 8: micro-batch 1 and 2 without
+    recompute, 1 and 2 with selective, 2 and 4 with full; torch-native, llama-1b s4096 gbs 16:
+    micro-batch 1, 2 and 4 without recompute, 4 and 8 with full. The plans nearest or over an H100's
+    memory (Megatron micro-batch 1 and 2 without recompute: 75.9 and 126 GiB predicted, neither fitting;
+    torch-native micro-batch 4, 52 GiB) run alone at the end (risky); each plan is followed by its
+    tiny twin."""
+    F, T = "megatron-core-local", "torchtitan"
+    m, n = "llama-2b", "llama-1b"
+    megatron = [case(F, m, 4096, 1, gbs=8, risky=True), case(F, m, 4096, 1, mbs=2, gbs=8, risky=True),
+                case(F, m, 4096, 1, gbs=8, recompute="selective"), case(F, m, 4096, 1, mbs=2, gbs=8, recompute="selective"),
+                case(F, m, 4096, 1, mbs=2, gbs=8, recompute="full"), case(F, m, 4096, 1, mbs=4, gbs=8, recompute="full")]
+    native = [case(T, n, 4096, 1, gbs=16), case(T, n, 4096, 1, mbs=2, gbs=16), case(T, n, 4096, 1, mbs=4, gbs=16, risky=True),
+              case(T, n, 4096, 1, mbs=4, gbs=16, recompute="full"), case(T, n, 4096, 1, mbs=8, gbs=16, recompute="full")]
+    return [x for c in megatron + native for x in (c, twin_of(c))]
+
+
 def native10_grid() -> list[dict]:
     """An eleventh pre-registered two-GPU set (logs/prereg11_h200x2_plan.txt), the first predicted
     with the step power model and run with NVML clocks per record: llama-3b at s4096 under
@@ -710,7 +730,7 @@ NAMED_GRIDS = {"host": host_grid, "prereg": prereg_grid, "prereg2": prereg2_grid
                "native9": native9_grid, "native10": native10_grid,
                "native11": native11_grid, "native12": native12_grid, "native12b": native12b_grid,
                "native13": native13_grid, "native14": native14_grid, "moe3": moe3_grid,
-               "h100a": h100a_grid, "single44": single44_grid}
+               "h100a": h100a_grid, "single44": single44_grid, "rank44": rank44_grid}
 
 
 def twin_of(c: dict) -> dict:

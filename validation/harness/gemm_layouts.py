@@ -19,20 +19,20 @@ all timings (torch.profiler's callbacks would slow later timings).
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import random
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gemm_cases import _logu as logu  # noqa: E402
 
 LAYOUTS = ("NN", "NT", "TN")
 N_SHAPES = 60
 
 
 def _logu(rng: random.Random, lo: float, hi: float) -> int:
-    """A log-uniform draw over [lo, hi], rounded to a multiple of 8."""
-    return max(8, 8 * round(math.exp(rng.uniform(math.log(lo), math.log(hi))) / 8))
+    """gemm_cases' log-uniform draw over [lo, hi], rounded to a multiple of 8."""
+    return max(8, 8 * round(logu(rng, lo, hi) / 8))
 
 
 def cases(seed: int, n: int = N_SHAPES) -> list[tuple[int, int, int]]:
